@@ -1,0 +1,55 @@
+# jetembed — build, test and run targets. `make run` and `make test` are the
+# two set-up commands; both fetch what they need through `make deps`.
+SHELL := /bin/bash
+GO ?= go
+BIN := bin/jetembed
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+DEPS := $(CURDIR)/.deps
+export JETEMBED_ORT_LIB ?= $(DEPS)/onnxruntime/libonnxruntime.so.1
+export JETEMBED_NATS_SERVER_BIN ?= $(DEPS)/bin/nats-server
+export JETEMBED_HF_ORACLE ?= $(DEPS)/hf-oracle
+STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
+TEST_TIMEOUT ?= 14m
+FUZZTIME ?= 10s
+
+.PHONY: all deps build run test test-short bench lint fuzz vet-tags docker docker-cuda clean
+
+all: build
+
+deps:
+	@./scripts/deps.sh
+
+build:
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/jetembed
+
+run: deps build
+	$(BIN) dev
+
+test: deps
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+test-short: deps
+	$(GO) test -short -count=1 ./...
+
+bench: deps build
+	./scripts/bench.sh
+
+fuzz:
+	./scripts/fuzz.sh $(FUZZTIME)
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
+	$(GO) vet ./...
+	$(GO) vet -tags hftokenizers ./engine/tokenizer/...
+	@test -x $(STATICCHECK) || $(GO) install honnef.co/go/tools/cmd/staticcheck@latest
+	$(STATICCHECK) ./...
+
+docker:
+	docker build -t jetembed:$(VERSION) -f Dockerfile .
+
+docker-cuda:
+	docker build -t jetembed:$(VERSION)-cuda -f Dockerfile.cuda .
+
+clean:
+	rm -rf bin

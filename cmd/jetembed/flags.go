@@ -1,0 +1,134 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// flagSet wraps a [flag.FlagSet] so that every flag can also be set by a
+// JETEMBED_* environment variable. The order of precedence is: command-line
+// flag, environment variable, default. Every binding is recorded so that
+// `--print-config` and the README table check can list them.
+type flagSet struct {
+	*flag.FlagSet
+	bindings []binding
+	envErrs  []error
+}
+
+// binding is one flag and the environment variable that backs it.
+type binding struct {
+	Flag, Env, Usage string
+}
+
+func newFlagSet(name string, io stdio) *flagSet {
+	fs := flag.NewFlagSet("jetembed "+name, flag.ContinueOnError)
+	fs.SetOutput(io.err)
+	return &flagSet{FlagSet: fs}
+}
+
+// envName is the environment variable for a flag: JETEMBED_ + upper snake case.
+func envName(flagName string) string {
+	return "JETEMBED_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func (fs *flagSet) bind(name, usage string) string {
+	env := envName(name)
+	fs.bindings = append(fs.bindings, binding{Flag: name, Env: env, Usage: usage})
+	return fmt.Sprintf("%s (env %s)", usage, env)
+}
+
+// String defines a string flag backed by its environment variable.
+func (fs *flagSet) String(name, def, usage string) *string {
+	if v, ok := os.LookupEnv(envName(name)); ok {
+		def = v
+	}
+	return fs.FlagSet.String(name, def, fs.bind(name, usage))
+}
+
+// Int defines an int flag backed by its environment variable.
+func (fs *flagSet) Int(name string, def int, usage string) *int {
+	p := new(int)
+	*p = def
+	fs.Var(&envValue[int]{p: p, parse: strconv.Atoi}, name, fs.bind(name, usage))
+	fs.fromEnv(name)
+	return p
+}
+
+// Bool defines a bool flag backed by its environment variable.
+func (fs *flagSet) Bool(name string, def bool, usage string) *bool {
+	p := new(bool)
+	*p = def
+	fs.Var(&envValue[bool]{p: p, parse: strconv.ParseBool, isBool: true}, name, fs.bind(name, usage))
+	fs.fromEnv(name)
+	return p
+}
+
+// Duration defines a duration flag backed by its environment variable.
+func (fs *flagSet) Duration(name string, def time.Duration, usage string) *time.Duration {
+	p := new(time.Duration)
+	*p = def
+	fs.Var(&envValue[time.Duration]{p: p, parse: time.ParseDuration}, name, fs.bind(name, usage))
+	fs.fromEnv(name)
+	return p
+}
+
+// Float64 defines a float flag backed by its environment variable.
+func (fs *flagSet) Float64(name string, def float64, usage string) *float64 {
+	p := new(float64)
+	*p = def
+	fs.Var(&envValue[float64]{p: p, parse: func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }}, name, fs.bind(name, usage))
+	fs.fromEnv(name)
+	return p
+}
+
+// envErr records a malformed environment variable; Parse reports it.
+func (fs *flagSet) fromEnv(name string) {
+	env := envName(name)
+	if v, ok := os.LookupEnv(env); ok {
+		if err := fs.FlagSet.Lookup(name).Value.Set(v); err != nil {
+			fs.envErrs = append(fs.envErrs, fmt.Errorf("%w: %s=%q: %v", errUsage, env, v, err))
+		}
+	}
+}
+
+// Parse parses args and reports the first malformed environment variable.
+func (fs *flagSet) Parse(args []string) error {
+	if err := fs.FlagSet.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return fmt.Errorf("%w: %v", errUsage, err)
+	}
+	if len(fs.envErrs) > 0 {
+		return fs.envErrs[0]
+	}
+	return nil
+}
+
+type envValue[T any] struct {
+	p      *T
+	parse  func(string) (T, error)
+	isBool bool
+}
+
+func (v *envValue[T]) String() string {
+	if v == nil || v.p == nil {
+		return ""
+	}
+	return fmt.Sprint(*v.p)
+}
+
+func (v *envValue[T]) Set(s string) error {
+	x, err := v.parse(s)
+	if err != nil {
+		return err
+	}
+	*v.p = x
+	return nil
+}
+
+func (v *envValue[T]) IsBoolFlag() bool { return v.isBool }

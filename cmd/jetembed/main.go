@@ -1,0 +1,100 @@
+// Command jetembed turns a NATS JetStream work queue into BGE-M3 embeddings.
+//
+// Each subcommand lives in its own file (cmd_<name>.go) and registers itself
+// with [register] from an init function. All wiring of packages happens here,
+// in cmd/: the packages below know nothing of flags or environment variables.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// command is one subcommand of jetembed.
+type command struct {
+	name    string
+	summary string
+	// run parses args (without the subcommand name) and does the work.
+	run func(ctx context.Context, args []string, stdio stdio) error
+}
+
+// stdio are the streams a command talks to; tests replace them.
+type stdio struct {
+	in       io.Reader
+	out, err io.Writer
+}
+
+var commands = map[string]command{}
+
+func register(c command) {
+	if _, dup := commands[c.name]; dup {
+		panic("jetembed: command registered twice: " + c.name)
+	}
+	commands[c.name] = c
+}
+
+// errUsage marks an error caused by the command line; main exits 2 for it.
+var errUsage = errors.New("usage")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(runMain(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}))
+}
+
+func runMain(ctx context.Context, args []string, io stdio) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(io.err)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := commands[args[0]]
+	if !ok {
+		fmt.Fprintf(io.err, "jetembed: unknown command %q\n\n", args[0])
+		usage(io.err)
+		return 2
+	}
+	if err := c.run(ctx, args[1:], io); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(io.err, "jetembed %s: %v\n", c.name, err)
+		if errors.Is(err, errUsage) {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintf(w, "jetembed %s — NATS JetStream work queue to BGE-M3 embeddings\n\nUsage: jetembed <command> [flags]\n\nCommands:\n", version)
+	names := make([]string, 0, len(commands))
+	for n := range commands {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
+	}
+	fmt.Fprintf(w, "\nRun 'jetembed <command> -h' for the flags of one command.\n")
+}
+
+func init() {
+	register(command{name: "version", summary: "print the version", run: func(_ context.Context, _ []string, io stdio) error {
+		fmt.Fprintln(io.out, version)
+		return nil
+	}})
+}

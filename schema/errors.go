@@ -1,0 +1,58 @@
+package schema
+
+import "fmt"
+
+// Code is a stable error code of the wire contract. Codes are never free
+// text: clients switch on them.
+type Code string
+
+// The error codes of wire contract v1.
+const (
+	CodeBadPayload        Code = "bad_payload"
+	CodeBadVersion        Code = "bad_version"
+	CodeMissingID         Code = "missing_id"
+	CodeEmptyJob          Code = "empty_job"
+	CodeTooManyTexts      Code = "too_many_texts"
+	CodeJobTooLarge       Code = "job_too_large"
+	CodeUnknownOutput     Code = "unknown_output"
+	CodeTextTooLong       Code = "text_too_long"
+	CodeInvalidUTF8       Code = "invalid_utf8"
+	CodeShapeNotWarmed    Code = "shape_not_warmed"
+	CodeEngineUnavailable Code = "engine_unavailable"
+	CodeOverloaded        Code = "overloaded"
+	CodeDeadlineExceeded  Code = "deadline_exceeded"
+	CodeInternal          Code = "internal"
+)
+
+// Retriable reports whether a job refused with this code may succeed when
+// delivered again (it is NAKed with a delay rather than terminated).
+func (c Code) Retriable() bool {
+	switch c {
+	case CodeShapeNotWarmed, CodeEngineUnavailable, CodeOverloaded:
+		return true
+	}
+	return false
+}
+
+// Error is an error with a stable code. It is the job-level and item-level
+// error of a [Result] on the wire, and the error type every layer returns for
+// conditions a client must be able to tell apart.
+type Error struct {
+	Code      Code   `msgpack:"code" json:"code"`
+	Message   string `msgpack:"message" json:"message"`
+	Retriable bool   `msgpack:"retriable,omitempty" json:"retriable,omitempty"`
+}
+
+// Errorf returns an *Error with code c; Retriable follows the code.
+func Errorf(c Code, format string, args ...any) *Error {
+	return &Error{Code: c, Message: fmt.Sprintf(format, args...), Retriable: c.Retriable()}
+}
+
+func (e *Error) Error() string { return string(e.Code) + ": " + e.Message }
+
+// Is makes errors.Is match any *Error with the same code, so callers can
+// write errors.Is(err, &schema.Error{Code: schema.CodeOverloaded}).
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# deps.sh installs the native pieces jetembed needs, from reachable registries
+# only, into .deps/ (git-ignored). Idempotent: a second run checks hashes and
+# returns in well under a second.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+deps="$root/.deps"
+mkdir -p "$deps"
+
+# ONNX Runtime CPU shared library, taken from the npm package onnxruntime-node.
+ORT_NPM_VERSION=1.30.0
+ORT_TGZ_SHA256=6e3390d6b783e7be946fad629292799da28d0b42f84856e50d2c1b0383291e75
+ort_dir="$deps/onnxruntime-$ORT_NPM_VERSION"
+ort_lib="$ort_dir/libonnxruntime.so.1"
+
+if [ ! -f "$ort_lib" ]; then
+  command -v npm >/dev/null || { echo "deps: npm is required to fetch onnxruntime-node" >&2; exit 1; }
+  tmp=$(mktemp -d)
+  trap 'rm -rf "$tmp"' EXIT
+  echo "deps: fetching onnxruntime-node@$ORT_NPM_VERSION (npm pack)" >&2
+  (cd "$tmp" && npm pack --silent "onnxruntime-node@$ORT_NPM_VERSION" >/dev/null)
+  tgz="$tmp/onnxruntime-node-$ORT_NPM_VERSION.tgz"
+  got=$(sha256sum "$tgz" | cut -d' ' -f1)
+  if [ "$got" != "$ORT_TGZ_SHA256" ]; then
+    echo "deps: onnxruntime-node tarball sha256 mismatch: got $got want $ORT_TGZ_SHA256" >&2
+    exit 1
+  fi
+  tar -xzf "$tgz" -C "$tmp" package/bin/napi-v6/linux/x64/libonnxruntime.so.1
+  mkdir -p "$ort_dir"
+  mv "$tmp/package/bin/napi-v6/linux/x64/libonnxruntime.so.1" "$ort_lib.partial"
+  mv "$ort_lib.partial" "$ort_lib"
+fi
+ln -sfn "onnxruntime-$ORT_NPM_VERSION" "$deps/onnxruntime"
+ln -sfn libonnxruntime.so.1 "$ort_dir/libonnxruntime.so"
+
+# nats-server binary, for tests that restart or kill a separate server process.
+NATS_SERVER_VERSION=v2.15.2
+if [ ! -x "$deps/bin/nats-server" ] || ! "$deps/bin/nats-server" --version 2>/dev/null | grep -q "${NATS_SERVER_VERSION#v}"; then
+  echo "deps: go install nats-server@$NATS_SERVER_VERSION" >&2
+  GOBIN="$deps/bin" go install "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION"
+fi
+
+# HuggingFace tokenizers (Rust, through its Node binding) as the parity oracle
+# and benchmark peer. Optional: skipped when Node is not installed.
+if command -v node >/dev/null && [ ! -d "$deps/hf-oracle/node_modules/tokenizers" ]; then
+  oracle_src="$root/../shared/tools/hf-oracle"
+  [ -d "$oracle_src" ] || oracle_src="$root/tools/hf-oracle"
+  if [ -d "$oracle_src" ]; then
+    echo "deps: npm install hf-oracle (tokenizers)" >&2
+    rm -rf "$deps/hf-oracle" && mkdir -p "$deps/hf-oracle"
+    cp "$oracle_src"/*.js "$oracle_src"/package.json "$deps/hf-oracle/"
+    (cd "$deps/hf-oracle" && npm install --silent --ignore-scripts --no-audit --no-fund >/dev/null)
+  fi
+fi
