@@ -20,7 +20,7 @@ type RunInput struct {
 }
 
 // RunOutput holds what the graph produced for a chunk, in one of the two
-// export layouts (see [Layout]). Slices are row-major.
+// export layouts (hidden-state or three-head, see engine/model). Slices are row-major.
 type RunOutput struct {
 	// Hidden-state layout: last_hidden_state, Batch x Seq x Dim.
 	Hidden []float32
@@ -34,24 +34,4 @@ type RunOutput struct {
 	ColBERTDim int
 	// Dim is the hidden size (Hidden and Dense).
 	Dim int
-}
-
-// Layout is the shape of a BGE-M3 ONNX export, detected from graph outputs.
-type Layout int
-
-const (
-	// LayoutHidden exports last_hidden_state; the heads run in Go.
-	LayoutHidden Layout = iota + 1
-	// LayoutHeads exports dense_vecs, sparse_vecs and colbert_vecs.
-	LayoutHeads
-)
-
-func (l Layout) String() string {
-	switch l {
-	case LayoutHidden:
-		return "hidden"
-	case LayoutHeads:
-		return "heads"
-	}
-	return "unknown"
 }
