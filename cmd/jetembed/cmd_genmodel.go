@@ -1,0 +1,66 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/jetembed/jetembed/engine/onnxgen"
+)
+
+// defaultTokenizer is the XLM-R style tokenizer committed for tests, relative
+// to the repository root.
+const defaultTokenizer = "testdata/tokenizers/xlmr-unigram.json"
+
+func init() {
+	register(command{
+		name:    "genmodel",
+		summary: "write a small BGE-M3-shaped test model directory (random weights)",
+		run:     runGenmodel,
+	})
+}
+
+func runGenmodel(_ context.Context, args []string, io stdio) error {
+	fs := newFlagSet("genmodel", io)
+	size := fs.String("size", "tiny", "model size: tiny (hidden 32, 2 layers) or small (MiniLM size: hidden 384, 6 layers)")
+	layout := fs.String("layout", "hidden", "export layout: hidden (last_hidden_state + head safetensors) or heads (dense/sparse/colbert outputs)")
+	fp16 := fs.Bool("fp16", false, "store the weights as float16 (compute and outputs stay float32)")
+	seed := fs.Int("seed", 42, "seed of the random weights; same flags give byte-identical files")
+	tokenizer := fs.String("tokenizer", defaultTokenizer, "tokenizer.json to copy into the model directory; its vocabulary sets vocab_size")
+	out := fs.String("out", "", "model directory to write (created if missing)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if *out == "" {
+		return fmt.Errorf("%w: --out is required", errUsage)
+	}
+	if *seed < 0 {
+		return fmt.Errorf("%w: --seed must not be negative", errUsage)
+	}
+	s, err := onnxgen.SizeByName(*size)
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	l := onnxgen.Layout(*layout)
+	if l != onnxgen.LayoutHidden && l != onnxgen.LayoutHeads {
+		return fmt.Errorf("%w: --layout %q (want hidden or heads)", errUsage, *layout)
+	}
+	tok, err := os.ReadFile(*tokenizer)
+	if err != nil {
+		return fmt.Errorf("read tokenizer: %w", err)
+	}
+	c := onnxgen.Config{Size: s, Layout: l, FP16: *fp16, Seed: uint64(*seed)}
+	if err := onnxgen.WriteDir(*out, c, tok); err != nil {
+		return err
+	}
+	info, err := os.Stat(filepath.Join(*out, "model.onnx"))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(io.out, "wrote %s (%s, %s layout, model.onnx %d bytes)\n", *out, *size, l, info.Size())
+	return nil
+}
