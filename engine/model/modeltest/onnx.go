@@ -32,10 +32,6 @@ func (b pb) varint(num protowire.Number, v int64) pb {
 	return protowire.AppendVarint(b, uint64(v))
 }
 
-func (b pb) fixed32(num protowire.Number, v uint32) pb {
-	b = protowire.AppendTag(b, num, protowire.Fixed32Type)
-	return protowire.AppendFixed32(b, v)
-}
 
 // node is a NodeProto.
 type node struct {
