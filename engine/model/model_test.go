@@ -190,7 +190,9 @@ func remove(name string) func(*testing.T, string) {
 }
 
 func write(name, content string) func(*testing.T, string) {
-	return func(t *testing.T, dir string) { must(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644)) }
+	return func(t *testing.T, dir string) {
+		must(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
 }
 
 func writeHead(t *testing.T, dir, name string, wShape []int, bLen int) {

@@ -32,7 +32,6 @@ func (b pb) varint(num protowire.Number, v int64) pb {
 	return protowire.AppendVarint(b, uint64(v))
 }
 
-
 // node is a NodeProto.
 type node struct {
 	op      string
