@@ -1,0 +1,158 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// DecodeJob decodes a job body. Any failure is an *Error with
+// [CodeBadPayload]: malformed bytes, a body that is not a map/object, a
+// field of the wrong type, trailing data. Unknown fields are ignored, so
+// producers may add fields ahead of consumers.
+//
+// On failure the returned Job may still be non-nil, holding the fields
+// decoded before the failure (typically ID and Reply), so that the caller
+// can address an error result. DecodeJob does not validate: call
+// [Limits.Validate] (or [Limits.DecodeJob], which does both).
+func DecodeJob(data []byte, enc Encoding) (*Job, error) {
+	j := new(Job)
+	var err error
+	if enc == EncodingJSON {
+		err = decodeJSON(data, j)
+		if err == nil && j.V == 0 && !hasJSONVersion(data) {
+			j.V = Version
+		}
+	} else {
+		err = decodeMsgpack(data, j)
+	}
+	if err != nil {
+		return j, Errorf(CodeBadPayload, "decode %s job: %v", enc, err)
+	}
+	return j, nil
+}
+
+// DecodeMsgpack decodes a job map by hand so that no length header can
+// force an allocation larger than the payload and no field accepts a value
+// of another type. An absent "v" decodes as [Version].
+func (j *Job) DecodeMsgpack(dec *msgpack.Decoder) error {
+	r := reader{dec}
+	n, err := r.mapLen()
+	if err != nil {
+		return err
+	}
+	if n < 0 {
+		return errors.New("job is nil")
+	}
+	sawV := false
+	for range n {
+		key, err := r.str()
+		if err != nil {
+			return fmt.Errorf("field name: %w", err)
+		}
+		if err := j.decodeField(r, key, &sawV); err != nil {
+			return fmt.Errorf("field %q: %w", key, err)
+		}
+	}
+	if !sawV {
+		j.V = Version
+	}
+	return nil
+}
+
+func (j *Job) decodeField(r reader, key string, sawV *bool) error {
+	if isNil, err := r.isNil(); err != nil || isNil {
+		return err // nil means absent for every field
+	}
+	var err error
+	switch key {
+	case "v":
+		var v int64
+		v, err = r.integer()
+		j.V = clampInt(v)
+		*sawV = true
+	case "id":
+		j.ID, err = r.str()
+	case "texts":
+		j.Texts, err = r.strings()
+	case "outputs":
+		var ss []string
+		ss, err = r.strings()
+		j.Outputs = make([]Output, len(ss))
+		for i, s := range ss {
+			j.Outputs[i] = Output(s)
+		}
+	case "truncate":
+		var b bool
+		b, err = r.boolean()
+		j.Truncate = &b
+	case "reply":
+		j.Reply, err = r.str()
+	case "deadline":
+		j.Deadline, err = r.str()
+	case "meta":
+		j.Meta, err = r.meta()
+	default:
+		err = r.skip()
+	}
+	return err
+}
+
+// clampInt keeps an out-of-range version from wrapping around to 1 on
+// 32-bit platforms.
+func clampInt(v int64) int {
+	if int64(int(v)) != v {
+		return -1
+	}
+	return int(v)
+}
+
+// decodeMsgpack decodes data into v, which must use a reader-based
+// DecodeMsgpack, and refuses trailing bytes.
+func decodeMsgpack(data []byte, v msgpack.CustomDecoder) error {
+	br := bytes.NewReader(data)
+	dec := msgpack.GetDecoder()
+	defer msgpack.PutDecoder(dec)
+	dec.Reset(br)
+	if err := v.DecodeMsgpack(dec); err != nil {
+		return err
+	}
+	if br.Len() != 0 {
+		return fmt.Errorf("%d trailing bytes", br.Len())
+	}
+	return nil
+}
+
+// decodeJSON decodes one JSON object into v. Numbers in opaque maps stay
+// json.Number so that meta echoes back digit for digit.
+func decodeJSON(data []byte, v any) error {
+	data = bytes.TrimLeft(data, " \t\r\n")
+	if len(data) == 0 || data[0] != '{' {
+		return errors.New("body is not a JSON object")
+	}
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if _, err := d.Token(); err != io.EOF {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+// hasJSONVersion reports whether the top-level object has a non-null "v",
+// telling an explicit v:0 (bad_version) from an absent one (version 1).
+func hasJSONVersion(data []byte) bool {
+	var probe struct {
+		V *json.RawMessage `json:"v"`
+	}
+	if json.Unmarshal(data, &probe) != nil || probe.V == nil {
+		return false
+	}
+	return !bytes.Equal(*probe.V, []byte("null"))
+}

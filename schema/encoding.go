@@ -1,0 +1,107 @@
+package schema
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"strings"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Header names of wire contract v1. Headers let a router or the consumer
+// act on a message without decoding its body.
+const (
+	// HeaderContentType selects the encoding of the body: application/json
+	// for JSON, anything else (or nothing) for msgpack.
+	HeaderContentType = "Content-Type"
+	// HeaderReply is the subject a job's result goes to when the body has
+	// no reply field.
+	HeaderReply = "Embed-Reply"
+	// HeaderDeadline is an RFC 3339 deadline, as the job's deadline field.
+	HeaderDeadline = "Embed-Deadline"
+	// HeaderMsgID is the JetStream dedupe id; producers set it to the job id
+	// and results published to a stream carry it too.
+	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderErrorCode is set on results that carry a job-level error, to
+	// the error's [Code].
+	HeaderErrorCode = "Embed-Error-Code"
+)
+
+// Media types of the two encodings.
+const (
+	MediaTypeMsgpack = "application/msgpack"
+	MediaTypeJSON    = "application/json"
+)
+
+// Encoding is the body encoding of a job and of its result.
+type Encoding uint8
+
+// The encodings; the zero value is msgpack, the default.
+const (
+	EncodingMsgpack Encoding = iota
+	EncodingJSON
+)
+
+// EncodingFor returns the encoding a Content-Type header selects: JSON for
+// the media type application/json (any case, parameters such as charset
+// ignored), msgpack for everything else including the empty string.
+func EncodingFor(contentType string) Encoding {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		// A malformed header may still name JSON before a broken parameter.
+		mt, _, _ = strings.Cut(contentType, ";")
+		mt = strings.ToLower(strings.TrimSpace(mt))
+	}
+	if mt == MediaTypeJSON {
+		return EncodingJSON
+	}
+	return EncodingMsgpack
+}
+
+// ContentType returns the media type to put in the Content-Type header.
+func (e Encoding) ContentType() string {
+	if e == EncodingJSON {
+		return MediaTypeJSON
+	}
+	return MediaTypeMsgpack
+}
+
+// String returns "json" or "msgpack".
+func (e Encoding) String() string {
+	if e == EncodingJSON {
+		return "json"
+	}
+	return "msgpack"
+}
+
+// EncodeJob encodes j. Map keys of Meta are sorted in msgpack, so equal jobs
+// encode to equal bytes.
+func EncodeJob(j *Job, enc Encoding) ([]byte, error) {
+	return encode(j, enc)
+}
+
+// EncodeResult encodes r. JSON cannot carry NaN or infinities: a vector
+// holding one fails to encode in JSON (msgpack carries every bit pattern).
+func EncodeResult(r *Result, enc Encoding) ([]byte, error) {
+	return encode(r, enc)
+}
+
+func encode(v any, enc Encoding) ([]byte, error) {
+	var buf bytes.Buffer
+	if enc == EncodingJSON {
+		if err := json.NewEncoder(&buf).Encode(v); err != nil {
+			return nil, fmt.Errorf("encode json: %w", err)
+		}
+		return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+	}
+	e := msgpack.GetEncoder()
+	defer msgpack.PutEncoder(e)
+	e.Reset(&buf)
+	e.SetSortMapKeys(true)
+	if err := e.Encode(v); err != nil {
+		return nil, fmt.Errorf("encode msgpack: %w", err)
+	}
+	return buf.Bytes(), nil
+}

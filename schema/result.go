@@ -1,0 +1,58 @@
+package schema
+
+// Result answers one [Job]: one [Item] per text, in the job's order, or a
+// job-level Error and no items.
+type Result struct {
+	V  int    `msgpack:"v" json:"v"`
+	ID string `msgpack:"id" json:"id"`
+	// Model is the model that computed the vectors, as name@sha256-prefix.
+	Model string `msgpack:"model,omitempty" json:"model,omitempty"`
+	Items []Item `msgpack:"items,omitempty" json:"items,omitempty"`
+	Usage Usage  `msgpack:"usage,omitempty" json:"usage,omitzero"`
+	// Error is set when the whole job failed; Items is then empty.
+	Error *Error         `msgpack:"error,omitempty" json:"error,omitempty"`
+	Meta  map[string]any `msgpack:"meta,omitempty" json:"meta,omitempty"`
+}
+
+// Item is the result for one text. Only the outputs the job asked for are
+// set; an item with Error set has no vectors.
+type Item struct {
+	Dense  Vector  `msgpack:"dense,omitempty" json:"dense,omitempty"`
+	Sparse *Sparse `msgpack:"sparse,omitempty" json:"sparse,omitempty"`
+	// ColBERT holds one vector per token (the CLS token excluded), all of
+	// the same dimension. In msgpack it is an array of bin vectors.
+	ColBERT []Vector `msgpack:"colbert,omitempty" json:"colbert,omitempty"`
+	// Tokens counts the text's tokens, special tokens included, before any
+	// truncation.
+	Tokens    int    `msgpack:"tokens,omitempty" json:"tokens,omitempty"`
+	Truncated bool   `msgpack:"truncated,omitempty" json:"truncated,omitempty"`
+	Error     *Error `msgpack:"error,omitempty" json:"error,omitempty"`
+}
+
+// Sparse is a lexical weight vector: Weights[i] belongs to token id IDs[i],
+// and IDs are sorted ascending without duplicates.
+type Sparse struct {
+	IDs     []uint32 `msgpack:"ids" json:"ids"`
+	Weights Vector   `msgpack:"weights" json:"weights"`
+}
+
+// Usage counts the work a job cost: real tokens, and tokens run including
+// the padding of the chunks its texts were packed into.
+type Usage struct {
+	Tokens       int `msgpack:"tokens" json:"tokens"`
+	PaddedTokens int `msgpack:"padded_tokens" json:"padded_tokens"`
+}
+
+// ErrorResult returns the result that reports a job-level failure.
+func ErrorResult(id string, err *Error) *Result {
+	return &Result{V: Version, ID: id, Error: err}
+}
+
+// Err returns the job-level error as an error, or nil when the job
+// succeeded. Item errors are not included: check each [Item.Error].
+func (r *Result) Err() error {
+	if r.Error == nil {
+		return nil
+	}
+	return r.Error
+}
