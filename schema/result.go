@@ -43,6 +43,10 @@ type Usage struct {
 	PaddedTokens int `msgpack:"padded_tokens" json:"padded_tokens"`
 }
 
+// IsZero reports whether u counts nothing; a zero Usage is omitted on the
+// wire.
+func (u Usage) IsZero() bool { return u == Usage{} }
+
 // ErrorResult returns the result that reports a job-level failure.
 func ErrorResult(id string, err *Error) *Result {
 	return &Result{V: Version, ID: id, Error: err}
