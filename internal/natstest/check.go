@@ -1,0 +1,43 @@
+package natstest
+
+import (
+	"fmt"
+	"net"
+	"testing"
+	"time"
+)
+
+// CheckFor calls f every interval until it returns nil, and fails the test
+// with f's last error if that has not happened within total.
+func CheckFor(t testing.TB, total, every time.Duration, f func() error) {
+	t.Helper()
+	deadline := time.Now().Add(total)
+	var err error
+	for {
+		if err = f(); err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(every)
+	}
+	t.Fatalf("natstest: condition not met after %v: %v", total, err)
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+// Clusters and restartable servers need fixed ports: routes name their peers
+// and a restarted server must come back where its clients expect it.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("natstest: no free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func clientURL(port int) string {
+	return fmt.Sprintf("nats://127.0.0.1:%d", port)
+}

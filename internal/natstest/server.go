@@ -1,0 +1,93 @@
+package natstest
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// readyTimeout bounds how long a server may take to accept connections.
+const readyTimeout = 10 * time.Second
+
+var errNotReady = errors.New("nats-server not ready for connections within 10s")
+
+// Option changes the options of a server before it starts, e.g. to add users
+// or TLS.
+type Option func(*server.Options)
+
+// WithoutJetStream turns JetStream off, for tests of plain core NATS.
+func WithoutJetStream() Option {
+	return func(o *server.Options) { o.JetStream = false }
+}
+
+// WithUser requires clients to log in as user with password.
+func WithUser(user, password string) Option {
+	return func(o *server.Options) {
+		o.Users = append(o.Users, &server.User{Username: user, Password: password})
+	}
+}
+
+// WithPort makes the server listen on a fixed port instead of a random one.
+func WithPort(port int) Option {
+	return func(o *server.Options) { o.Port = port }
+}
+
+// DefaultOptions are the options of [RunServer] before any [Option]:
+// loopback, a random port, JetStream on with its store in dir.
+func DefaultOptions(dir string) *server.Options {
+	return &server.Options{
+		Host:      "127.0.0.1",
+		Port:      -1,
+		JetStream: true,
+		StoreDir:  dir,
+		NoLog:     true,
+		NoSigs:    true,
+		// The default HTTP, cluster and leaf ports stay off; a test that
+		// wants them sets them with an Option.
+		MaxPayload: 8 << 20,
+	}
+}
+
+// RunServer starts an in-process nats-server with JetStream on a random
+// loopback port, with its store in a fresh t.TempDir(). It fails the test if
+// the server is not ready within 10s, and shuts it down at cleanup.
+func RunServer(t testing.TB, opts ...Option) *server.Server {
+	t.Helper()
+	o := DefaultOptions(t.TempDir())
+	for _, opt := range opts {
+		opt(o)
+	}
+	return RunServerWithOptions(t, o)
+}
+
+// RunServerWithOptions starts an in-process nats-server with exactly o.
+func RunServerWithOptions(t testing.TB, o *server.Options) *server.Server {
+	t.Helper()
+	s, err := startServer(o)
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	t.Cleanup(func() {
+		s.Shutdown()
+		s.WaitForShutdown()
+	})
+	return s
+}
+
+func startServer(o *server.Options) (*server.Server, error) {
+	s, err := server.NewServer(o)
+	if err != nil {
+		return nil, err
+	}
+	if !o.NoLog {
+		s.ConfigureLogger()
+	}
+	go s.Start()
+	if !s.ReadyForConnections(readyTimeout) {
+		s.Shutdown()
+		return nil, errNotReady
+	}
+	return s, nil
+}
