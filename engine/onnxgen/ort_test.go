@@ -3,6 +3,7 @@
 package onnxgen
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -79,6 +80,16 @@ type result struct {
 // run runs rows of token ids, right-padding them with PadID to the longest.
 func (s *session) run(tb testing.TB, rows [][]int64) []result {
 	tb.Helper()
+	res, err := s.tryRun(tb, rows)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return res
+}
+
+// tryRun is run returning the session's error instead of failing.
+func (s *session) tryRun(tb testing.TB, rows [][]int64) ([]result, error) {
+	tb.Helper()
 	seq := 0
 	for _, r := range rows {
 		seq = max(seq, len(r))
@@ -107,7 +118,7 @@ func (s *session) run(tb testing.TB, rows [][]int64) []result {
 	defer maskT.Destroy()
 	outs := make([]ort.Value, len(s.outputs))
 	if err := s.s.Run([]ort.Value{idT, maskT}, outs); err != nil {
-		tb.Fatalf("run batch %d x seq %d: %v", len(rows), seq, err)
+		return nil, fmt.Errorf("run batch %d x seq %d: %w", len(rows), seq, err)
 	}
 	res := make([]result, len(outs))
 	for i, o := range outs {
@@ -118,5 +129,5 @@ func (s *session) run(tb testing.TB, rows [][]int64) []result {
 		res[i] = result{shape: []int64(t.GetShape()), data: append([]float32(nil), t.GetData()...)}
 		o.Destroy()
 	}
-	return res
+	return res, nil
 }
