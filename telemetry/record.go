@@ -1,0 +1,170 @@
+package telemetry
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/jetembed/jetembed/schema"
+)
+
+// Outcome is how the consumer disposed of a job or a text on this delivery.
+type Outcome string
+
+// The outcomes of jetembed_jobs_total and jetembed_texts_total.
+const (
+	// OutcomeOK: the result was published and the message ACKed.
+	OutcomeOK Outcome = "ok"
+	// OutcomeError: an error result was published (a failed item, or a job
+	// the consumer refused for good) and the message ACKed.
+	OutcomeError Outcome = "error"
+	// OutcomeNak: the message was NAKed and will be delivered again.
+	OutcomeNak Outcome = "nak"
+	// OutcomeTerm: the message was terminated (bad input, or retries
+	// exhausted) and copied to the DLQ.
+	OutcomeTerm Outcome = "term"
+)
+
+// codeNone is the code label of outcomes without an error, so dashboards can
+// select it; an empty label value would read as a missing label.
+const codeNone = "none"
+
+// Label keys of jetembed metrics.
+const (
+	labelOutcome = attribute.Key("outcome")
+	labelCode    = attribute.Key("code")
+	labelReason  = attribute.Key("reason")
+	labelSession = attribute.Key("session")
+)
+
+func codeLabel(c schema.Code) attribute.KeyValue {
+	if c == "" {
+		return labelCode.String(codeNone)
+	}
+	return labelCode.String(string(c))
+}
+
+// JobDone counts one job at its disposition for this delivery. code is the
+// job-level error code, empty for OutcomeOK.
+func (m *Metrics) JobDone(ctx context.Context, outcome Outcome, code schema.Code) {
+	if m == nil {
+		return
+	}
+	m.jobs.Add(ctx, 1, metric.WithAttributes(labelOutcome.String(string(outcome)), codeLabel(code)))
+}
+
+// TextsDone counts n texts with the same outcome and code: a job's good items
+// in one call, each failed code in another.
+func (m *Metrics) TextsDone(ctx context.Context, outcome Outcome, code schema.Code, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.texts.Add(ctx, int64(n), metric.WithAttributes(labelOutcome.String(string(outcome)), codeLabel(code)))
+}
+
+// Tokens counts the real and the padded tokens of a session run; their ratio
+// is the packing efficiency.
+func (m *Metrics) Tokens(ctx context.Context, tokens, padded int) {
+	if m == nil {
+		return
+	}
+	m.tokens.Add(ctx, int64(tokens))
+	m.padded.Add(ctx, int64(padded))
+}
+
+// BatchTexts records the number of texts in one gathered batch (all texts of
+// all jobs of one fetch).
+func (m *Metrics) BatchTexts(ctx context.Context, n int) {
+	if m == nil {
+		return
+	}
+	m.batchTexts.Record(ctx, int64(n))
+}
+
+// Chunk records the size of one session run, batch rows times padded length.
+func (m *Metrics) Chunk(ctx context.Context, batch, seq int) {
+	if m == nil {
+		return
+	}
+	m.chunkTokens.Record(ctx, int64(batch)*int64(seq))
+}
+
+// QueueWait records how long a job sat in the stream before it was fetched.
+func (m *Metrics) QueueWait(ctx context.Context, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.queueWait.Record(ctx, d.Seconds())
+}
+
+// Tokenize records the tokenization time of one gathered batch.
+func (m *Metrics) Tokenize(ctx context.Context, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.tokenize.Record(ctx, d.Seconds())
+}
+
+// Run records one session run and adds it to that session's busy time.
+func (m *Metrics) Run(ctx context.Context, session string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.run.Record(ctx, d.Seconds())
+	m.busy.Add(ctx, d.Seconds(), metric.WithAttributes(labelSession.String(session)))
+}
+
+// Publish records the time to publish one result until the server confirmed.
+func (m *Metrics) Publish(ctx context.Context, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.publish.Record(ctx, d.Seconds())
+}
+
+// Nak counts one NAK. reason is an error code (shape_not_warmed, overloaded,
+// ...) or a consumer condition such as "publish_failed" or "shutdown".
+func (m *Metrics) Nak(ctx context.Context, reason string) {
+	if m == nil {
+		return
+	}
+	m.naks.Add(ctx, 1, metric.WithAttributes(labelReason.String(reason)))
+}
+
+// Term counts one terminated message, by reason as for [Metrics.Nak].
+func (m *Metrics) Term(ctx context.Context, reason string) {
+	if m == nil {
+		return
+	}
+	m.terms.Add(ctx, 1, metric.WithAttributes(labelReason.String(reason)))
+}
+
+// GuardRefusal counts one chunk the JIT guard refused before session run.
+func (m *Metrics) GuardRefusal(ctx context.Context) {
+	if m == nil {
+		return
+	}
+	m.refused.Add(ctx, 1)
+}
+
+// SetWarmedShapes sets the number of engine shapes this process has warmed.
+func (m *Metrics) SetWarmedShapes(ctx context.Context, n int) {
+	if m == nil {
+		return
+	}
+	m.warmed.Record(ctx, int64(n))
+}
+
+// SetBreakerOpen records the circuit-breaker state of a session.
+func (m *Metrics) SetBreakerOpen(ctx context.Context, session string, open bool) {
+	if m == nil {
+		return
+	}
+	var v int64
+	if open {
+		v = 1
+	}
+	m.breaker.Record(ctx, v, metric.WithAttributes(labelSession.String(session)))
+}
