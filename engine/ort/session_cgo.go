@@ -1,0 +1,247 @@
+//go:build cgo
+
+package ort
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	ort "github.com/yalue/onnxruntime_go"
+
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/model"
+)
+
+// Session is one ONNX Runtime session of a model; it implements
+// engine.Runner. It is used by one goroutine at a time.
+type Session struct {
+	sess    *ort.DynamicAdvancedSession
+	runOpts *ort.RunOptions
+	layout  model.Layout
+	dim     int // hidden size
+	outputs int
+}
+
+var _ engine.Runner = (*Session)(nil)
+
+// Open creates a session for m on provider p. It calls [Init] with default
+// [LibraryOptions] if the library is not loaded yet. A provider that cannot
+// be registered (a CUDA request on a CPU-only build, a missing GPU) is an
+// error wrapping [ErrProvider], never a silent CPU fallback.
+func Open(m *model.Model, p Provider) (*Session, error) {
+	if err := p.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := Init(LibraryOptions{}); err != nil {
+		return nil, err
+	}
+	so, err := sessionOptions(p)
+	if err != nil {
+		return nil, err
+	}
+	defer so.Destroy()
+	outputs := m.Layout.Outputs()
+	if outputs == nil {
+		return nil, fmt.Errorf("ort: %s: layout %v has no outputs", m.ONNXPath, m.Layout)
+	}
+	sess, err := ort.NewDynamicAdvancedSession(m.ONNXPath,
+		[]string{model.InputIDs, model.InputMask}, outputs, so)
+	if err != nil {
+		return nil, fmt.Errorf("ort: open %s on %v: %w", m.ONNXPath, p, err)
+	}
+	ro, err := ort.NewRunOptions()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("ort: run options: %w", err), sess.Destroy())
+	}
+	return &Session{sess: sess, runOpts: ro, layout: m.Layout, dim: m.Config.HiddenSize, outputs: len(outputs)}, nil
+}
+
+func sessionOptions(p Provider) (so *ort.SessionOptions, err error) {
+	so, err = ort.NewSessionOptions()
+	if err != nil {
+		return nil, fmt.Errorf("ort: session options: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			so.Destroy()
+		}
+	}()
+	if p.IntraOpThreads > 0 {
+		if err := so.SetIntraOpNumThreads(p.IntraOpThreads); err != nil {
+			return nil, fmt.Errorf("ort: intra-op threads: %w", err)
+		}
+	}
+	if p.InterOpThreads > 0 {
+		if err := so.SetInterOpNumThreads(p.InterOpThreads); err != nil {
+			return nil, fmt.Errorf("ort: inter-op threads: %w", err)
+		}
+	}
+	switch p.kind() {
+	case TensorRT:
+		if err := appendTensorRT(so, p); err != nil {
+			return nil, err
+		}
+		// CUDA takes the nodes TensorRT rejects; without it they would
+		// run on the CPU.
+		fallthrough
+	case CUDA:
+		if err := appendCUDA(so, p); err != nil {
+			return nil, err
+		}
+	}
+	return so, nil
+}
+
+func appendCUDA(so *ort.SessionOptions, p Provider) error {
+	fail := func(err error) error { return fmt.Errorf("%w: cuda (device %d): %w", ErrProvider, p.DeviceID, err) }
+	o, err := ort.NewCUDAProviderOptions()
+	if err != nil {
+		return fail(err)
+	}
+	defer o.Destroy()
+	if err := o.Update(p.cudaOptions()); err != nil {
+		return fail(err)
+	}
+	if err := so.AppendExecutionProviderCUDA(o); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+func appendTensorRT(so *ort.SessionOptions, p Provider) error {
+	fail := func(err error) error { return fmt.Errorf("%w: tensorrt (device %d): %w", ErrProvider, p.DeviceID, err) }
+	o, err := ort.NewTensorRTProviderOptions()
+	if err != nil {
+		return fail(err)
+	}
+	defer o.Destroy()
+	if err := o.Update(p.tensorRTOptions()); err != nil {
+		return fail(err)
+	}
+	if err := so.AppendExecutionProviderTensorRT(o); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// Run runs one padded chunk. It checks ctx before starting; a cancellation
+// during the run sets ONNX Runtime's terminate flag, which is only checked
+// between graph nodes, so a run may still take up to one node's time to
+// stop (GPU kernels already queued finish).
+func (s *Session) Run(ctx context.Context, in engine.RunInput) (out engine.RunOutput, err error) {
+	if s.sess == nil {
+		return out, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return out, err
+	}
+	if in.Batch < 1 || in.Seq < 1 || len(in.IDs) != in.Batch*in.Seq || len(in.Mask) != len(in.IDs) {
+		return out, fmt.Errorf("%w: batch %d x seq %d with %d ids and %d mask values",
+			ErrInput, in.Batch, in.Seq, len(in.IDs), len(in.Mask))
+	}
+	b, sq := int64(in.Batch), int64(in.Seq)
+	// The tensors wrap the caller's slices and Go-allocated outputs: ONNX
+	// Runtime reads and writes them in place, without copies.
+	values := make([]ort.Value, 2+s.outputs)
+	defer func() {
+		for _, v := range values {
+			if v != nil {
+				err = errors.Join(err, v.Destroy())
+			}
+		}
+	}()
+	if values[0], err = ort.NewTensor(ort.NewShape(b, sq), in.IDs); err != nil {
+		return out, fmt.Errorf("ort: input_ids tensor: %w", err)
+	}
+	if values[1], err = ort.NewTensor(ort.NewShape(b, sq), in.Mask); err != nil {
+		return out, fmt.Errorf("ort: attention_mask tensor: %w", err)
+	}
+	out.Dim = s.dim
+	switch s.layout {
+	case model.LayoutHidden:
+		out.Hidden = make([]float32, in.Batch*in.Seq*s.dim)
+		if values[2], err = ort.NewTensor(ort.NewShape(b, sq, int64(s.dim)), out.Hidden); err != nil {
+			return out, fmt.Errorf("ort: %s tensor: %w", model.OutputHidden, err)
+		}
+	case model.LayoutHeads:
+		out.Dense = make([]float32, in.Batch*s.dim)
+		if values[2], err = ort.NewTensor(ort.NewShape(b, int64(s.dim)), out.Dense); err != nil {
+			return out, fmt.Errorf("ort: %s tensor: %w", model.OutputDense, err)
+		}
+		// sparse_vecs and colbert_vecs are left to ORT to allocate: their
+		// exact shapes ([B,S,1] or [B,S]; S-1 rows) differ between exports.
+	}
+	if err := s.run(ctx, values[:2], values[2:]); err != nil {
+		return engine.RunOutput{}, err
+	}
+	if s.layout == model.LayoutHeads {
+		if out, err = headsOutput(out, values[3], values[4], in.Batch, in.Seq); err != nil {
+			return engine.RunOutput{}, err
+		}
+	}
+	return out, nil
+}
+
+// run calls ORT with ctx wired to the terminate flag.
+func (s *Session) run(ctx context.Context, inputs, outputs []ort.Value) error {
+	if ctx.Done() == nil {
+		if err := s.sess.Run(inputs, outputs); err != nil {
+			return fmt.Errorf("ort: run: %w", err)
+		}
+		return nil
+	}
+	if err := s.runOpts.UnsetTerminate(); err != nil {
+		return fmt.Errorf("ort: run options: %w", err)
+	}
+	terminated := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = s.runOpts.Terminate()
+		close(terminated)
+	})
+	err := s.sess.RunWithOptions(inputs, outputs, s.runOpts)
+	if !stop() && ctx.Err() != nil {
+		<-terminated
+		if err != nil {
+			return fmt.Errorf("ort: run: %w: %w", ctx.Err(), err)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("ort: run: %w", err)
+	}
+	return nil
+}
+
+// headsOutput takes the ORT-allocated sparse and colbert outputs (Go memory,
+// so they outlive the native tensors) and checks their shapes.
+func headsOutput(out engine.RunOutput, sparse, colbert ort.Value, batch, seq int) (engine.RunOutput, error) {
+	sp, ok := sparse.(*ort.Tensor[float32])
+	if !ok {
+		return out, fmt.Errorf("ort: %s is %T, want a float32 tensor", model.OutputSparse, sparse)
+	}
+	if n := len(sp.GetData()); n != batch*seq {
+		return out, fmt.Errorf("ort: %s shape %v, want [%d %d 1]", model.OutputSparse, sp.GetShape(), batch, seq)
+	}
+	out.Sparse = sp.GetData()
+	cb, ok := colbert.(*ort.Tensor[float32])
+	if !ok {
+		return out, fmt.Errorf("ort: %s is %T, want a float32 tensor", model.OutputColBERT, colbert)
+	}
+	shape := cb.GetShape()
+	if len(shape) != 3 || shape[0] != int64(batch) || shape[1] > int64(seq) {
+		return out, fmt.Errorf("ort: %s shape %v, want [%d <=%d C]", model.OutputColBERT, shape, batch, seq)
+	}
+	out.ColBERT = cb.GetData()
+	out.ColBERTLen, out.ColBERTDim = int(shape[1]), int(shape[2])
+	return out, nil
+}
+
+// Close frees the native session. It is idempotent.
+func (s *Session) Close() error {
+	if s.sess == nil {
+		return nil
+	}
+	err := errors.Join(s.sess.Destroy(), s.runOpts.Destroy())
+	s.sess, s.runOpts = nil, nil
+	return err
+}
