@@ -29,6 +29,9 @@ func Init(opts LibraryOptions) (Library, error) {
 	paths, explicit := opts.candidates()
 	if env.lib != nil {
 		if explicit && paths[0] != env.lib.Path {
+			if _, err := os.Stat(paths[0]); errors.Is(err, fs.ErrNotExist) {
+				return Library{}, notFound([]string{paths[0] + " (no such file)"})
+			}
 			return *env.lib, fmt.Errorf("onnx runtime already loaded from %s, cannot load %s", env.lib.Path, paths[0])
 		}
 		return *env.lib, nil

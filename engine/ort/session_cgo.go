@@ -57,40 +57,42 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 	return &Session{sess: sess, runOpts: ro, layout: m.Layout, dim: m.Config.HiddenSize, outputs: len(outputs)}, nil
 }
 
-func sessionOptions(p Provider) (so *ort.SessionOptions, err error) {
-	so, err = ort.NewSessionOptions()
+func sessionOptions(p Provider) (*ort.SessionOptions, error) {
+	so, err := ort.NewSessionOptions()
 	if err != nil {
 		return nil, fmt.Errorf("ort: session options: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			so.Destroy()
-		}
-	}()
+	if err := configure(so, p); err != nil {
+		return nil, errors.Join(err, so.Destroy())
+	}
+	return so, nil
+}
+
+func configure(so *ort.SessionOptions, p Provider) error {
 	if p.IntraOpThreads > 0 {
 		if err := so.SetIntraOpNumThreads(p.IntraOpThreads); err != nil {
-			return nil, fmt.Errorf("ort: intra-op threads: %w", err)
+			return fmt.Errorf("ort: intra-op threads: %w", err)
 		}
 	}
 	if p.InterOpThreads > 0 {
 		if err := so.SetInterOpNumThreads(p.InterOpThreads); err != nil {
-			return nil, fmt.Errorf("ort: inter-op threads: %w", err)
+			return fmt.Errorf("ort: inter-op threads: %w", err)
 		}
 	}
 	switch p.kind() {
 	case TensorRT:
 		if err := appendTensorRT(so, p); err != nil {
-			return nil, err
+			return err
 		}
 		// CUDA takes the nodes TensorRT rejects; without it they would
 		// run on the CPU.
 		fallthrough
 	case CUDA:
 		if err := appendCUDA(so, p); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return so, nil
+	return nil
 }
 
 func appendCUDA(so *ort.SessionOptions, p Provider) error {
