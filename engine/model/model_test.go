@@ -209,3 +209,23 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// TestOpenTestdata opens the committed tiny models that genmodel writes.
+func TestOpenTestdata(t *testing.T) {
+	for _, tc := range []struct {
+		dir    string
+		layout model.Layout
+	}{{"tiny-hidden", model.LayoutHidden}, {"tiny-heads", model.LayoutHeads}} {
+		m, err := model.Open(filepath.Join("..", "..", "testdata", "models", tc.dir), model.DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Layout != tc.layout || m.Config.HiddenSize != 32 || m.Config.MaxTokens != 8192 ||
+			!strings.HasPrefix(m.ID, "bge-m3@") || len(m.ID) != len("bge-m3@")+12 {
+			t.Errorf("%s: layout %v, config %+v, id %s", tc.dir, m.Layout, m.Config, m.ID)
+		}
+		if tc.layout == model.LayoutHidden && (len(m.Sparse.W) != 32 || m.ColBERT.Dim != 32 || len(m.ColBERT.W) != 32*32) {
+			t.Errorf("%s: heads %d sparse weights, colbert dim %d", tc.dir, len(m.Sparse.W), m.ColBERT.Dim)
+		}
+	}
+}
