@@ -1,0 +1,153 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jetembed/jetembed/engine/pack"
+)
+
+// Config tunes an [Engine]. The zero value is usable: [Config.WithDefaults]
+// fills every unset field.
+type Config struct {
+	// Sessions is the number of model sessions (one per GPU, or N CPU
+	// workers). Each runs on its own OS thread.
+	Sessions int
+	// MaxTokens caps a text's tokens (special tokens included) below the
+	// model's own maximum; 0 means the model's maximum.
+	MaxTokens int
+	// MaxBatchTokens bounds the padded tokens (batch x seq) of one chunk;
+	// MaxBatch bounds its rows.
+	MaxBatchTokens int
+	MaxBatch       int
+	// Tiers are the padded sequence lengths (see [pack.Tiers]); default
+	// pack.Tiers(8, MaxTokens, 4).
+	Tiers []int
+	// Cost is the chunk cost model in seconds. When zero and Probe is set,
+	// New measures it by timing a few shapes after warm-up.
+	Cost  pack.Cost
+	Probe bool
+	// MaxChunkSeconds splits chunks whose modelled cost exceeds it, to bound
+	// latency and workspace; 0 disables it.
+	MaxChunkSeconds float64
+	// InflightTokens is the admission budget: real tokens of all Embed
+	// calls in progress. Default 8 x MaxBatchTokens x Sessions.
+	InflightTokens int
+	// Guard refuses unwarmed long shapes (TensorRT JIT compiles take
+	// minutes); see [Config.GuardSeq].
+	Guard bool
+	// GuardSeq is the sequence length from which the guard applies.
+	GuardSeq int
+	// BreakerThreshold is the number of consecutive run errors after which a
+	// session is dropped and reloaded.
+	BreakerThreshold int
+	// ReloadBackoff is the pause between attempts to reload a dropped session.
+	ReloadBackoff time.Duration
+	// Warmup is the (batch, seq) grid run on every session before New
+	// returns. Default: batch 1 and 2 x every power-of-two tier up to
+	// MaxTokens (the guard looks at the warmed ceiling, so octaves suffice).
+	// NoWarmup skips it (tests, or when the fleet warms later).
+	Warmup   []Shape
+	NoWarmup bool
+	// Coverage records warmed shapes; default a fresh [NewCoverage]. The
+	// fleet passes one it raises from the shared shape bucket.
+	Coverage Coverage
+	// OnWarmed is called (from a session goroutine; keep it short) when this
+	// engine ran a shape for the first time, in warm-up or in band.
+	OnWarmed func(Shape)
+	// Sparse ids left out of sparse vectors, besides the model's bos, eos
+	// and pad; default the tokenizer's special ids when it reports them
+	// (see [SpecialTokenizer]), else XLM-R's unk (3).
+	SparseSkip []int32
+}
+
+// Shape is a padded chunk shape.
+type Shape struct {
+	Batch, Seq int
+}
+
+func (s Shape) String() string { return fmt.Sprintf("%dx%d", s.Batch, s.Seq) }
+
+// ErrConfig reports an unusable [Config].
+var ErrConfig = errors.New("engine: invalid config")
+
+// WithDefaults returns c with unset fields filled in, for a model whose
+// maximum is modelMax tokens.
+func (c Config) WithDefaults(modelMax int) Config {
+	if c.Sessions == 0 {
+		c.Sessions = 1
+	}
+	if c.MaxTokens == 0 || c.MaxTokens > modelMax {
+		c.MaxTokens = modelMax
+	}
+	if c.MaxBatchTokens == 0 {
+		c.MaxBatchTokens = max(16384, c.MaxTokens)
+	}
+	if c.MaxBatch == 0 {
+		c.MaxBatch = 64
+	}
+	if len(c.Tiers) == 0 {
+		c.Tiers = pack.Tiers(8, c.MaxTokens, 4)
+	}
+	if c.InflightTokens == 0 {
+		c.InflightTokens = 8 * c.MaxBatchTokens * c.Sessions
+	}
+	if c.GuardSeq == 0 {
+		c.GuardSeq = 4096
+	}
+	if c.BreakerThreshold == 0 {
+		c.BreakerThreshold = 3
+	}
+	if c.ReloadBackoff == 0 {
+		c.ReloadBackoff = time.Second
+	}
+	if c.Warmup == nil && !c.NoWarmup {
+		for _, seq := range pack.Tiers(8, c.MaxTokens, 1) {
+			c.Warmup = append(c.Warmup, Shape{1, seq}, Shape{2, seq})
+		}
+	}
+	if c.Coverage == nil {
+		c.Coverage = NewCoverage()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.Sessions < 1:
+		return fmt.Errorf("%w: sessions %d < 1", ErrConfig, c.Sessions)
+	case c.MaxTokens < 2:
+		return fmt.Errorf("%w: max tokens %d < 2", ErrConfig, c.MaxTokens)
+	case c.MaxBatchTokens < c.MaxTokens:
+		return fmt.Errorf("%w: max batch tokens %d below max tokens %d: the longest text could not run", ErrConfig, c.MaxBatchTokens, c.MaxTokens)
+	case c.MaxBatch < 1:
+		return fmt.Errorf("%w: max batch %d < 1", ErrConfig, c.MaxBatch)
+	case c.InflightTokens < c.MaxTokens:
+		return fmt.Errorf("%w: in-flight tokens %d below max tokens %d", ErrConfig, c.InflightTokens, c.MaxTokens)
+	case c.GuardSeq < 1:
+		return fmt.Errorf("%w: guard seq %d < 1", ErrConfig, c.GuardSeq)
+	case c.BreakerThreshold < 1:
+		return fmt.Errorf("%w: breaker threshold %d < 1", ErrConfig, c.BreakerThreshold)
+	case c.ReloadBackoff < 0:
+		return fmt.Errorf("%w: reload backoff %v < 0", ErrConfig, c.ReloadBackoff)
+	case c.Cost.A < 0 || c.Cost.Bq < 0 || c.MaxChunkSeconds < 0:
+		return fmt.Errorf("%w: negative cost model %+v / max chunk seconds %g", ErrConfig, c.Cost, c.MaxChunkSeconds)
+	}
+	for _, s := range c.Warmup {
+		if s.Batch < 1 || s.Seq < 2 || s.Seq > c.MaxTokens {
+			return fmt.Errorf("%w: warm-up shape %v outside 1..%d tokens", ErrConfig, s, c.MaxTokens)
+		}
+	}
+	return c.packConfig().Validate()
+}
+
+func (c Config) packConfig() pack.Config {
+	return pack.Config{
+		MaxTokens: c.MaxBatchTokens,
+		MaxBatch:  c.MaxBatch,
+		Tiers:     c.Tiers,
+		Cost:      c.Cost,
+		MaxCost:   c.MaxChunkSeconds,
+	}
+}

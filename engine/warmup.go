@@ -1,0 +1,99 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jetembed/jetembed/engine/pack"
+)
+
+// Warm runs each shape once on every loaded session and records it in the
+// coverage (calling OnWarmed the first time). New runs the configured grid;
+// the fleet calls Warm for shapes a peer compiled, so this process loads
+// them from the shared engine cache before they are needed.
+func (e *Engine) Warm(ctx context.Context, shapes []Shape) error {
+	return e.warm(ctx, shapes)
+}
+
+func (e *Engine) warm(ctx context.Context, shapes []Shape) error {
+	for _, sh := range shapes {
+		for s := range e.pool.sessions {
+			if _, err := e.runShape(ctx, sh, s); err != nil {
+				return fmt.Errorf("engine: warm-up %v: %w", sh, err)
+			}
+		}
+	}
+	return nil
+}
+
+// runShape runs a synthetic chunk of the given shape (full rows of real
+// tokens, so no work is skipped) on session s, or the least-loaded one if
+// s < 0, and returns how long the run took.
+func (e *Engine) runShape(ctx context.Context, sh Shape, s int) (time.Duration, error) {
+	if sh.Seq > e.cfg.MaxTokens {
+		return 0, fmt.Errorf("%w: shape %v exceeds max tokens %d", ErrConfig, sh, e.cfg.MaxTokens)
+	}
+	c := e.model.Config
+	filler := int64(c.EOSID)
+	if c.VocabSize > 5 {
+		filler = 5 // an ordinary token in XLM-R's vocabulary
+	}
+	in := RunInput{Batch: sh.Batch, Seq: sh.Seq, IDs: make([]int64, sh.Batch*sh.Seq), Mask: make([]int64, sh.Batch*sh.Seq)}
+	for r := 0; r < sh.Batch; r++ {
+		row := in.IDs[r*sh.Seq : (r+1)*sh.Seq]
+		for j := range row {
+			row[j] = filler
+			in.Mask[r*sh.Seq+j] = 1
+		}
+		row[0], row[len(row)-1] = int64(c.BOSID), int64(c.EOSID)
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	if err := e.pool.dispatch(task{ctx: ctx, in: in, load: e.load(sh.Batch, sh.Seq), done: done}, s); err != nil {
+		return 0, err
+	}
+	r := <-done
+	return time.Since(start), r.err
+}
+
+// probeShapes are the shapes timed to fit the cost model: about the same
+// tokens at different sequence lengths, so the fit tells the linear term
+// from the attention term.
+func (e *Engine) probeShapes() []Shape {
+	budget := min(e.cfg.MaxBatchTokens, 2048)
+	var out []Shape
+	for _, seq := range []int{32, 128, 512, 2048} {
+		if seq > e.cfg.MaxTokens || seq > budget {
+			break
+		}
+		out = append(out, Shape{Batch: max(1, min(e.cfg.MaxBatch, budget/seq)), Seq: seq})
+	}
+	return out
+}
+
+// probe times the probe shapes (best of three, after one untimed run) and
+// fits the cost model used for scheduling and MaxChunkSeconds.
+func (e *Engine) probe(ctx context.Context) error {
+	var samples []pack.Sample
+	for _, sh := range e.probeShapes() {
+		best := time.Duration(1<<63 - 1)
+		for i := 0; i < 4; i++ {
+			d, err := e.runShape(ctx, sh, -1)
+			if err != nil {
+				return fmt.Errorf("engine: cost probe %v: %w", sh, err)
+			}
+			if i > 0 {
+				best = min(best, d)
+			}
+		}
+		samples = append(samples, pack.Sample{Batch: sh.Batch, Seq: sh.Seq, Cost: best.Seconds()})
+	}
+	cost, err := pack.Fit(samples)
+	if err != nil {
+		// Too few shapes fit under MaxTokens: keep scheduling by tokens.
+		return nil
+	}
+	e.setCost(cost)
+	return nil
+}
