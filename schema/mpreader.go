@@ -93,14 +93,16 @@ func (r reader) mapLen() (int, error) {
 	return n, nil
 }
 
-// str reads a string (nil reads as ""). The bytes are read into one
-// allocation that becomes the string.
+// str reads a string (nil reads as ""). A bin is accepted too, since some
+// msgpack encoders send byte strings that way; invalid UTF-8 is caught by
+// validation, per text. The bytes are read into one allocation that becomes
+// the string.
 func (r reader) str() (string, error) {
 	c, err := r.peek()
 	if err != nil {
 		return "", err
 	}
-	if c != msgpcode.Nil && !msgpcode.IsString(c) {
+	if c != msgpcode.Nil && !msgpcode.IsString(c) && !msgpcode.IsBin(c) {
 		return "", fmt.Errorf("want string, got code 0x%02x", c)
 	}
 	b, err := r.bytes()
