@@ -162,7 +162,7 @@ func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, Report, 
 			Session: -1, Batch: c.Batch(), Seq: c.Seq, Texts: c.Batch(),
 			RealTokens: c.RealTokens, PaddedTokens: c.PaddedTokens(), Items: c.Items,
 		})
-		if e.cfg.Guard && c.Seq >= e.cfg.GuardSeq && c.Seq > e.cfg.Coverage.Ceiling() {
+		if e.refused(c.Seq) {
 			fail(out, c.Items, schema.Errorf(schema.CodeShapeNotWarmed,
 				"chunk %dx%d is above the warmed ceiling %d", c.Batch(), c.Seq, e.cfg.Coverage.Ceiling()))
 			continue
@@ -194,6 +194,13 @@ func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, Report, 
 	}
 	wg.Wait()
 	return out, rep, nil
+}
+
+// refused reports whether the JIT guard refuses chunks of seq: a long
+// sequence no session has warmed would compile in band, for minutes on
+// TensorRT, holding the session and every job queued behind it.
+func (e *Engine) refused(seq int) bool {
+	return e.cfg.Guard && seq >= e.cfg.GuardSeq && seq > e.cfg.Coverage.Ceiling()
 }
 
 // pack packs lengths, returning chunks whose items the caller owns.

@@ -64,8 +64,8 @@ func (e *Engine) probeShapes() []Shape {
 	budget := min(e.cfg.MaxBatchTokens, 2048)
 	var out []Shape
 	for _, seq := range []int{32, 128, 512, 2048} {
-		if seq > e.cfg.MaxTokens || seq > budget {
-			break
+		if seq > e.cfg.MaxTokens || seq > budget || e.refused(seq) {
+			break // the guard keeps probes off unwarmed long shapes too
 		}
 		out = append(out, Shape{Batch: max(1, min(e.cfg.MaxBatch, budget/seq)), Seq: seq})
 	}
