@@ -32,6 +32,30 @@ func powersOfTwo(from, to int) []float64 {
 	return b
 }
 
+// MetricNames are the names [Metrics] exposes on /metrics (Prometheus
+// family names; histograms add _bucket, _sum and _count). Dashboards and
+// alerts may rely on exactly these.
+var MetricNames = []string{
+	"jetembed_jobs_total",
+	"jetembed_texts_total",
+	"jetembed_tokens_total",
+	"jetembed_padded_tokens_total",
+	"jetembed_batch_texts",
+	"jetembed_chunk_tokens",
+	"jetembed_queue_wait_seconds",
+	"jetembed_tokenize_seconds",
+	"jetembed_run_seconds",
+	"jetembed_publish_seconds",
+	"jetembed_consumer_pending",
+	"jetembed_consumer_ack_pending",
+	"jetembed_naks_total",
+	"jetembed_terms_total",
+	"jetembed_guard_refusals_total",
+	"jetembed_warmed_shapes",
+	"jetembed_session_busy_seconds_total",
+	"jetembed_breaker_open",
+}
+
 // Metrics records what the consumer does, as Prometheus metrics named
 // jetembed_* and served by [Metrics.Handler]. Its methods are safe for
 // concurrent use, and a nil *Metrics records nothing, so code under test may
