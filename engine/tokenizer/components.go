@@ -25,6 +25,14 @@ type preTokenizer interface {
 	preTokenize(dst []string, s string) []string
 }
 
+// startAwarePreTokenizer is a preTokenizer that behaves differently on the
+// piece that starts the text (HF: offsets_original().0 == 0), such as
+// Metaspace with prepend_scheme "first". Pieces after an added token are not
+// at the start.
+type startAwarePreTokenizer interface {
+	preTokenizeAt(dst []string, s string, atStart bool) []string
+}
+
 // model turns one pre-tokenized word into token ids (HF: models.*). It appends
 // to dst and returns dst.
 type model interface {
