@@ -1,0 +1,260 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// Provision makes the JetStream objects of cfg exist with cfg's settings:
+// the jobs, results and DLQ streams, the durable pull consumer on the jobs
+// stream, and the engines KV bucket. It is idempotent: what is missing is
+// created, what matches is left alone (Unchanged), and drift is updated in
+// place where JetStream allows it (limits, subjects, replicas, the
+// consumer's ack wait, max deliver, backoff and max ack pending). Drift
+// JetStream cannot apply in place (a stream's retention or storage, a
+// consumer's deliver, ack or replay policy) is refused: that object is left
+// as it is and the error, wrapping [ErrDrift], names the object and fields.
+//
+// Every object is tried even if another fails; the error joins all
+// failures, and the [Report] says what happened to each object.
+func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (Report, error) {
+	if err := cfg.Validate(); err != nil {
+		return Report{}, err
+	}
+	var r Report
+	for _, sc := range cfg.streamConfigs() {
+		r.Outcomes = append(r.Outcomes, ensureStream(ctx, js, sc))
+	}
+	r.Outcomes = append(r.Outcomes, ensureConsumer(ctx, js, cfg.Jobs.Name, cfg.consumerConfig()))
+	r.Outcomes = append(r.Outcomes, ensureBucket(ctx, js, cfg.bucketConfig(), cfg.Replicas))
+	var errs []error
+	for _, o := range r.Outcomes {
+		if o.Err != nil {
+			errs = append(errs, o.Err)
+		}
+	}
+	return r, errors.Join(errs...)
+}
+
+func (c Config) streamConfigs() []natsjs.StreamConfig {
+	stream := func(s StreamSpec, retention natsjs.RetentionPolicy, discard natsjs.DiscardPolicy, extra ...string) natsjs.StreamConfig {
+		maxBytes := s.MaxBytes
+		if maxBytes == 0 {
+			maxBytes = -1
+		}
+		return natsjs.StreamConfig{
+			Name:       s.Name,
+			Subjects:   append(slices.Clone(s.Subjects), extra...),
+			Retention:  retention,
+			Storage:    natsjs.FileStorage,
+			Discard:    discard,
+			MaxAge:     s.MaxAge,
+			MaxBytes:   maxBytes,
+			Duplicates: s.Duplicates,
+			Replicas:   c.Replicas,
+		}
+	}
+	var advisories []string
+	if c.CaptureMaxDeliveries {
+		advisories = []string{c.MaxDeliveriesSubject()}
+	}
+	return []natsjs.StreamConfig{
+		// A full work queue must refuse new jobs, never drop queued ones.
+		stream(c.Jobs, natsjs.WorkQueuePolicy, natsjs.DiscardNew),
+		stream(c.Results, natsjs.LimitsPolicy, natsjs.DiscardOld),
+		stream(c.DLQ, natsjs.LimitsPolicy, natsjs.DiscardOld, advisories...),
+	}
+}
+
+func (c Config) consumerConfig() natsjs.ConsumerConfig {
+	return natsjs.ConsumerConfig{
+		Durable:       c.Consumer.Name,
+		DeliverPolicy: natsjs.DeliverAllPolicy,
+		AckPolicy:     natsjs.AckExplicitPolicy,
+		ReplayPolicy:  natsjs.ReplayInstantPolicy,
+		AckWait:       c.Consumer.AckWait,
+		MaxDeliver:    c.Consumer.MaxDeliver,
+		BackOff:       slices.Clone(c.Consumer.BackOff),
+		MaxAckPending: c.Consumer.MaxAckPending,
+	}
+}
+
+func (c Config) bucketConfig() natsjs.KeyValueConfig {
+	return natsjs.KeyValueConfig{
+		Bucket:         c.Engines.Name,
+		Description:    "jetembed: compiled engine shapes and compile locks",
+		History:        uint8(c.Engines.History),
+		Storage:        natsjs.FileStorage,
+		Replicas:       c.Replicas,
+		LimitMarkerTTL: c.Engines.LimitMarkerTTL,
+	}
+}
+
+// drift collects the fields that differ, split by whether JetStream can
+// change them in place.
+type drift struct {
+	updatable, refused []Change
+}
+
+func (d *drift) check(field string, have, want any, updatable bool) {
+	h, w := fmt.Sprint(have), fmt.Sprint(want)
+	if h == w {
+		return
+	}
+	c := Change{Field: field, Have: h, Want: w}
+	if updatable {
+		d.updatable = append(d.updatable, c)
+	} else {
+		d.refused = append(d.refused, c)
+	}
+}
+
+// outcome turns the drift into the object's outcome; apply performs the
+// update when there is updatable drift and nothing refused.
+func (d drift) outcome(ctx context.Context, kind, name string, apply func(context.Context) error) Outcome {
+	o := Outcome{Kind: kind, Name: name}
+	switch {
+	case len(d.refused) > 0:
+		o.Action, o.Changes = Refused, d.refused
+		o.Err = fmt.Errorf("%w: %s %s: %s", ErrDrift, kind, name, changeList(d.refused))
+	case len(d.updatable) == 0:
+		o.Action = Unchanged
+	default:
+		o.Changes = d.updatable
+		if err := apply(ctx); err != nil {
+			o.Action = Failed
+			o.Err = fmt.Errorf("update %s %s (%s): %w", kind, name, changeList(d.updatable), err)
+		} else {
+			o.Action = Updated
+		}
+	}
+	return o
+}
+
+func changeList(cs []Change) string {
+	parts := make([]string, len(cs))
+	for i, c := range cs {
+		parts[i] = c.String()
+	}
+	return strings.Join(parts, ", ")
+}
+
+func ensureStream(ctx context.Context, js natsjs.JetStream, want natsjs.StreamConfig) Outcome {
+	s, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, natsjs.ErrStreamNotFound) {
+		return created(ctx, "stream", want.Name, func(ctx context.Context) error {
+			_, err := js.CreateStream(ctx, want)
+			return err
+		})
+	}
+	if err != nil {
+		return failed("stream", want.Name, err)
+	}
+	have := s.CachedInfo().Config
+	var d drift
+	d.check("Retention", have.Retention, want.Retention, false)
+	d.check("Storage", have.Storage, want.Storage, false)
+	d.check("Subjects", sorted(have.Subjects), sorted(want.Subjects), true)
+	d.check("Discard", have.Discard, want.Discard, true)
+	d.check("MaxAge", have.MaxAge, want.MaxAge, true)
+	d.check("MaxBytes", have.MaxBytes, want.MaxBytes, true)
+	if want.Duplicates > 0 {
+		d.check("Duplicates", have.Duplicates, want.Duplicates, true)
+	}
+	d.check("Replicas", have.Replicas, want.Replicas, true)
+	return d.outcome(ctx, "stream", want.Name, func(ctx context.Context) error {
+		upd := have
+		upd.Subjects, upd.Discard = want.Subjects, want.Discard
+		upd.MaxAge, upd.MaxBytes, upd.Replicas = want.MaxAge, want.MaxBytes, want.Replicas
+		if want.Duplicates > 0 {
+			upd.Duplicates = want.Duplicates
+		}
+		_, err := js.UpdateStream(ctx, upd)
+		return err
+	})
+}
+
+func ensureConsumer(ctx context.Context, js natsjs.JetStream, stream string, want natsjs.ConsumerConfig) Outcome {
+	name := stream + "/" + want.Durable
+	c, err := js.Consumer(ctx, stream, want.Durable)
+	if errors.Is(err, natsjs.ErrConsumerNotFound) {
+		return created(ctx, "consumer", name, func(ctx context.Context) error {
+			_, err := js.CreateConsumer(ctx, stream, want)
+			return err
+		})
+	}
+	if err != nil {
+		return failed("consumer", name, err)
+	}
+	have := c.CachedInfo().Config
+	var d drift
+	d.check("DeliverPolicy", have.DeliverPolicy, want.DeliverPolicy, false)
+	d.check("AckPolicy", have.AckPolicy, want.AckPolicy, false)
+	d.check("ReplayPolicy", have.ReplayPolicy, want.ReplayPolicy, false)
+	d.check("AckWait", have.AckWait, want.AckWait, true)
+	d.check("MaxDeliver", have.MaxDeliver, want.MaxDeliver, true)
+	d.check("BackOff", have.BackOff, want.BackOff, true)
+	d.check("MaxAckPending", have.MaxAckPending, want.MaxAckPending, true)
+	d.check("FilterSubject", have.FilterSubject, want.FilterSubject, true)
+	return d.outcome(ctx, "consumer", name, func(ctx context.Context) error {
+		upd := have
+		upd.AckWait, upd.MaxDeliver, upd.BackOff = want.AckWait, want.MaxDeliver, want.BackOff
+		upd.MaxAckPending, upd.FilterSubject = want.MaxAckPending, want.FilterSubject
+		_, err := js.UpdateConsumer(ctx, stream, upd)
+		return err
+	})
+}
+
+func ensureBucket(ctx context.Context, js natsjs.JetStream, want natsjs.KeyValueConfig, replicas int) Outcome {
+	kv, err := js.KeyValue(ctx, want.Bucket)
+	if errors.Is(err, natsjs.ErrBucketNotFound) {
+		return created(ctx, "kv", want.Bucket, func(ctx context.Context) error {
+			_, err := js.CreateKeyValue(ctx, want)
+			return err
+		})
+	}
+	if err != nil {
+		return failed("kv", want.Bucket, err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		return failed("kv", want.Bucket, err)
+	}
+	bs, ok := st.(*natsjs.KeyValueBucketStatus)
+	if !ok {
+		return failed("kv", want.Bucket, fmt.Errorf("unexpected status type %T", st))
+	}
+	info := bs.StreamInfo().Config
+	var d drift
+	d.check("Storage", info.Storage, want.Storage, false)
+	d.check("History", st.History(), int64(want.History), true)
+	d.check("TTL", st.TTL(), want.TTL, true)
+	d.check("Replicas", info.Replicas, replicas, true)
+	d.check("LimitMarkerTTL", info.SubjectDeleteMarkerTTL, want.LimitMarkerTTL, true)
+	return d.outcome(ctx, "kv", want.Bucket, func(ctx context.Context) error {
+		_, err := js.UpdateKeyValue(ctx, want)
+		return err
+	})
+}
+
+func created(ctx context.Context, kind, name string, create func(context.Context) error) Outcome {
+	if err := create(ctx); err != nil {
+		return failed(kind, name, fmt.Errorf("create: %w", err))
+	}
+	return Outcome{Kind: kind, Name: name, Action: Created}
+}
+
+func failed(kind, name string, err error) Outcome {
+	return Outcome{Kind: kind, Name: name, Action: Failed, Err: fmt.Errorf("%s %s: %w", kind, name, err)}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}

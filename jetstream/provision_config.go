@@ -1,0 +1,224 @@
+package jetstream
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// StreamSpec is the wanted shape of one stream. Retention, storage and
+// discard policy are fixed by the stream's role and are not configurable.
+type StreamSpec struct {
+	// Name is the stream name.
+	Name string
+	// Subjects are the subjects the stream captures.
+	Subjects []string
+	// MaxAge drops messages older than this; 0 keeps them forever.
+	MaxAge time.Duration
+	// MaxBytes caps the stream's size; -1 (or 0) is unlimited.
+	MaxBytes int64
+	// Duplicates is the window in which a repeated Nats-Msg-Id is dropped.
+	Duplicates time.Duration
+}
+
+// ConsumerSpec is the wanted shape of the durable pull consumer the fleet
+// shares.
+type ConsumerSpec struct {
+	// Name is the durable name.
+	Name string
+	// AckWait is how long a delivery may stay unacknowledged before it is
+	// redelivered; long jobs extend it with InProgress.
+	AckWait time.Duration
+	// MaxDeliver is how often a job is delivered before it is given up
+	// (and a max-deliveries advisory is sent).
+	MaxDeliver int
+	// BackOff are the redelivery delays after an ack timeout. The server
+	// uses BackOff[0] as the ack wait, so it must equal AckWait; it may have
+	// at most MaxDeliver entries.
+	BackOff []time.Duration
+	// MaxAckPending is the number of jobs in flight over the whole fleet:
+	// the flow-control knob.
+	MaxAckPending int
+}
+
+// BucketSpec is the wanted shape of the engines KV bucket.
+//
+// Shape keys live forever (no bucket TTL); lock keys expire by themselves
+// through per-key TTLs (KeyTTL on create), which need the bucket's
+// LimitMarkerTTL and nats-server 2.11 or later. When a lock key expires the
+// server leaves a delete marker for LimitMarkerTTL, so peers watching the
+// bucket see the lock released instead of waiting for it.
+type BucketSpec struct {
+	// Name is the bucket name.
+	Name string
+	// History is how many values a key keeps.
+	History int
+	// LimitMarkerTTL is how long the marker of an expired key stays.
+	LimitMarkerTTL time.Duration
+}
+
+// Config is everything [Provision] creates: three streams, the durable pull
+// consumer on the jobs stream, and the engines KV bucket.
+type Config struct {
+	// Replicas is the replica count of the streams and the bucket (the
+	// consumer follows its stream): 1, or 3 or 5 in a cluster.
+	Replicas int
+
+	// Jobs is the work queue (WorkQueue retention, file storage, discard
+	// new: a full queue refuses new jobs rather than dropping old ones).
+	Jobs StreamSpec
+	// Results holds results for async bulk work (limits retention, file
+	// storage); results are deduplicated by job id through Duplicates.
+	Results StreamSpec
+	// DLQ holds terminated jobs with their reason (limits retention).
+	DLQ StreamSpec
+	// CaptureMaxDeliveries also stores the consumer's max-deliveries
+	// advisories in the DLQ, so operators see which jobs gave up.
+	CaptureMaxDeliveries bool
+
+	// Consumer is the durable pull consumer on Jobs.
+	Consumer ConsumerSpec
+
+	// Engines is the KV bucket that propagates compiled engine shapes.
+	Engines BucketSpec
+}
+
+// DefaultConfig returns the names and limits of the design: EMBED_JOBS,
+// EMBED_RESULTS, EMBED_DLQ, the consumer "embedder" and the bucket
+// EMBED_ENGINES, with one replica.
+func DefaultConfig() Config {
+	const day = 24 * time.Hour
+	ackWait := 60 * time.Second
+	return Config{
+		Replicas: 1,
+		Jobs: StreamSpec{
+			Name: "EMBED_JOBS", Subjects: []string{"embed.jobs.>"},
+			MaxAge: 7 * day, MaxBytes: -1, Duplicates: 10 * time.Minute,
+		},
+		Results: StreamSpec{
+			Name: "EMBED_RESULTS", Subjects: []string{"embed.results.>"},
+			MaxAge: day, MaxBytes: -1, Duplicates: 10 * time.Minute,
+		},
+		DLQ: StreamSpec{
+			Name: "EMBED_DLQ", Subjects: []string{"embed.dlq.>"},
+			MaxAge: 14 * day, MaxBytes: -1, Duplicates: 2 * time.Minute,
+		},
+		CaptureMaxDeliveries: true,
+		Consumer: ConsumerSpec{
+			Name:          "embedder",
+			AckWait:       ackWait,
+			MaxDeliver:    5,
+			BackOff:       ExponentialBackOff(ackWait, 4),
+			MaxAckPending: 1024,
+		},
+		Engines: BucketSpec{Name: "EMBED_ENGINES", History: 1, LimitMarkerTTL: 5 * time.Minute},
+	}
+}
+
+// ExponentialBackOff returns n delays starting at first and doubling, for
+// [ConsumerSpec.BackOff].
+func ExponentialBackOff(first time.Duration, n int) []time.Duration {
+	out := make([]time.Duration, n)
+	for i := range out {
+		out[i] = first << i
+	}
+	return out
+}
+
+// MaxDeliveriesSubject is the advisory subject the server publishes on when
+// the consumer gives up a job after MaxDeliver deliveries.
+func (c Config) MaxDeliveriesSubject() string {
+	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + c.Jobs.Name + "." + c.Consumer.Name
+}
+
+// Validate reports every problem of c at once, wrapped in
+// [ErrInvalidConfig].
+func (c Config) Validate() error {
+	var errs []error
+	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Replicas < 1 || c.Replicas > 5 {
+		add("replicas %d: want 1 to 5", c.Replicas)
+	}
+	seen := map[string]string{}
+	for _, s := range []struct {
+		role string
+		spec StreamSpec
+	}{{"jobs", c.Jobs}, {"results", c.Results}, {"dlq", c.DLQ}} {
+		if err := validName(s.spec.Name); err != nil {
+			add("%s stream: %w", s.role, err)
+		} else if other, dup := seen[s.spec.Name]; dup {
+			add("%s stream: name %q is also the %s stream", s.role, s.spec.Name, other)
+		}
+		seen[s.spec.Name] = s.role
+		if len(s.spec.Subjects) == 0 {
+			add("%s stream %s: no subjects", s.role, s.spec.Name)
+		}
+		for _, subj := range s.spec.Subjects {
+			if subj == "" || strings.ContainsAny(subj, " \t\r\n") || strings.HasPrefix(subj, ".") || strings.HasSuffix(subj, ".") {
+				add("%s stream %s: bad subject %q", s.role, s.spec.Name, subj)
+			}
+		}
+		if s.spec.MaxAge < 0 || s.spec.Duplicates < 0 {
+			add("%s stream %s: negative max age or duplicate window", s.role, s.spec.Name)
+		}
+		if s.spec.MaxAge > 0 && s.spec.Duplicates > s.spec.MaxAge {
+			add("%s stream %s: duplicate window %v exceeds max age %v", s.role, s.spec.Name, s.spec.Duplicates, s.spec.MaxAge)
+		}
+		if s.spec.MaxBytes < -1 {
+			add("%s stream %s: max bytes %d: want -1 (unlimited) or more", s.role, s.spec.Name, s.spec.MaxBytes)
+		}
+	}
+	cs := c.Consumer
+	if err := validName(cs.Name); err != nil {
+		add("consumer: %w", err)
+	}
+	if cs.AckWait <= 0 {
+		add("consumer %s: ack wait %v: want > 0", cs.Name, cs.AckWait)
+	}
+	if cs.MaxDeliver < 1 && cs.MaxDeliver != -1 {
+		add("consumer %s: max deliver %d: want >= 1, or -1 for unlimited", cs.Name, cs.MaxDeliver)
+	}
+	if len(cs.BackOff) > 0 {
+		if cs.BackOff[0] != cs.AckWait {
+			add("consumer %s: backoff[0] %v must equal ack wait %v (the server uses it as the ack wait)", cs.Name, cs.BackOff[0], cs.AckWait)
+		}
+		if cs.MaxDeliver != -1 && len(cs.BackOff) > cs.MaxDeliver {
+			add("consumer %s: %d backoff delays exceed max deliver %d", cs.Name, len(cs.BackOff), cs.MaxDeliver)
+		}
+		for _, d := range cs.BackOff {
+			if d <= 0 {
+				add("consumer %s: backoff delay %v: want > 0", cs.Name, d)
+				break
+			}
+		}
+	}
+	if cs.MaxAckPending < 1 {
+		add("consumer %s: max ack pending %d: want >= 1", cs.Name, cs.MaxAckPending)
+	}
+	if err := validName(c.Engines.Name); err != nil {
+		add("engines bucket: %w", err)
+	}
+	if c.Engines.History < 1 || c.Engines.History > 64 {
+		add("engines bucket %s: history %d: want 1 to 64", c.Engines.Name, c.Engines.History)
+	}
+	if c.Engines.LimitMarkerTTL < time.Second {
+		add("engines bucket %s: limit marker ttl %v: want >= 1s (lock keys need per-key TTLs)", c.Engines.Name, c.Engines.LimitMarkerTTL)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+}
+
+// validName checks a stream, consumer or bucket name: JetStream puts it in
+// subjects, so it cannot hold wildcards, dots, separators or spaces.
+func validName(name string) error {
+	if name == "" {
+		return errors.New("empty name")
+	}
+	if len(name) > 255 || strings.ContainsAny(name, ".*>/\\ \t\r\n") {
+		return fmt.Errorf("bad name %q", name)
+	}
+	return nil
+}

@@ -1,0 +1,140 @@
+package jetstream
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Action is what [Provision] did to one object.
+type Action int
+
+// The actions of a provisioning [Outcome].
+const (
+	// Created means the object did not exist and was created.
+	Created Action = iota + 1
+	// Unchanged means the object already had the wanted config.
+	Unchanged
+	// Updated means fields that JetStream can change in place were changed.
+	Updated
+	// Refused means a field differs that JetStream cannot change in place;
+	// nothing of that object was changed.
+	Refused
+	// Failed means the server refused a create or an update.
+	Failed
+)
+
+func (a Action) String() string {
+	switch a {
+	case Created:
+		return "created"
+	case Unchanged:
+		return "unchanged"
+	case Updated:
+		return "updated"
+	case Refused:
+		return "refused"
+	case Failed:
+		return "failed"
+	}
+	return fmt.Sprintf("Action(%d)", int(a))
+}
+
+// Change is one field that differs from the wanted config.
+type Change struct {
+	// Field is the Go field name in nats.go's config struct, e.g. MaxAge.
+	Field string
+	// Have and Want are the current and the wanted value, printed.
+	Have, Want string
+}
+
+func (c Change) String() string {
+	return fmt.Sprintf("%s %s -> %s", c.Field, c.Have, c.Want)
+}
+
+// Outcome is what happened to one stream, consumer or bucket.
+type Outcome struct {
+	// Kind is "stream", "consumer" or "kv".
+	Kind string
+	// Name is the object's name; a consumer's is "STREAM/consumer".
+	Name string
+	// Action is what was done.
+	Action Action
+	// Changes are the drifted fields for Updated and Refused.
+	Changes []Change
+	// Err is the server's error for Failed, or the drift error for Refused.
+	Err error
+}
+
+// Fields returns the names of the changed fields.
+func (o Outcome) Fields() []string {
+	out := make([]string, len(o.Changes))
+	for i, c := range o.Changes {
+		out[i] = c.Field
+	}
+	return out
+}
+
+func (o Outcome) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-8s %-24s %s", o.Kind, o.Name, o.Action)
+	for i, c := range o.Changes {
+		if i == 0 {
+			b.WriteString(" ")
+		} else {
+			b.WriteString(", ")
+		}
+		b.WriteString(c.String())
+	}
+	switch o.Action {
+	case Refused:
+		b.WriteString(" (JetStream cannot change this in place; recreate the object or keep its config)")
+	case Failed:
+		fmt.Fprintf(&b, ": %v", o.Err)
+	}
+	return b.String()
+}
+
+// Report lists what [Provision] did, one [Outcome] per object.
+type Report struct {
+	Outcomes []Outcome
+}
+
+// String prints one line per object.
+func (r Report) String() string {
+	var b strings.Builder
+	for _, o := range r.Outcomes {
+		b.WriteString(o.String())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// Changed reports whether anything was created or updated.
+func (r Report) Changed() bool {
+	for _, o := range r.Outcomes {
+		if o.Action == Created || o.Action == Updated {
+			return true
+		}
+	}
+	return false
+}
+
+// Refused reports whether some object has drift that was not applied.
+func (r Report) Refused() bool {
+	for _, o := range r.Outcomes {
+		if o.Action == Refused {
+			return true
+		}
+	}
+	return false
+}
+
+// Find returns the outcome for the object of kind and name.
+func (r Report) Find(kind, name string) (Outcome, bool) {
+	for _, o := range r.Outcomes {
+		if o.Kind == kind && o.Name == name {
+			return o, true
+		}
+	}
+	return Outcome{}, false
+}
