@@ -25,15 +25,15 @@ const (
 
 // The graph interface of the model directory contract.
 const (
-	InputIDs          = "input_ids"
-	InputMask         = "attention_mask"
-	OutputHidden      = "last_hidden_state"
-	OutputDense       = "dense_vecs"
-	OutputSparse      = "sparse_vecs"
-	OutputColBERT     = "colbert_vecs"
-	layoutUnknownName = "unknown"
+	InputIDs      = "input_ids"
+	InputMask     = "attention_mask"
+	OutputHidden  = "last_hidden_state"
+	OutputDense   = "dense_vecs"
+	OutputSparse  = "sparse_vecs"
+	OutputColBERT = "colbert_vecs"
 )
 
+// String returns "hidden" or "heads", the names manifest.json uses.
 func (l Layout) String() string {
 	switch l {
 	case LayoutHidden:
@@ -41,7 +41,7 @@ func (l Layout) String() string {
 	case LayoutHeads:
 		return "heads"
 	}
-	return layoutUnknownName
+	return "unknown"
 }
 
 // Outputs lists the graph outputs a layout is run for, in RunOutput order.
