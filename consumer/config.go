@@ -1,0 +1,187 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jetembed/jetembed/schema"
+)
+
+// ErrConfig reports an unusable [Config].
+var ErrConfig = errors.New("consumer: invalid config")
+
+// Defaults of [Config.WithDefaults].
+const (
+	DefaultPatience           = 5 * time.Millisecond
+	DefaultMaxBatchTokens     = 16384
+	DefaultMaxBatchJobs       = 256
+	DefaultAckWait            = 30 * time.Second
+	DefaultInProgressFraction = 0.5
+	DefaultMaxDeliver         = 5
+	DefaultBatches            = 2
+)
+
+// Config tunes a [Consumer]. The zero value is usable after
+// [Config.WithDefaults]; [New] applies it.
+type Config struct {
+	// Patience is how long the scheduler waits, after the first job of a
+	// batch arrived, for more jobs to pack with it. Longer means fuller
+	// chunks and more latency.
+	Patience time.Duration
+	// MaxBatchTokens ends the gathering early once the batch holds this
+	// many estimated tokens; MaxBatchJobs once it holds this many jobs.
+	MaxBatchTokens int
+	MaxBatchJobs   int
+	// InFlightTokens bounds the estimated tokens of all jobs held (queued,
+	// running or publishing). Submit blocks while it is full; request-reply
+	// deliveries are answered overloaded instead. Default 4 x MaxBatchTokens.
+	InFlightTokens int
+	// Batches is how many gathered batches may be embedding and publishing
+	// at once, so the next batch gathers while one runs.
+	Batches int
+	// AckWait is the JetStream consumer's AckWait. A held message is sent
+	// InProgress each time it has waited InProgressFraction of it since
+	// its delivery or its last InProgress, until it is settled.
+	AckWait            time.Duration
+	InProgressFraction float64
+	// MaxDeliver is the JetStream consumer's MaxDeliver: the delivery on
+	// which a retriable failure becomes final (error result, DLQ, TERM).
+	MaxDeliver int
+	// NakBackoff computes the delay of a NAK from the delivery count;
+	// JetStream's consumer BackOff applies to AckWait expiry, not to NAKs.
+	NakBackoff Backoff
+	// Limits bound what one job may ask for.
+	Limits schema.Limits
+	// Model is the model id put in results; when empty, the Embedder's
+	// ModelID() is used if it has one.
+	Model string
+	// EstimateTokens estimates a text's tokens for the batch and in-flight
+	// budgets; default len(text)/3 + 2, which over-counts for most scripts.
+	EstimateTokens func(text string) int
+	// Logger receives one debug line per job and a warning per failure;
+	// texts are never logged. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics records counts and latencies; nil records nothing.
+	Metrics Metrics
+	// Now is the clock; default time.Now. Tests move it.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with every unset field filled in.
+func (c Config) WithDefaults() Config {
+	if c.Patience <= 0 {
+		c.Patience = DefaultPatience
+	}
+	if c.MaxBatchTokens <= 0 {
+		c.MaxBatchTokens = DefaultMaxBatchTokens
+	}
+	if c.MaxBatchJobs <= 0 {
+		c.MaxBatchJobs = DefaultMaxBatchJobs
+	}
+	if c.InFlightTokens <= 0 {
+		c.InFlightTokens = 4 * c.MaxBatchTokens
+	}
+	if c.Batches <= 0 {
+		c.Batches = DefaultBatches
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = DefaultAckWait
+	}
+	if c.InProgressFraction <= 0 {
+		c.InProgressFraction = DefaultInProgressFraction
+	}
+	if c.MaxDeliver == 0 {
+		c.MaxDeliver = DefaultMaxDeliver
+	}
+	c.NakBackoff = c.NakBackoff.withDefaults()
+	c.Limits = c.Limits.WithDefaults()
+	if c.EstimateTokens == nil {
+		c.EstimateTokens = estimateTokens
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = nopMetrics{}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.InProgressFraction >= 1:
+		return fmt.Errorf("%w: InProgressFraction %g must be below 1, or the message expires first", ErrConfig, c.InProgressFraction)
+	case c.MaxDeliver < -1:
+		return fmt.Errorf("%w: MaxDeliver %d (use -1 for unlimited)", ErrConfig, c.MaxDeliver)
+	case c.InFlightTokens < c.MaxBatchTokens:
+		return fmt.Errorf("%w: InFlightTokens %d below MaxBatchTokens %d: a full batch could never be held", ErrConfig, c.InFlightTokens, c.MaxBatchTokens)
+	case c.NakBackoff.Jitter > 1:
+		return fmt.Errorf("%w: NakBackoff.Jitter %g above 1 could make a delay negative", ErrConfig, c.NakBackoff.Jitter)
+	case c.NakBackoff.Max < c.NakBackoff.Base:
+		return fmt.Errorf("%w: NakBackoff.Max %v below Base %v", ErrConfig, c.NakBackoff.Max, c.NakBackoff.Base)
+	}
+	return nil
+}
+
+// heartbeatEvery is how long a held message may wait before InProgress.
+func (c Config) heartbeatEvery() time.Duration {
+	return time.Duration(float64(c.AckWait) * c.InProgressFraction)
+}
+
+// finalDelivery reports whether delivery n is the last JetStream makes.
+func (c Config) finalDelivery(n uint64) bool {
+	return c.MaxDeliver > 0 && n >= uint64(c.MaxDeliver)
+}
+
+// estimateTokens over-counts tokens for Latin text (about 4 bytes a token)
+// and is near for CJK (3 bytes a character, often a token each), so the
+// budgets err on the side of memory.
+func estimateTokens(text string) int { return len(text)/3 + 2 }
+
+// Backoff is the NAK delay policy: Base x 2^(n-1) for delivery n, capped at
+// Max, then spread by up to ±Jitter of itself so jobs refused together do
+// not all come back together. A zero Jitter means the default; a negative
+// one means none, for tests that assert exact delays.
+type Backoff struct {
+	Base, Max time.Duration
+	Jitter    float64
+}
+
+// Default NAK backoff.
+const (
+	DefaultNakBase   = time.Second
+	DefaultNakMax    = time.Minute
+	DefaultNakJitter = 0.2
+)
+
+func (b Backoff) withDefaults() Backoff {
+	if b.Base <= 0 {
+		b.Base = DefaultNakBase
+	}
+	if b.Max <= 0 {
+		b.Max = max(DefaultNakMax, b.Base)
+	}
+	if b.Jitter == 0 {
+		b.Jitter = DefaultNakJitter
+	}
+	return b
+}
+
+// Delay returns the NAK delay for delivery n (1 on first delivery).
+func (b Backoff) Delay(n uint64) time.Duration {
+	d := b.Base
+	for i := uint64(1); i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	if b.Jitter > 0 {
+		d += time.Duration((rand.Float64()*2 - 1) * b.Jitter * float64(d))
+	}
+	return d
+}

@@ -1,0 +1,295 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetembed/jetembed/schema"
+)
+
+var (
+	// ErrDraining is returned by Submit once Drain has begun: the delivery
+	// was NAKed without delay (or answered engine_unavailable).
+	ErrDraining = errors.New("consumer: draining")
+	// ErrOverloaded is returned by Submit for a request-reply delivery that
+	// found the in-flight budget full: it was answered overloaded.
+	ErrOverloaded = errors.New("consumer: in-flight budget full")
+	// ErrRunning is returned by a second Run.
+	ErrRunning = errors.New("consumer: already running")
+)
+
+// Consumer is the job loop. Deliveries enter through [Consumer.Submit], from
+// the JetStream fetch loop and the request-reply handler alike; [Consumer.Run]
+// gathers them into batches, embeds each batch with one Embed call, and
+// settles every delivery; [Consumer.Drain] stops it gracefully.
+type Consumer struct {
+	cfg       Config
+	emb       Embedder
+	pub       Publisher
+	model     string
+	maxTokens int // the engine's, 0 when it does not say
+
+	mu           sync.Mutex
+	queue        []*job
+	queuedTokens int
+	held         map[*job]struct{}
+	heldTokens   int
+	space        chan struct{} // closed when held tokens drop
+	arrived      chan struct{} // a job was queued (capacity 1)
+	draining     chan struct{} // closed by Drain
+	running      bool
+	done         chan struct{} // closed when Run returned
+	cancelWork   context.CancelFunc
+
+	noReplyWarned atomic.Bool
+	jobs, texts   atomic.Uint64
+	tokens        atomic.Uint64
+}
+
+// Stats is a snapshot for the heartbeat log line and metrics.
+type Stats struct {
+	// Jobs, Texts and Tokens are running totals of jobs settled, texts
+	// embedded and real tokens run since start.
+	Jobs, Texts, Tokens uint64
+	// Held counts deliveries not yet settled; Queued those of them not yet
+	// picked for a batch; HeldTokens their estimated tokens.
+	Held, Queued, HeldTokens int
+}
+
+// New returns a consumer of emb's vectors that sends results and dead
+// letters through pub. It does nothing until [Consumer.Run].
+func New(cfg Config, emb Embedder, pub Publisher) (*Consumer, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	if emb == nil || pub == nil {
+		return nil, fmt.Errorf("%w: nil Embedder or Publisher", ErrConfig)
+	}
+	c := &Consumer{
+		cfg:      cfg,
+		emb:      emb,
+		pub:      pub,
+		model:    cfg.Model,
+		held:     make(map[*job]struct{}),
+		space:    make(chan struct{}),
+		arrived:  make(chan struct{}, 1),
+		draining: make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if m, ok := emb.(interface{ ModelID() string }); ok && c.model == "" {
+		c.model = m.ModelID()
+	}
+	if m, ok := emb.(interface{ MaxTokens() int }); ok {
+		c.maxTokens = m.MaxTokens()
+	}
+	return c, nil
+}
+
+// Stats returns a snapshot; it is cheap and safe to call concurrently.
+func (c *Consumer) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{
+		Jobs: c.jobs.Load(), Texts: c.texts.Load(), Tokens: c.tokens.Load(),
+		Held: len(c.held), Queued: len(c.queue), HeldTokens: c.heldTokens,
+	}
+}
+
+func (c *Consumer) isDraining() bool {
+	select {
+	case <-c.draining:
+		return true
+	default:
+		return false
+	}
+}
+
+// Submit hands a delivery to the loop, which owns it from then on: it is
+// ACKed, NAKed or terminated exactly once, whatever Submit returns, and the
+// caller must not settle it. Bad input is settled before Submit returns.
+//
+// While the in-flight token budget is full, Submit blocks until there is
+// room, ctx is done (the delivery is NAKed without delay and ctx's error
+// returned) or Drain begins (NAKed, [ErrDraining]). A request-reply delivery
+// (Respond set) never waits: it is answered overloaded and Submit returns
+// [ErrOverloaded].
+func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
+	now := c.cfg.Now()
+	j, jobErr := c.admit(d, now)
+	if jobErr != nil {
+		c.settle(ctx, j, c.decide(j, nil, jobErr))
+		return nil
+	}
+	c.mu.Lock()
+	for {
+		if c.isDraining() {
+			c.mu.Unlock()
+			c.settle(ctx, j, c.decide(j, nil, errShutdown))
+			return ErrDraining
+		}
+		j.cost = min(max(j.tokens, 1), c.cfg.InFlightTokens)
+		if c.heldTokens+j.cost <= c.cfg.InFlightTokens {
+			break
+		}
+		if d.Respond != nil {
+			c.mu.Unlock()
+			c.settle(ctx, j, c.decide(j, nil, schema.Errorf(schema.CodeOverloaded, "consumer in-flight budget full")))
+			return ErrOverloaded
+		}
+		space := c.space
+		c.mu.Unlock()
+		select {
+		case <-space:
+		case <-c.draining:
+		case <-ctx.Done():
+			c.settle(ctx, j, c.decide(j, nil, errShutdown))
+			return ctx.Err()
+		}
+		c.mu.Lock()
+	}
+	c.heldTokens += j.cost
+	c.held[j] = struct{}{}
+	j.queued = c.cfg.Now()
+	c.queue = append(c.queue, j)
+	c.queuedTokens += j.tokens
+	c.mu.Unlock()
+	select {
+	case c.arrived <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// release forgets a settled job and frees its budget.
+func (c *Consumer) release(j *job) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.held[j]; !ok {
+		return
+	}
+	delete(c.held, j)
+	c.heldTokens -= j.cost
+	close(c.space)
+	c.space = make(chan struct{})
+}
+
+// Run schedules batches until ctx is done or [Consumer.Drain] finished the
+// work. Cancelling ctx is the hard stop: running Embed calls are cancelled
+// and every held delivery is NAKed without delay. Run returns nil after a
+// drain, ctx's error otherwise.
+func (c *Consumer) Run(ctx context.Context) error {
+	c.mu.Lock()
+	if c.running {
+		c.mu.Unlock()
+		return ErrRunning
+	}
+	c.running = true
+	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	c.cancelWork = cancel
+	c.mu.Unlock()
+	defer close(c.done)
+	defer cancel()
+
+	stop := context.AfterFunc(ctx, cancel)
+	defer stop()
+	hbCtx, hbStop := context.WithCancel(workCtx)
+	var hb sync.WaitGroup
+	hb.Go(func() { c.heartbeats(hbCtx) })
+	defer hb.Wait()
+	defer hbStop()
+
+	var batches sync.WaitGroup
+	slots := make(chan struct{}, c.cfg.Batches)
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+		case <-c.draining:
+		}
+		b := c.gather(ctx)
+		if b == nil {
+			break
+		}
+		batches.Go(func() {
+			defer func() { <-slots }()
+			c.runBatch(workCtx, b)
+		})
+	}
+	c.nakQueued(workCtx)
+	batches.Wait()
+	if ctx.Err() != nil && !c.isDraining() {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// nakQueued gives back every job not yet picked for a batch.
+func (c *Consumer) nakQueued(ctx context.Context) {
+	c.mu.Lock()
+	q := c.queue
+	c.queue, c.queuedTokens = nil, 0
+	c.mu.Unlock()
+	for _, j := range q {
+		c.settle(ctx, j, c.decide(j, nil, errShutdown))
+	}
+}
+
+// Drain stops accepting deliveries, NAKs without delay those queued but not
+// started, and waits for the batches in flight to be settled. When ctx ends
+// first, the running Embed calls are cancelled, their jobs NAKed, and Drain
+// returns ctx's error once everything is settled. Run then returns nil.
+func (c *Consumer) Drain(ctx context.Context) error {
+	c.mu.Lock()
+	if !c.isDraining() {
+		close(c.draining)
+	}
+	running := c.running
+	c.mu.Unlock()
+	if !running {
+		c.nakQueued(context.WithoutCancel(ctx))
+		return nil
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		c.cancelWork()
+		<-c.done
+		return ctx.Err()
+	}
+}
+
+// Closed is closed when Run has returned and every delivery it took is
+// settled.
+func (c *Consumer) Closed() <-chan struct{} { return c.done }
+
+// heartbeats sends InProgress for every held message that waited longer
+// than the configured fraction of AckWait, until ctx is done.
+func (c *Consumer) heartbeats(ctx context.Context) {
+	every := c.cfg.heartbeatEvery()
+	t := time.NewTicker(max(every/4, time.Millisecond))
+	defer t.Stop()
+	var due []*job
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := c.cfg.Now()
+		c.mu.Lock()
+		due = due[:0]
+		for j := range c.held {
+			due = append(due, j)
+		}
+		c.mu.Unlock()
+		for _, j := range due {
+			j.heartbeat(now, every)
+		}
+	}
+}

@@ -1,0 +1,136 @@
+package consumer
+
+import (
+	"net/textproto"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// job is one held delivery, from Submit until it is settled.
+type job struct {
+	d   Delivery
+	enc schema.Encoding
+	// job is nil when the payload did not decode far enough to have one.
+	job *schema.Job
+	id  string
+	// items are the per-text validation errors (invalid_utf8), nil when
+	// every text may run.
+	items    []*schema.Error
+	deadline time.Time // zero: none
+	reply    string    // resolved reply subject; "" with Respond or none
+	tokens   int       // estimated tokens of the texts that will run
+	cost     int       // tokens charged to the in-flight budget
+	queued   time.Time // when it entered the queue
+
+	// mu orders an InProgress against the settlement, so that no
+	// heartbeat follows the final acknowledgement.
+	mu        sync.Mutex
+	settled   bool
+	lastTouch time.Time // delivery or last InProgress
+}
+
+// header returns the first value of header key, matching the canonical
+// form too: nats.Header keeps keys as sent, producers are not consistent.
+func header(h map[string][]string, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	if v := h[textproto.CanonicalMIMEHeaderKey(key)]; len(v) > 0 {
+		return v[0]
+	}
+	for k, v := range h {
+		if len(v) > 0 && strings.EqualFold(k, key) {
+			return v[0]
+		}
+	}
+	return ""
+}
+
+// admit decodes and validates a delivery. It returns the job, and the
+// job-level error that refuses it (the job is still returned, to address
+// the error result).
+func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
+	j := &job{d: d, enc: schema.EncodingFor(header(d.Header, schema.HeaderContentType)), queued: now, lastTouch: now}
+	if !d.Received.IsZero() {
+		j.lastTouch = d.Received
+	}
+	sj, items, jobErr := c.cfg.Limits.DecodeJob(d.Data, j.enc)
+	j.job, j.items = sj, items
+	if sj != nil {
+		j.id = sj.ID
+	}
+	if j.id == "" {
+		j.id = header(d.Header, schema.HeaderMsgID)
+	}
+	j.reply = c.replyOf(j)
+	if jobErr != nil {
+		return j, jobErr
+	}
+	if t, ok, _ := sj.DeadlineTime(); ok {
+		j.deadline = t
+	} else if h := header(d.Header, schema.HeaderDeadline); h != "" {
+		t, err := time.Parse(time.RFC3339, h)
+		if err != nil {
+			return j, schema.Errorf(schema.CodeBadPayload, "%s header is not RFC 3339", schema.HeaderDeadline)
+		}
+		j.deadline = t
+	}
+	for i, t := range sj.Texts {
+		if i < len(items) && items[i] != nil {
+			continue
+		}
+		j.tokens += c.cfg.EstimateTokens(t)
+	}
+	return j, nil
+}
+
+// replyOf resolves where a job's result goes: the job's reply field, the
+// Embed-Reply header, then the request's own inbox. A request-reply delivery
+// (Respond set) is always answered through Respond, since its caller waits.
+func (c *Consumer) replyOf(j *job) string {
+	if j.d.Respond != nil {
+		return ""
+	}
+	if j.job != nil && j.job.Reply != "" {
+		return j.job.Reply
+	}
+	if h := header(j.d.Header, schema.HeaderReply); h != "" {
+		return h
+	}
+	return j.d.Reply
+}
+
+// expired reports whether the job's deadline passed at now.
+func (j *job) expired(now time.Time) bool {
+	return !j.deadline.IsZero() && !j.deadline.After(now)
+}
+
+// outputs returns the engine outputs the job asks for.
+func (j *job) outputs() (o engine.Output) {
+	if j.job.Wants(schema.OutputDense) {
+		o |= engine.Dense
+	}
+	if j.job.Wants(schema.OutputSparse) {
+		o |= engine.Sparse
+	}
+	if j.job.Wants(schema.OutputColBERT) {
+		o |= engine.ColBERT
+	}
+	return o
+}
+
+// heartbeat sends InProgress when the message has waited every since its
+// delivery or its last InProgress, unless it was settled meanwhile.
+func (j *job) heartbeat(now time.Time, every time.Duration) bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.settled || j.d.Msg == nil || j.d.Respond != nil || now.Sub(j.lastTouch) < every {
+		return false
+	}
+	j.lastTouch = now
+	return j.d.Msg.InProgress() == nil
+}

@@ -1,0 +1,111 @@
+package consumer
+
+import (
+	"errors"
+	"time"
+
+	"github.com/jetembed/jetembed/schema"
+)
+
+// errShutdown is the failure of a job the consumer gives back because it is
+// stopping: NAKed without delay so another member of the fleet takes it.
+var errShutdown = errors.New("consumer: shutting down")
+
+// verdict is what happens to the message of a delivery.
+type verdict uint8
+
+const (
+	verdictAck verdict = iota
+	verdictNak
+	verdictTerm
+)
+
+func (v verdict) String() string {
+	switch v {
+	case verdictAck:
+		return "ack"
+	case verdictNak:
+		return "nak"
+	default:
+		return "term"
+	}
+}
+
+// outcome is the disposition of one delivery: the result to send first (nil
+// for none), whether a copy goes to the DLQ, and the verdict. Every job
+// reaches its outcome through [Consumer.decide] and is settled by
+// [Consumer.settle]; nothing else ACKs, NAKs or TERMs.
+type outcome struct {
+	verdict verdict
+	delay   time.Duration // NAK only
+	result  *schema.Result
+	dlq     bool
+	// code is the job-level error code, empty on success; reason labels a
+	// NAK or TERM in metrics (a code or a Reason* condition).
+	code   schema.Code
+	reason string
+	err    *schema.Error
+}
+
+// badInput reports whether code is a job-level refusal of the job itself:
+// bad input that no redelivery can fix.
+func badInput(code schema.Code) bool {
+	switch code {
+	case schema.CodeBadPayload, schema.CodeBadVersion, schema.CodeMissingID,
+		schema.CodeEmptyJob, schema.CodeTooManyTexts, schema.CodeJobTooLarge,
+		schema.CodeUnknownOutput, schema.CodeTextTooLong, schema.CodeInvalidUTF8:
+		return true
+	}
+	return false
+}
+
+// decide maps what happened to a job to its outcome. res is the result of a
+// job that ran (its items may carry item errors); err is the job-level
+// failure, nil on success.
+//
+//   - success: publish res, ACK.
+//   - bad input: error result, DLQ, TERM.
+//   - deadline_exceeded: error result, ACK (the producer gave up on it).
+//   - retriable refusal, or internal (a bug or a panic, which might pass on
+//     another consumer): NAK with backoff; on the final delivery an error
+//     result, DLQ and TERM. Request-reply has no redelivery: it is answered
+//     at once.
+//   - shutdown: NAK without delay; request-reply is answered
+//     engine_unavailable.
+func (c *Consumer) decide(j *job, res *schema.Result, err error) outcome {
+	if err == nil {
+		return outcome{verdict: verdictAck, result: res}
+	}
+	if errors.Is(err, errShutdown) {
+		if j.d.Respond != nil {
+			se := schema.Errorf(schema.CodeEngineUnavailable, "consumer is shutting down")
+			return outcome{verdict: verdictAck, result: schema.ErrorResult(j.id, se), code: se.Code, err: se}
+		}
+		return outcome{verdict: verdictNak, code: schema.CodeEngineUnavailable, reason: ReasonShutdown}
+	}
+	var se *schema.Error
+	if !errors.As(err, &se) {
+		se = schema.Errorf(schema.CodeInternal, "internal error")
+	}
+	out := outcome{code: se.Code, reason: string(se.Code), err: se}
+	switch {
+	case badInput(se.Code):
+		out.verdict, out.dlq = verdictTerm, true
+		out.result = schema.ErrorResult(j.id, se)
+	case se.Code == schema.CodeDeadlineExceeded:
+		out.verdict = verdictAck
+		out.result = schema.ErrorResult(j.id, se)
+	case j.d.Respond != nil:
+		out.verdict = verdictAck
+		out.result = schema.ErrorResult(j.id, se)
+	case c.cfg.finalDelivery(j.d.NumDelivered):
+		final := *se
+		final.Retriable = se.Code.Retriable()
+		out.verdict, out.dlq = verdictTerm, true
+		out.result = schema.ErrorResult(j.id, &final)
+	default:
+		out.verdict = verdictNak
+		out.delay = c.cfg.NakBackoff.Delay(j.d.NumDelivered)
+	}
+	return out
+}

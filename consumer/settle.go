@@ -1,0 +1,202 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"github.com/jetembed/jetembed/schema"
+	"github.com/jetembed/jetembed/telemetry"
+)
+
+// settle carries out an outcome: send the result (if any), copy to the DLQ
+// (if asked), then ACK, NAK or TERM the message, record it and free the
+// job's budget. A result that cannot be sent turns an ACK into a NAK, so the
+// job runs again; a DLQ copy that cannot be stored turns a TERM into a NAK
+// until the final delivery, so no terminated job is lost unseen.
+func (c *Consumer) settle(ctx context.Context, j *job, out outcome) {
+	defer c.release(j)
+	defer func() {
+		if p := recover(); p != nil {
+			// A bug while sending: give the message back rather than leave
+			// it to expire; at the final delivery JetStream's own
+			// max-deliveries advisory records it.
+			c.cfg.Logger.Error("settling a job panicked", "job", j.id, "panic", fmt.Sprint(p), "delivered", j.d.NumDelivered)
+			c.ackMessage(j, outcome{verdict: verdictNak, delay: c.cfg.NakBackoff.Delay(j.d.NumDelivered)})
+		}
+	}()
+	if out.result != nil {
+		out = c.sendResult(ctx, j, out)
+	}
+	if out.dlq && out.verdict == verdictTerm {
+		dl := DeadLetter{JobID: j.id, Code: string(out.code), NumDelivered: j.d.NumDelivered}
+		if out.err != nil {
+			dl.Message = out.err.Message
+		}
+		if err := c.pub.PublishDLQ(ctx, dl, j.d.Header, j.d.Data); err != nil {
+			c.cfg.Logger.Error("dead letter not stored", "job", j.id, "code", out.code, "delivered", j.d.NumDelivered, "err", err)
+			if !c.cfg.finalDelivery(j.d.NumDelivered) {
+				out.verdict, out.reason = verdictNak, ReasonDLQFailed
+				out.delay = c.cfg.NakBackoff.Delay(j.d.NumDelivered)
+			}
+		}
+	}
+	c.ackMessage(j, out)
+	c.record(ctx, j, out)
+}
+
+// sendResult encodes and sends out.result to the job's reply, returning the
+// outcome as changed by a failure.
+func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome {
+	res := out.result
+	res.V, res.ID = schema.Version, j.id
+	if res.Model == "" {
+		res.Model = c.model
+	}
+	if j.job != nil && res.Meta == nil {
+		res.Meta = j.job.Meta
+	}
+	data, err := schema.EncodeResult(res, j.enc)
+	if err != nil {
+		// JSON cannot carry NaN: a model bug, not the client's. Answer
+		// internal; that result always encodes.
+		c.cfg.Logger.Error("result does not encode", "job", j.id, "encoding", j.enc, "err", err)
+		out = c.decide(j, nil, schema.Errorf(schema.CodeInternal, "result does not encode"))
+		if out.result == nil {
+			return out
+		}
+		out.result.Model, out.result.Meta = c.model, res.Meta
+		if data, err = schema.EncodeResult(out.result, j.enc); err != nil {
+			out.result = nil
+			return out
+		}
+		res = out.result
+	}
+	h := map[string][]string{schema.HeaderContentType: {j.enc.ContentType()}}
+	if res.Error != nil {
+		h[schema.HeaderErrorCode] = []string{string(res.Error.Code)}
+	}
+	start := c.cfg.Now()
+	switch {
+	case j.d.Respond != nil:
+		err = j.d.Respond(h, data)
+	case j.reply != "":
+		err = c.pub.PublishResult(ctx, j.reply, j.id, h, data)
+	default:
+		if c.noReplyWarned.CompareAndSwap(false, true) {
+			c.cfg.Logger.Warn("job has no reply subject: result discarded (logged once)", "job", j.id)
+		} else {
+			c.cfg.Logger.Debug("job has no reply subject: result discarded", "job", j.id)
+		}
+		return out
+	}
+	if err != nil {
+		c.cfg.Logger.Warn("result not published", "job", j.id, "reply", j.reply, "delivered", j.d.NumDelivered, "err", err)
+		if out.verdict == verdictAck {
+			out.verdict, out.reason = verdictNak, ReasonPublishFailed
+			out.delay = c.cfg.NakBackoff.Delay(j.d.NumDelivered)
+		}
+		return out
+	}
+	c.cfg.Metrics.Publish(ctx, c.cfg.Now().Sub(start))
+	return out
+}
+
+// ackMessage applies the verdict to the message, once.
+func (c *Consumer) ackMessage(j *job, out outcome) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.settled {
+		return
+	}
+	j.settled = true
+	m := j.d.Msg
+	if m == nil {
+		return
+	}
+	var err error
+	switch {
+	case out.verdict == verdictAck:
+		err = m.Ack()
+	case out.verdict == verdictTerm:
+		err = m.Term()
+	case out.delay > 0:
+		err = m.NakWithDelay(out.delay)
+	default:
+		err = m.Nak()
+	}
+	if err != nil {
+		c.cfg.Logger.Warn("message not settled", "job", j.id, "verdict", out.verdict, "err", err)
+	}
+}
+
+// record counts and logs one settled job: a debug line always, a warning
+// for any failure. Texts are never logged.
+func (c *Consumer) record(ctx context.Context, j *job, out outcome) {
+	m := c.cfg.Metrics
+	texts := 0
+	if j.job != nil {
+		texts = len(j.job.Texts)
+	}
+	var o telemetry.Outcome
+	switch out.verdict {
+	case verdictNak:
+		o = telemetry.OutcomeNak
+		m.Nak(ctx, out.reason)
+	case verdictTerm:
+		o = telemetry.OutcomeTerm
+		m.Term(ctx, out.reason)
+	default:
+		o = telemetry.OutcomeOK
+		if out.code != "" {
+			o = telemetry.OutcomeError
+		}
+	}
+	m.JobDone(ctx, o, out.code)
+	if o == telemetry.OutcomeOK && out.result != nil {
+		c.recordItems(ctx, out.result)
+	} else if texts > 0 {
+		m.TextsDone(ctx, o, out.code, texts)
+	}
+	c.jobs.Add(1)
+
+	attrs := []any{"job", j.id, "verdict", out.verdict, "delivered", j.d.NumDelivered, "texts", texts}
+	if out.code != "" {
+		attrs = append(attrs, "code", out.code)
+	}
+	if out.reason != "" && out.reason != string(out.code) {
+		attrs = append(attrs, "reason", out.reason)
+	}
+	if out.delay > 0 {
+		attrs = append(attrs, "delay", out.delay)
+	}
+	level := slog.LevelDebug
+	if out.code != "" || out.reason != "" {
+		level = slog.LevelWarn
+	}
+	c.cfg.Logger.Log(ctx, level, "job settled", attrs...)
+}
+
+// recordItems counts a successful job's texts by item outcome.
+func (c *Consumer) recordItems(ctx context.Context, res *schema.Result) {
+	ok := 0
+	var failed map[schema.Code]int
+	for i := range res.Items {
+		if e := res.Items[i].Error; e != nil {
+			if failed == nil {
+				failed = make(map[schema.Code]int)
+			}
+			failed[e.Code]++
+			continue
+		}
+		ok++
+	}
+	if ok > 0 {
+		c.cfg.Metrics.TextsDone(ctx, telemetry.OutcomeOK, "", ok)
+	}
+	for code, n := range failed {
+		c.cfg.Metrics.TextsDone(ctx, telemetry.OutcomeError, code, n)
+	}
+	c.texts.Add(uint64(ok))
+	c.tokens.Add(uint64(res.Usage.Tokens))
+}
