@@ -63,7 +63,7 @@ func (e *Engine) runShape(ctx context.Context, sh Shape, s int) (time.Duration, 
 func (e *Engine) probeShapes() []Shape {
 	budget := min(e.cfg.MaxBatchTokens, 2048)
 	var out []Shape
-	for _, seq := range []int{32, 128, 512, 2048} {
+	for _, seq := range []int{32, 128, 512} {
 		if seq > e.cfg.MaxTokens || seq > budget || e.refused(seq) {
 			break // the guard keeps probes off unwarmed long shapes too
 		}

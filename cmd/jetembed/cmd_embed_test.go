@@ -1,0 +1,148 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/jetembed/jetembed/schema"
+)
+
+func tinyModel(tb testing.TB, name string) string {
+	tb.Helper()
+	if p := os.Getenv("JETEMBED_ORT_LIB"); p == "" {
+		tb.Skip("JETEMBED_ORT_LIB not set; run `make test` or `make deps`")
+	}
+	return filepath.Join("..", "..", "testdata", "models", name)
+}
+
+func run(t *testing.T, stdin string, args ...string) (code int, out, errOut string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = runMain(context.Background(), args, stdio{in: strings.NewReader(stdin), out: &o, err: &e})
+	return code, o.String(), e.String()
+}
+
+func decodeItems(t *testing.T, out string) []schema.Item {
+	t.Helper()
+	var items []schema.Item
+	for _, line := range strings.Split(strings.TrimSuffix(out, "\n"), "\n") {
+		var it schema.Item
+		if err := json.Unmarshal([]byte(line), &it); err != nil {
+			t.Fatalf("output line %q: %v", line, err)
+		}
+		items = append(items, it)
+	}
+	return items
+}
+
+func norm(v []float32) float64 {
+	var ss float64
+	for _, x := range v {
+		ss += float64(x) * float64(x)
+	}
+	return math.Sqrt(ss)
+}
+
+func TestEmbedCommand(t *testing.T) {
+	dir := tinyModel(t, "tiny-hidden")
+	long := strings.Repeat("lorem ipsum dolor sit amet ", 20)
+	in := strings.Join([]string{
+		`{"text":"the quick brown fox"}`,
+		`{"text":"jumps over the lazy dog again and again"}`,
+		`not json`,
+		`{"text":"the quick brown fox"}`,
+		`{"other":1}`,
+		`{"text":` + strconvQuote(long) + `}`,
+	}, "\n") + "\n"
+	code, out, errOut := run(t, in, "embed", "--model", dir, "--outputs", "dense,sparse,colbert", "--batch", "2", "--max-tokens", "32", "--threads", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	items := decodeItems(t, out)
+	if len(items) != 6 {
+		t.Fatalf("%d result lines for 6 input lines", len(items))
+	}
+	for _, i := range []int{2, 4} {
+		if items[i].Error == nil || items[i].Error.Code != schema.CodeBadPayload {
+			t.Errorf("line %d: error %v, want bad_payload", i, items[i].Error)
+		}
+	}
+	for _, i := range []int{0, 1, 3, 5} {
+		it := items[i]
+		if it.Error != nil {
+			t.Fatalf("line %d: %v", i, it.Error)
+		}
+		if len(it.Dense) != 32 || math.Abs(norm(it.Dense)-1) > 1e-5 {
+			t.Errorf("line %d: dense of %d values, norm %g", i, len(it.Dense), norm(it.Dense))
+		}
+		if it.Sparse == nil || !slices.IsSorted(it.Sparse.IDs) || len(it.Sparse.IDs) != len(it.Sparse.Weights) {
+			t.Errorf("line %d: sparse %+v", i, it.Sparse)
+		}
+		rows := min(it.Tokens, 32) - 1
+		if len(it.ColBERT) != rows {
+			t.Errorf("line %d: %d colbert rows for %d tokens", i, len(it.ColBERT), it.Tokens)
+		}
+	}
+	// Same text, same result, wherever it sat in the input and its batches.
+	if !slices.Equal(items[0].Dense, items[3].Dense) || slices.Equal(items[0].Dense, items[1].Dense) {
+		t.Error("results are not in input order")
+	}
+	if !items[5].Truncated || items[5].Tokens <= 32 {
+		t.Errorf("long text: truncated %v tokens %d, want truncated over 32", items[5].Truncated, items[5].Tokens)
+	}
+
+	code, out, errOut = run(t, `{"text":`+strconvQuote(long)+`}`+"\n", "embed", "--model", dir, "--max-tokens", "32", "--no-truncate")
+	if code != 0 {
+		t.Fatalf("--no-truncate: exit %d: %s", code, errOut)
+	}
+	if it := decodeItems(t, out)[0]; it.Error == nil || it.Error.Code != schema.CodeTextTooLong || it.Dense != nil {
+		t.Errorf("--no-truncate: %+v, want text_too_long and no vector", it)
+	}
+}
+
+func strconvQuote(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+func TestEmbedCommandUsage(t *testing.T) {
+	dir := tinyModel(t, "tiny-heads")
+	for _, args := range [][]string{
+		{"embed"},
+		{"embed", "--model", dir, "--outputs", "dense,bogus"},
+		{"embed", "--model", dir, "--provider", "quantum"},
+		{"embed", "--model", dir, "--tiers", "8,x"},
+		{"embed", "--model", dir, "extra"},
+	} {
+		if code, _, _ := run(t, "", args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if code, _, errOut := run(t, "", "embed", "--model", filepath.Join(t.TempDir(), "none")); code != 1 || !strings.Contains(errOut, "model") {
+		t.Errorf("missing model directory: exit %d, %q", code, errOut)
+	}
+	// Empty input is not an error: no lines, no output.
+	if code, out, errOut := run(t, "", "embed", "--model", dir); code != 0 || out != "" {
+		t.Errorf("empty input: exit %d out %q err %q", code, out, errOut)
+	}
+}
+
+func TestWarmupCommand(t *testing.T) {
+	dir := tinyModel(t, "tiny-heads")
+	code, out, errOut := run(t, "", "warmup", "--model", dir, "--warmup-seqs", "8,64", "--probe=false", "--sessions", "2", "--threads", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"2 sessions warmed", "ceiling 64 tokens", "1x8 2x8", "1x64 2x64"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/model"
+	"github.com/jetembed/jetembed/engine/ort"
+	"github.com/jetembed/jetembed/engine/pack"
+	"github.com/jetembed/jetembed/engine/tokenizer"
+)
+
+// engineFlags are the flags of every command that runs the model (embed,
+// warmup, serve): where the model is, where it runs, and how the engine
+// packs, guards and warms.
+type engineFlags struct {
+	modelDir, modelSHA  *string
+	noVerify            *bool
+	ortLib, provider    *string
+	device              *int
+	sessions, threads   *int
+	maxTokens           *int
+	maxBatchTokens      *int
+	maxBatch            *int
+	tiers               *string
+	inflight            *int
+	guard               *string
+	guardSeq            *int
+	breaker             *int
+	warmBatches, warmSq *string
+	probe               *bool
+	engineCache         *string
+	fp16                *bool
+}
+
+// addEngineFlags defines the engine flags on fs. warm says whether the
+// warm-up grid runs by default (a server and the warmup command want it; a
+// one-shot embed on CPU does not).
+func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
+	defBatches := ""
+	if warm {
+		defBatches = "1,2"
+	}
+	return &engineFlags{
+		modelDir:       fs.String("model", "", "model directory (model.onnx, tokenizer.json, config.json, manifest.json, head weights)"),
+		modelSHA:       fs.String("model-sha256", "", "pin: fail unless model.onnx has this sha256"),
+		noVerify:       fs.Bool("no-verify", false, "skip checking the files against manifest.json"),
+		ortLib:         fs.String("ort-lib", "", "ONNX Runtime shared library (default: JETEMBED_ORT_LIB, then .deps, then the system loader)"),
+		provider:       fs.String("provider", "cpu", "execution provider: cpu, cuda or tensorrt (GPU providers never fall back to CPU)"),
+		device:         fs.Int("device", 0, "first GPU ordinal; session i runs on device+i"),
+		sessions:       fs.Int("sessions", 1, "model sessions (one per GPU, or CPU workers)"),
+		threads:        fs.Int("threads", 0, "ONNX Runtime intra-op threads per session (0: one per core)"),
+		maxTokens:      fs.Int("max-tokens", 0, "longest text in tokens before truncation (0: the model's maximum)"),
+		maxBatchTokens: fs.Int("max-batch-tokens", 0, "padded tokens (batch x seq) per session run (0: 16384)"),
+		maxBatch:       fs.Int("max-batch", 0, "texts per session run (0: 64)"),
+		tiers:          fs.String("tiers", "", "padded sequence tiers, comma separated (default: 4 per octave from 8 to max tokens)"),
+		inflight:       fs.Int("inflight-tokens", 0, "admission budget: tokens of calls in progress (0: 8 x max-batch-tokens x sessions)"),
+		guard:          fs.String("guard", "auto", "JIT guard refusing unwarmed long shapes: auto (on for tensorrt), on or off"),
+		guardSeq:       fs.Int("guard-seq", 4096, "sequence length from which the JIT guard applies"),
+		breaker:        fs.Int("breaker-threshold", 3, "consecutive run errors that drop and reload a session"),
+		warmBatches:    fs.String("warmup-batches", defBatches, "warm-up grid batch sizes, comma separated (empty: no warm-up)"),
+		warmSq:         fs.String("warmup-seqs", "", "warm-up grid sequence lengths (default: powers of two up to max tokens)"),
+		probe:          fs.Bool("probe", true, "time a few shapes at start and fit the packing cost model"),
+		engineCache:    fs.String("trt-cache", "", "TensorRT engine cache directory (shared by the fleet)"),
+		fp16:           fs.Bool("fp16", false, "TensorRT: build FP16 engines"),
+	}
+}
+
+// config turns the flags into an engine configuration.
+func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
+	var cfg engine.Config
+	p := ort.Provider{Kind: ort.Kind(*f.provider), IntraOpThreads: *f.threads, DeviceID: *f.device,
+		EngineCacheDir: *f.engineCache, TimingCacheDir: *f.engineCache, FP16: *f.fp16}
+	if err := p.Validate(); err != nil {
+		return cfg, p, fmt.Errorf("%w: --provider: %w", errUsage, err)
+	}
+	cfg = engine.Config{
+		Sessions: *f.sessions, MaxTokens: *f.maxTokens, MaxBatchTokens: *f.maxBatchTokens,
+		MaxBatch: *f.maxBatch, InflightTokens: *f.inflight, GuardSeq: *f.guardSeq,
+		BreakerThreshold: *f.breaker, Probe: *f.probe,
+	}
+	switch *f.guard {
+	case "auto":
+		cfg.Guard = p.Kind == ort.TensorRT
+	case "on":
+		cfg.Guard = true
+	case "off":
+	default:
+		return cfg, p, fmt.Errorf("%w: --guard %q (want auto, on or off)", errUsage, *f.guard)
+	}
+	var err error
+	if cfg.Tiers, err = ints("tiers", *f.tiers); err != nil {
+		return cfg, p, err
+	}
+	batches, err := ints("warmup-batches", *f.warmBatches)
+	if err != nil {
+		return cfg, p, err
+	}
+	seqs, err := ints("warmup-seqs", *f.warmSq)
+	if err != nil {
+		return cfg, p, err
+	}
+	cfg.NoWarmup = len(batches) == 0
+	for _, s := range seqs {
+		for _, b := range batches {
+			cfg.Warmup = append(cfg.Warmup, engine.Shape{Batch: b, Seq: s})
+		}
+	}
+	return cfg, p, nil
+}
+
+// open loads the model, the tokenizer and the sessions and returns a ready
+// engine (warm-up done). The caller closes the engine.
+func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, error) {
+	if *f.modelDir == "" {
+		return nil, nil, fmt.Errorf("%w: --model is required", errUsage)
+	}
+	cfg, prov, err := f.config()
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := ort.Init(ort.LibraryOptions{Path: *f.ortLib}); err != nil {
+		return nil, nil, err
+	}
+	m, err := model.Open(*f.modelDir, model.Options{SHA256: *f.modelSHA, VerifyManifest: !*f.noVerify})
+	if err != nil {
+		return nil, nil, err
+	}
+	tok, err := loadTokenizer(m.TokenizerPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	// The default warm-up seqs depend on the model's maximum.
+	if batches, _ := ints("warmup-batches", *f.warmBatches); len(batches) > 0 && *f.warmSq == "" {
+		limit := m.Config.MaxTokens
+		if cfg.MaxTokens > 0 {
+			limit = min(limit, cfg.MaxTokens)
+		}
+		for _, s := range pack.Tiers(8, limit, 1) {
+			for _, b := range batches {
+				cfg.Warmup = append(cfg.Warmup, engine.Shape{Batch: b, Seq: s})
+			}
+		}
+	}
+	e, err := engine.New(ctx, cfg, tok, m, func(session int) (engine.Runner, error) {
+		p := prov
+		if p.Kind == ort.CUDA || p.Kind == ort.TensorRT {
+			p.DeviceID += session
+		}
+		return ort.Open(m, p)
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return e, m, nil
+}
+
+// ints parses a comma-separated list of positive integers.
+func ints(flag, s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part == "" {
+			continue
+		}
+		n, err := strconv.Atoi(part)
+		if err != nil || n <= 0 {
+			return nil, fmt.Errorf("%w: --%s: %q is not a positive integer", errUsage, flag, part)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// hfTokenizer adapts the pure-Go tokenizer to [engine.Tokenizer].
+type hfTokenizer struct{ t *tokenizer.Tokenizer }
+
+func loadTokenizer(path string) (hfTokenizer, error) {
+	t, err := tokenizer.Load(path)
+	if err != nil {
+		return hfTokenizer{}, err
+	}
+	return hfTokenizer{t}, nil
+}
+
+func (h hfTokenizer) Encode(text string, maxTokens int) ([]int32, int) {
+	enc := h.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
+	return enc.IDs, enc.Count
+}
+
+func (h hfTokenizer) SpecialIDs() []int32 { return h.t.SpecialIDs() }
