@@ -1,0 +1,127 @@
+package tokenizer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The differential test runs HuggingFace tokenizers itself (the Node oracle
+// from make deps) over seeded random strings and compares every tokenizer
+// file under testdata/tokenizers. It skips when node or the oracle is absent.
+
+// randomAlphabet mixes what breaks tokenizers: several scripts, combining
+// marks, ZWJ emoji parts, every kind of space and line break, controls,
+// full-width forms, the Metaspace character and special-token syntax.
+var randomAlphabet = []string{
+	"a", "b", "e", "z", "A", "Q", "0", "7", " ", " ", " ", "  ", ".", ",", "'", "-", "_", "(", "/",
+	"é", "ü", "ß", "ñ", "İ", "ı", "ǅ", "ﬁ", "Ⅻ", "½", "²", "™",
+	"д", "Ж", "ё", "α", "Ω", "ς", "א", "ש", "ب", "ة", "ﻻ", "ह", "ि", "्", "क", "ত", "ா", "ก", "ำ", "ེ",
+	"日", "本", "語", "中", "文", "あ", "カ", "ｶ", "ﾞ", "한", "ᄀ", "ᅡ", "ᆨ", "ｱ", "Ａ", "ｚ", "１", "！", "　",
+	"\u0301", "\u0308", "\u0323", "\u20dd", "\u200d", "\u200c", "\u200b", "\u2060", "\ufeff", "\u00ad",
+	"👍", "🏽", "❤", "\ufe0f", "🇫", "🇷", "👨", "👩", "🧑", "🚀", "🏳", "🌈", "\U000e0067",
+	"\t", "\n", "\r", "\r\n", "\v", "\f", "\u0085", "\u00a0", "\u2028", "\u2029", "\u3000", "\u2009", "\u202f",
+	"\x00", "\x01", "\x1b", "\x7f", "\u009f", "\ue000", "\ufffd", "\U0010fffd",
+	"▁", "▁▁", "<s>", "</s>", "<pad>", "<unk>", "<mask>", "<", ">", "s",
+}
+
+// randomText is a seeded random string of up to n alphabet pieces.
+func randomText(r *rand.Rand, n int) string {
+	var b strings.Builder
+	for range r.IntN(n + 1) {
+		b.WriteString(randomAlphabet[r.IntN(len(randomAlphabet))])
+	}
+	return b.String()
+}
+
+func oracle(t *testing.T) (node, dir string) {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node not found")
+	}
+	dir = os.Getenv("JETEMBED_HF_ORACLE")
+	if dir == "" {
+		dir = "../../.deps/hf-oracle"
+	}
+	if _, err := os.Stat(filepath.Join(dir, "encode.js")); err != nil {
+		t.Skipf("HF oracle not found (JETEMBED_HF_ORACLE=%q)", dir)
+	}
+	return node, dir
+}
+
+func TestDifferentialRandom(t *testing.T) {
+	node, dir := oracle(t)
+	r := rand.New(rand.NewPCG(20261129, 1))
+	n := 400
+	if v, err := strconv.Atoi(os.Getenv("JETEMBED_TOKENIZER_DIFF_N")); err == nil && v > 0 {
+		n = v // a longer local hunt; the default keeps the suite fast
+	}
+	texts := make([]string, n)
+	for i := range texts {
+		texts[i] = randomText(r, []int{3, 10, 40, 200}[i%4])
+	}
+	var in bytes.Buffer
+	enc := json.NewEncoder(&in)
+	for _, s := range texts {
+		if err := enc.Encode(map[string]string{"text": s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inPath := filepath.Join(t.TempDir(), "in.jsonl")
+	if err := os.WriteFile(inPath, in.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range tokenizerFiles(t) {
+		t.Run(strings.TrimSuffix(filepath.Base(path), ".json"), func(t *testing.T) {
+			tok, err := Load(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, mode := range []struct {
+				args []string
+				opt  Options
+			}{
+				{nil, Options{AddSpecialTokens: true}},
+				{[]string{"--no-special", "--max-length", "16"}, Options{MaxTokens: 16}},
+			} {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+				args := append([]string{filepath.Join(dir, "encode.js"), path, inPath, "-", "--quiet"}, mode.args...)
+				out, err := exec.CommandContext(ctx, node, args...).Output()
+				cancel()
+				if err != nil {
+					t.Fatalf("oracle %v: %v", mode.args, err)
+				}
+				lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+				if len(lines) != len(texts) {
+					t.Fatalf("oracle returned %d lines for %d texts", len(lines), len(texts))
+				}
+				same, failed := 0, 0
+				for i, line := range lines {
+					var want struct {
+						IDs []int32 `json:"ids"`
+					}
+					if err := json.Unmarshal(line, &want); err != nil {
+						t.Fatal(err)
+					}
+					got := tok.Encode(texts[i], mode.opt)
+					if slices.Equal(got.IDs, want.IDs) {
+						same++
+					} else if failed++; failed <= 5 {
+						t.Errorf("%v text %q:\n%s", mode.args, texts[i], firstDiff(tok, got.IDs, want.IDs))
+					}
+				}
+				t.Logf("%v: %d/%d identical", mode.args, same, len(texts))
+			}
+		})
+	}
+}
