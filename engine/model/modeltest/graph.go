@@ -2,6 +2,7 @@ package modeltest
 
 import (
 	"math"
+	"strconv"
 
 	"github.com/jetembed/jetembed/engine/model"
 )
@@ -31,6 +32,13 @@ func (s Spec) ONNX() []byte {
 	x = g.add("Mul", []string{x, "w"}, "xw")
 	x = g.add("Add", []string{x, "b"}, "xwb")
 
+	if s.Layers > 0 {
+		g.initializers = append(g.initializers, floatTensor("layer_w", []int64{h64, h64}, ramp(s.Hidden*s.Hidden, -0.5, 1/float32(s.Hidden*s.Hidden))))
+		for i := range s.Layers {
+			x = g.add("MatMul", []string{x, "layer_w"}, "layer_mm"+strconv.Itoa(i))
+			x = g.add("Sin", []string{x}, "layer"+strconv.Itoa(i))
+		}
+	}
 	if s.Layout != model.LayoutHeads {
 		g.add("Sin", []string{x}, model.OutputHidden)
 		g.outputs = []pb{valueInfo(model.OutputHidden, onnxFloat, "batch", "seq", s.Hidden)}

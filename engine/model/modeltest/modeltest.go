@@ -27,6 +27,10 @@ type Spec struct {
 	ColBERTDim int // C
 	Vocab      int
 	MaxPos     int // max_position_embeddings
+	// Layers adds that many H x H MatMul+Sin nodes after the hidden state,
+	// to make runs slow (cancellation tests). [Spec.HiddenState] and the
+	// heads are only reproducible with Layers == 0.
+	Layers int
 }
 
 // Tiny is a small hidden-state model; set Layout for the other one.
