@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jetembed/jetembed/engine"
@@ -54,12 +55,18 @@ func TestInit(t *testing.T) {
 	if err := checkVersion(lib.Version); err != nil || lib.Path != os.Getenv(EnvLibrary) {
 		t.Errorf("library %+v: %v", lib, err)
 	}
-	again, err := Init(LibraryOptions{})
-	if err != nil || again != lib {
-		t.Errorf("second Init = %+v, %v; want %+v", again, err, lib)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			again, err := Init(LibraryOptions{})
+			if err != nil || again != lib {
+				t.Errorf("repeated Init = %+v, %v; want %+v", again, err, lib)
+			}
+		})
 	}
+	wg.Wait()
 	missing := filepath.Join(t.TempDir(), "libonnxruntime.so.1")
-	_, err = Init(LibraryOptions{Path: missing})
+	_, err := Init(LibraryOptions{Path: missing})
 	if !errors.Is(err, ErrLibraryNotFound) || !strings.Contains(err.Error(), missing) ||
 		!strings.Contains(err.Error(), "make deps") {
 		t.Errorf("missing library: %v", err)
