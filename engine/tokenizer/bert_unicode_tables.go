@@ -557,14 +557,14 @@ var regexWordTable = &unicode.RangeTable{
 // char::to_lowercase) differs from lowercaseFull's Go mapping: characters
 // Go's Unicode tables do not have yet.
 var hfLowercaseExceptions = map[rune]string{
-	0x1C89: "\u1C8A",
-	0xA7CB: "\u0264",
-	0xA7CC: "\uA7CD",
-	0xA7CE: "\uA7CF",
-	0xA7D2: "\uA7D3",
-	0xA7D4: "\uA7D5",
-	0xA7DA: "\uA7DB",
-	0xA7DC: "\u019B",
+	0x1C89:  "\u1C8A",
+	0xA7CB:  "\u0264",
+	0xA7CC:  "\uA7CD",
+	0xA7CE:  "\uA7CF",
+	0xA7D2:  "\uA7D3",
+	0xA7D4:  "\uA7D5",
+	0xA7DA:  "\uA7DB",
+	0xA7DC:  "\u019B",
 	0x10D50: "\U00010D70",
 	0x10D51: "\U00010D71",
 	0x10D52: "\U00010D72",
