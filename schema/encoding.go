@@ -90,6 +90,9 @@ func EncodeResult(r *Result, enc Encoding) ([]byte, error) {
 
 func encode(v any, enc Encoding) ([]byte, error) {
 	var buf bytes.Buffer
+	if r, ok := v.(*Result); ok {
+		buf.Grow(r.sizeHint())
+	}
 	if enc == EncodingJSON {
 		if err := json.NewEncoder(&buf).Encode(v); err != nil {
 			return nil, fmt.Errorf("encode json: %w", err)
