@@ -82,9 +82,9 @@ func newReplace(raw json.RawMessage) (normalizer, error) {
 	case cfg.Pattern.String != nil:
 		return &replace{literal: *cfg.Pattern.String, content: cfg.Content}, nil
 	case cfg.Pattern.Regex != nil:
-		re, err := regexp.Compile(*cfg.Pattern.Regex)
+		re, err := compileOnig(*cfg.Pattern.Regex)
 		if err != nil {
-			return nil, fmt.Errorf("%w: replace regex %q: %w", ErrUnsupported, *cfg.Pattern.Regex, err)
+			return nil, fmt.Errorf("replace: %w", err)
 		}
 		return &replace{re: re, content: cfg.Content}, nil
 	}
