@@ -10,25 +10,6 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 )
 
-// Header names of wire contract v1. Headers let a router or the consumer
-// act on a message without decoding its body.
-const (
-	// HeaderContentType selects the encoding of the body: application/json
-	// for JSON, anything else (or nothing) for msgpack.
-	HeaderContentType = "Content-Type"
-	// HeaderReply is the subject a job's result goes to when the body has
-	// no reply field.
-	HeaderReply = "Embed-Reply"
-	// HeaderDeadline is an RFC 3339 deadline, as the job's deadline field.
-	HeaderDeadline = "Embed-Deadline"
-	// HeaderMsgID is the JetStream dedupe id; producers set it to the job id
-	// and results published to a stream carry it too.
-	HeaderMsgID = "Nats-Msg-Id"
-	// HeaderErrorCode is set on results that carry a job-level error, to
-	// the error's [Code].
-	HeaderErrorCode = "Embed-Error-Code"
-)
-
 // Media types of the two encodings.
 const (
 	MediaTypeMsgpack = "application/msgpack"
