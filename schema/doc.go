@@ -1,4 +1,56 @@
-// Package schema is wire contract v1 of jetembed: the Job and Result types,
-// their msgpack and JSON encodings, limits, validation and the stable error
-// codes. It imports nothing of the project.
+// Package schema is wire contract v1 of jetembed: the [Job] and [Result]
+// types, their msgpack and JSON encodings, the header names, the [Limits]
+// and their validation, and the stable error [Code]s. Producers, the
+// consumer and clients all speak through it.
+//
+// schema imports nothing of the project (it is the bottom of the one-way
+// flow cmd -> jetstream -> consumer -> engine -> schema) and nothing of
+// NATS: headers are plain map[string][]string, which nats.Header converts
+// to and from.
+//
+// # Encodings
+//
+// A body is msgpack unless its Content-Type header is application/json
+// ([EncodingFor]); a result uses its job's encoding. Field names are the
+// same in both encodings:
+//
+//	job:    v, id, texts, outputs, truncate, reply, deadline, meta
+//	result: v, id, model, items, usage {tokens, padded_tokens},
+//	        error {code, message, retriable}, meta
+//	item:   dense, sparse {ids, weights}, colbert, tokens, truncated,
+//	        error {code, message}
+//
+// Empty fields are omitted. An absent "v" means 1; any other version is
+// refused with bad_version. Absent "outputs" means [dense]; absent
+// "truncate" means true. Unknown fields are ignored.
+//
+// # Vectors in msgpack
+//
+// A [Vector] (dense, sparse weights, one ColBERT row) is a msgpack bin
+// (0xc4/0xc5/0xc6 header) holding little-endian IEEE 754 float32 values,
+// 4 bytes each, with no per-value tags; every bit pattern (-0, NaN payloads,
+// denormals) travels unchanged. ColBERT is a msgpack array of such bins, one
+// per token, all of the same dimension. Sparse ids are a plain msgpack array
+// of unsigned integers, sorted ascending, parallel to the weights. In JSON
+// vectors are arrays of numbers and ColBERT an array of arrays; JSON cannot
+// carry NaN or infinities.
+//
+// # Decoding untrusted bytes
+//
+// [DecodeJob] and [DecodeResult] decode msgpack by hand (the reflective
+// decoder of vmihailenco/msgpack trusts length headers: a 5-byte map32
+// header makes it allocate until the process dies). Every length is checked
+// against the bytes left, so allocation stays proportional to the payload;
+// opaque values (meta, unknown fields) nest at most 64 deep; any malformed
+// input is a bad_payload [*Error], never a panic. [Job] and [Result]
+// implement msgpack.CustomDecoder, so msgpack.Unmarshal into them takes the
+// same path.
+//
+// # Validation
+//
+// [Limits.DecodeJob] is the consumer's admission path: payload size
+// (job_too_large), decoding (bad_payload), then [Limits.Validate], which
+// returns one job-level error (bad_version, missing_id, empty_job,
+// too_many_texts, job_too_large, unknown_output, bad_payload) or per-text
+// errors (invalid_utf8) that fail only their item.
 package schema
