@@ -75,7 +75,9 @@ func encode(v any, enc Encoding) ([]byte, error) {
 		buf.Grow(r.sizeHint())
 	}
 	if enc == EncodingJSON {
-		if err := json.NewEncoder(&buf).Encode(v); err != nil {
+		je := json.NewEncoder(&buf)
+		je.SetEscapeHTML(false) // texts and meta echo as sent
+		if err := je.Encode(v); err != nil {
 			return nil, fmt.Errorf("encode json: %w", err)
 		}
 		return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil

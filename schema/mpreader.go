@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"unsafe"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -136,8 +137,8 @@ func (r reader) bytes() ([]byte, error) {
 func (r reader) bytesChunked(n int) ([]byte, error) {
 	b := make([]byte, 0, unknownLeft)
 	for len(b) < n {
-		k := min(n-len(b), max(cap(b)-len(b), unknownLeft))
-		b = append(b, make([]byte, k)...)
+		k := min(n-len(b), max(len(b), unknownLeft))
+		b = slices.Grow(b, k)[:len(b)+k]
 		if err := r.dec.ReadFull(b[len(b)-k:]); err != nil {
 			return nil, err
 		}
