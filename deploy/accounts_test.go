@@ -1,0 +1,423 @@
+package deploy
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/conf"
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// confVariable matches a variable used as a value (password: $X), not the
+// $JS or $KV of a subject.
+var confVariable = regexp.MustCompile(`[:=]\s*\$([A-Z][A-Z0-9_]*)\b`)
+
+// accountVariables are the $VARIABLES of accounts.conf that are not defined
+// in the file: the passwords the server takes from its environment.
+func accountVariables(t *testing.T) []string {
+	t.Helper()
+	text := readFile(t, "nats/accounts.conf")
+	var vars []string
+	for _, m := range confVariable.FindAllStringSubmatch(text, -1) {
+		name := m[1]
+		defined := regexp.MustCompile(`(?m)^` + name + `\s*[:=]`).MatchString(text)
+		if !defined && !slices.Contains(vars, name) {
+			vars = append(vars, name)
+		}
+	}
+	slices.Sort(vars)
+	return vars
+}
+
+// setPasswords puts a password for every user variable in the environment
+// (user name lowercased with dashes: PRODUCER_A_PASSWORD -> producer-a-pw).
+func setPasswords(t *testing.T) {
+	t.Helper()
+	vars := accountVariables(t)
+	if len(vars) < 4 {
+		t.Fatalf("accounts.conf takes only %v from the environment", vars)
+	}
+	for _, v := range vars {
+		t.Setenv(v, password(strings.ToLower(strings.ReplaceAll(strings.TrimSuffix(v, "_PASSWORD"), "_", "-"))))
+	}
+}
+
+func password(user string) string { return user + "-pw" }
+
+func TestAccountsConfParses(t *testing.T) {
+	setPasswords(t)
+	if _, err := conf.ParseFileWithChecks("nats/accounts.conf"); err != nil {
+		t.Fatalf("accounts.conf: %v", err)
+	}
+	// The server's own processing catches what the parser accepts: unknown
+	// permission fields, users in two accounts, a bad system account.
+	opts, err := server.ProcessConfigFile("nats/accounts.conf")
+	if err != nil {
+		t.Fatalf("accounts.conf: %v", err)
+	}
+	var users []string
+	for _, u := range opts.Users {
+		users = append(users, u.Username+"@"+u.Account.Name)
+		if u.Account.Name != "SYS" && u.Permissions == nil {
+			t.Errorf("user %s has no permissions: it could do anything in its account", u.Username)
+		}
+	}
+	slices.Sort(users)
+	want := []string{"embedder@EMBED", "producer-a@EMBED", "producer-b@EMBED", "provisioner@EMBED", "sys@SYS"}
+	if !slices.Equal(users, want) {
+		t.Errorf("users %v, want %v", users, want)
+	}
+}
+
+// writeTLS writes a CA and a server certificate for 127.0.0.1 into dir.
+func writeTLS(t *testing.T, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "jetembed test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage:    x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, typ string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("ca.crt", "CERTIFICATE", caDER), write("tls.crt", "CERTIFICATE", der), write("tls.key", "EC PRIVATE KEY", keyDER)
+}
+
+// runServer starts a TLS-only JetStream server that includes accounts.conf
+// verbatim, as the Helm chart does.
+func runServer(t *testing.T) (url, caFile string) {
+	t.Helper()
+	setPasswords(t)
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writeTLS(t, dir)
+	if err := os.WriteFile(filepath.Join(dir, "accounts.conf"), []byte(readFile(t, "nats/accounts.conf")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := `host: 127.0.0.1
+port: -1
+tls {
+  cert_file: "` + certFile + `"
+  key_file: "` + keyFile + `"
+  timeout: 2
+}
+jetstream { store_dir: "` + filepath.Join(dir, "js") + `" }
+include ./accounts.conf
+`
+	cfgFile := filepath.Join(dir, "server.conf")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	s, err := server.NewServer(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Start()
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("nats-server not ready")
+	}
+	t.Cleanup(s.Shutdown)
+	return strings.Replace(s.ClientURL(), "nats://", "tls://", 1), caFile
+}
+
+// client is a connection whose permission violations are collected.
+type client struct {
+	*nats.Conn
+	violations chan error
+}
+
+func connect(t *testing.T, url, caFile, user string, opts ...nats.Option) *client {
+	t.Helper()
+	c := &client{violations: make(chan error, 64)}
+	opts = append(opts,
+		nats.RootCAs(caFile),
+		nats.UserInfo(user, password(user)),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				c.violations <- err
+			}
+		}),
+	)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	c.Conn = nc
+	return c
+}
+
+// denied waits for the server to report a permission violation on subject.
+func (c *client) denied(t *testing.T, op, subject string) {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case err := <-c.violations:
+			msg := strings.ToLower(err.Error())
+			if strings.Contains(msg, "for "+op) && strings.Contains(err.Error(), `"`+subject+`"`) {
+				return
+			}
+		case <-timeout:
+			t.Errorf("%s %s was not refused", op, subject)
+			return
+		}
+	}
+}
+
+// allowed checks that no permission violation arrived (after a round trip,
+// so the server has processed everything sent before).
+func (c *client) allowed(t *testing.T) {
+	t.Helper()
+	if err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-c.violations:
+		t.Errorf("unexpected: %v", err)
+	default:
+	}
+}
+
+// TestPermissionModel runs the permission model of accounts.conf against a
+// real server: the whole job path works for the users meant to walk it,
+// and each step outside a user's allow list is refused.
+func TestPermissionModel(t *testing.T) {
+	url, caFile := runServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	// TLS and credentials are not optional.
+	if nc, err := nats.Connect(strings.Replace(url, "tls://", "nats://", 1), nats.UserInfo("embedder", password("embedder"))); err == nil {
+		nc.Close()
+		t.Error("plain-text connection accepted")
+	}
+	if nc, err := nats.Connect(url, nats.RootCAs(caFile)); err == nil {
+		nc.Close()
+		t.Error("connection without credentials accepted")
+	}
+
+	// The provisioner creates what `jetembed provision` creates.
+	prov := connect(t, url, caFile, "provisioner")
+	pjs, err := natsjs.New(prov.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range []natsjs.StreamConfig{
+		{Name: "EMBED_JOBS", Subjects: []string{"embed.jobs.>"}, Retention: natsjs.WorkQueuePolicy},
+		{Name: "EMBED_RESULTS", Subjects: []string{"embed.results.>"}},
+		{Name: "EMBED_DLQ", Subjects: []string{"embed.dlq.>"}},
+	} {
+		if _, err := pjs.CreateStream(ctx, sc); err != nil {
+			t.Fatalf("provisioner: create stream %s: %v", sc.Name, err)
+		}
+	}
+	if _, err := pjs.CreateOrUpdateConsumer(ctx, "EMBED_JOBS", natsjs.ConsumerConfig{Durable: "embedder", AckPolicy: natsjs.AckExplicitPolicy}); err != nil {
+		t.Fatalf("provisioner: create consumer: %v", err)
+	}
+	if _, err := pjs.CreateKeyValue(ctx, natsjs.KeyValueConfig{Bucket: "EMBED_ENGINES"}); err != nil {
+		t.Fatalf("provisioner: create bucket: %v", err)
+	}
+
+	prodA := connect(t, url, caFile, "producer-a", nats.CustomInboxPrefix("_INBOX_producer-a"))
+	prodB := connect(t, url, caFile, "producer-b", nats.CustomInboxPrefix("_INBOX_producer-b"))
+	emb := connect(t, url, caFile, "embedder")
+
+	// producer-a submits a job and listens on its own results subject.
+	resultsA, err := prodA.SubscribeSync("embed.results.producer-a.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ajs, err := natsjs.New(prodA.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ajs.Publish(ctx, "embed.jobs.producer-a", []byte(`{"v":1,"id":"a1","texts":["x"],"reply":"embed.results.producer-a.a1"}`), natsjs.WithMsgID("a1")); err != nil {
+		t.Fatalf("producer-a: publish job: %v", err)
+	}
+	prodA.allowed(t)
+
+	// producer-b cannot read producer-a's results, nor everyone's.
+	for _, subj := range []string{"embed.results.producer-a.>", "embed.results.>", "_INBOX_producer-a.>"} {
+		if _, err := prodB.SubscribeSync(subj); err != nil {
+			t.Fatal(err)
+		}
+		prodB.denied(t, "subscription", subj)
+	}
+	// Nor pull jobs, nor administer streams.
+	if err := prodB.Publish("$JS.API.CONSUMER.MSG.NEXT.EMBED_JOBS.embedder", []byte(`{"batch":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	prodB.denied(t, "publish", "$JS.API.CONSUMER.MSG.NEXT.EMBED_JOBS.embedder")
+	if err := prodB.Publish("$JS.API.STREAM.DELETE.EMBED_JOBS", nil); err != nil {
+		t.Fatal(err)
+	}
+	prodB.denied(t, "publish", "$JS.API.STREAM.DELETE.EMBED_JOBS")
+
+	// The embedder pulls the job, publishes the result and a DLQ copy, ACKs.
+	ejs, err := natsjs.New(emb.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := ejs.Consumer(ctx, "EMBED_JOBS", "embedder")
+	if err != nil {
+		t.Fatalf("embedder: bind consumer: %v", err)
+	}
+	batch, err := cons.Fetch(1, natsjs.FetchMaxWait(5*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []natsjs.Msg
+	for m := range batch.Messages() {
+		got = append(got, m)
+	}
+	if len(got) != 1 {
+		t.Fatalf("embedder fetched %d jobs (%v), want 1", len(got), batch.Error())
+	}
+	if _, err := ejs.Publish(ctx, "embed.results.producer-a.a1", []byte(`{"v":1,"id":"a1"}`)); err != nil {
+		t.Fatalf("embedder: publish result: %v", err)
+	}
+	if _, err := ejs.Publish(ctx, "embed.dlq.bad_payload", []byte(`{}`)); err != nil {
+		t.Fatalf("embedder: publish DLQ copy: %v", err)
+	}
+	if err := got[0].DoubleAck(ctx); err != nil {
+		t.Fatalf("embedder: ack: %v", err)
+	}
+	if _, err := resultsA.NextMsg(5 * time.Second); err != nil {
+		t.Errorf("producer-a did not receive its result: %v", err)
+	}
+	// The embedder reads no results and touches no other stream.
+	if _, err := emb.SubscribeSync("embed.results.>"); err != nil {
+		t.Fatal(err)
+	}
+	emb.denied(t, "subscription", "embed.results.>")
+	if err := emb.Publish("$JS.API.STREAM.PURGE.EMBED_JOBS", nil); err != nil {
+		t.Fatal(err)
+	}
+	emb.denied(t, "publish", "$JS.API.STREAM.PURGE.EMBED_JOBS")
+
+	// The embedder shares engine shapes through the KV bucket.
+	kv, err := ejs.KeyValue(ctx, "EMBED_ENGINES")
+	if err != nil {
+		t.Fatalf("embedder: bind bucket: %v", err)
+	}
+	w, err := kv.Watch(ctx, "bge-m3.sm89.>")
+	if err != nil {
+		t.Fatalf("embedder: watch: %v", err)
+	}
+	defer w.Stop()
+	if _, err := kv.Create(ctx, "bge-m3.sm89.8x512", []byte("ok")); err != nil {
+		t.Fatalf("embedder: create key: %v", err)
+	}
+	if _, err := kv.Create(ctx, "bge-m3.sm89.8x512", []byte("again")); !errors.Is(err, natsjs.ErrKeyExists) {
+		t.Errorf("second create = %v, want ErrKeyExists (the compile lock)", err)
+	}
+	if e, err := kv.Get(ctx, "bge-m3.sm89.8x512"); err != nil || string(e.Value()) != "ok" {
+		t.Errorf("embedder: get = %v, %v", e, err)
+	}
+	watched := false
+	for !watched {
+		select {
+		case e := <-w.Updates():
+			watched = e != nil && e.Key() == "bge-m3.sm89.8x512"
+		case <-ctx.Done():
+			t.Fatal("embedder: watch saw no update")
+		}
+	}
+	emb.allowed(t)
+
+	// producer-a reads its results durably, from its own consumer only.
+	if _, err := ajs.CreateOrUpdateConsumer(ctx, "EMBED_RESULTS", natsjs.ConsumerConfig{
+		Durable: "producer-a", FilterSubject: "embed.results.producer-a.>", AckPolicy: natsjs.AckExplicitPolicy,
+	}); err != nil {
+		t.Fatalf("producer-a: create its results consumer: %v", err)
+	}
+	rc, err := ajs.Consumer(ctx, "EMBED_RESULTS", "producer-a")
+	if err != nil {
+		t.Fatalf("producer-a: bind its results consumer: %v", err)
+	}
+	if m, err := rc.Next(natsjs.FetchMaxWait(5 * time.Second)); err != nil || m.Subject() != "embed.results.producer-a.a1" {
+		t.Errorf("producer-a: next result = %v, %v", m, err)
+	} else if err := m.DoubleAck(ctx); err != nil {
+		t.Errorf("producer-a: ack result: %v", err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	if _, err := ajs.CreateOrUpdateConsumer(short, "EMBED_RESULTS", natsjs.ConsumerConfig{
+		Durable: "producer-a", FilterSubject: "embed.results.>",
+	}); err == nil {
+		t.Error("producer-a created a consumer over everyone's results")
+	}
+	prodA.denied(t, "publish", "$JS.API.CONSUMER.CREATE.EMBED_RESULTS.producer-a.embed.results.>")
+
+	// Request-reply: the embed service answers producer-a's private inbox
+	// through allow_responses.
+	svc, err := micro.AddService(emb.Conn, micro.Config{
+		Name: "embed", Version: "1.0.0", QueueGroup: "embed",
+		Endpoint: &micro.EndpointConfig{Subject: "embed.v1.embed", Handler: micro.HandlerFunc(func(r micro.Request) {
+			_ = r.Respond([]byte("vectors"))
+		})},
+	})
+	if err != nil {
+		t.Fatalf("embedder: add service: %v", err)
+	}
+	defer svc.Stop()
+	emb.allowed(t)
+	if resp, err := prodA.Request("embed.v1.embed", []byte(`{"v":1,"id":"r1","texts":["x"]}`), 5*time.Second); err != nil || string(resp.Data) != "vectors" {
+		t.Errorf("producer-a: request embed.v1.embed = %v, %v", resp, err)
+	}
+	prodA.allowed(t)
+}
