@@ -1,0 +1,186 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/schema"
+	"github.com/jetembed/jetembed/telemetry"
+)
+
+// Headers of a dead letter, besides the job's own headers and
+// [HeaderSubject] (the subject the job was published on).
+const (
+	HeaderDLQCode      = "Embed-Dlq-Code"
+	HeaderDLQMessage   = "Embed-Dlq-Message"
+	HeaderDLQJobID     = "Embed-Dlq-Job-Id"
+	HeaderDLQDelivered = "Embed-Dlq-Delivered"
+)
+
+// publishTimeout bounds a publish whose context has no deadline: a core
+// flush needs one, and a result must not wait forever for a stream.
+const publishTimeout = 10 * time.Second
+
+// ErrNotConfirmed means a result or dead letter was sent but the server did
+// not confirm it; the consumer NAKs the job so it runs again.
+var ErrNotConfirmed = errors.New("publish not confirmed")
+
+// Publisher sends the consumer's results and dead letters; it implements
+// [consumer.Publisher].
+//
+// A result for a subject of the results stream is published to JetStream
+// with Nats-Msg-Id set to the job id and returns only once the stream
+// acknowledged it (a redelivered job's second result is dropped by the
+// stream's duplicate window). Any other subject, such as a requester's
+// inbox, is a core publish followed by a flush: the server has the message,
+// which is all core NATS can confirm.
+type Publisher struct {
+	nc      *nats.Conn
+	js      natsjs.JetStream
+	results []string // the results stream's subjects
+	resName string
+	dlqName string
+	dlqBase string // DLQ subject prefix, ending in "."
+}
+
+// NewPublisher returns the publisher for the streams of cfg (only the
+// results and DLQ streams' names and subjects are used).
+func NewPublisher(nc *nats.Conn, cfg Config) (*Publisher, error) {
+	js, err := natsjs.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("publisher: %w", err)
+	}
+	if len(cfg.DLQ.Subjects) == 0 || len(cfg.Results.Subjects) == 0 {
+		return nil, fmt.Errorf("%w: publisher needs the results and dlq subjects", ErrInvalidConfig)
+	}
+	base := strings.TrimSuffix(strings.TrimSuffix(cfg.DLQ.Subjects[0], ">"), "*")
+	if !strings.HasSuffix(base, ".") {
+		base += "."
+	}
+	return &Publisher{
+		nc: nc, js: js,
+		results: cfg.Results.Subjects, resName: cfg.Results.Name,
+		dlqName: cfg.DLQ.Name, dlqBase: base,
+	}, nil
+}
+
+var _ consumer.Publisher = (*Publisher)(nil)
+
+// PublishResult implements [consumer.Publisher].
+func (p *Publisher) PublishResult(ctx context.Context, subject, msgID string, header map[string][]string, data []byte) error {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	h := nats.Header(header)
+	if h == nil {
+		h = nats.Header{}
+	}
+	telemetry.InjectHeaders(ctx, h)
+	m := &nats.Msg{Subject: subject, Header: h, Data: data}
+	if !matchesAny(p.results, subject) {
+		if err := p.nc.PublishMsg(m); err != nil {
+			return fmt.Errorf("publish result to %s: %w", subject, err)
+		}
+		if err := p.nc.FlushWithContext(ctx); err != nil {
+			return fmt.Errorf("%w: result to %s: %w", ErrNotConfirmed, subject, err)
+		}
+		return nil
+	}
+	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(p.resName)}
+	if msgID != "" {
+		opts = append(opts, natsjs.WithMsgID(msgID))
+	}
+	if _, err := p.js.PublishMsg(ctx, m, opts...); err != nil {
+		return fmt.Errorf("%w: result to %s: %w", ErrNotConfirmed, subject, err)
+	}
+	return nil
+}
+
+// PublishDLQ implements [consumer.Publisher]: the job's body and headers go
+// to <dlq prefix>.<code> with the reason in the Embed-Dlq-* headers, and the
+// DLQ stream must confirm it.
+func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, header map[string][]string, data []byte) error {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	h := make(nats.Header, len(header)+4)
+	for k, v := range header {
+		// The job's dedupe id and stream expectations would make the DLQ
+		// stream drop or refuse the copy.
+		if strings.HasPrefix(strings.ToLower(k), "nats-") {
+			continue
+		}
+		h[k] = v
+	}
+	code := dl.Code
+	if code == "" {
+		code = string(schema.CodeInternal)
+	}
+	h.Set(HeaderDLQCode, code)
+	h.Set(HeaderDLQMessage, dl.Message)
+	h.Set(HeaderDLQJobID, dl.JobID)
+	h.Set(HeaderDLQDelivered, strconv.FormatUint(dl.NumDelivered, 10))
+	m := &nats.Msg{Subject: p.dlqBase + subjectToken(code), Header: h, Data: data}
+	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(p.dlqName)}
+	if dl.JobID != "" {
+		// One dead letter per job and reason, even if the TERM is lost and
+		// the job terminated again.
+		opts = append(opts, natsjs.WithMsgID("dlq:"+code+":"+dl.JobID))
+	}
+	if _, err := p.js.PublishMsg(ctx, m, opts...); err != nil {
+		return fmt.Errorf("%w: dead letter of job %q: %w", ErrNotConfirmed, dl.JobID, err)
+	}
+	return nil
+}
+
+func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, publishTimeout)
+}
+
+// matchesAny reports whether subject is matched by one of the filters,
+// with NATS wildcards (* one token, > the rest).
+func matchesAny(filters []string, subject string) bool {
+	for _, f := range filters {
+		if matchSubject(f, subject) {
+			return true
+		}
+	}
+	return false
+}
+
+func matchSubject(filter, subject string) bool {
+	ft, st := strings.Split(filter, "."), strings.Split(subject, ".")
+	for i, f := range ft {
+		if f == ">" {
+			return len(st) > i
+		}
+		if i >= len(st) || (f != "*" && f != st[i]) {
+			return false
+		}
+	}
+	return len(ft) == len(st)
+}
+
+// subjectToken makes s usable as one subject token: anything but letters,
+// digits, '-' and '_' becomes '_'.
+func subjectToken(s string) string {
+	if s == "" {
+		return "_"
+	}
+	b := []byte(s)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}

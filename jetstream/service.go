@@ -1,0 +1,111 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+)
+
+// The request-reply service: `nats micro ls` lists it as ServiceName, and
+// requests go to EndpointSubject.
+const (
+	ServiceName     = "embed"
+	EndpointName    = "embed"
+	EndpointSubject = "embed.v1.embed"
+	// ServiceQueueGroup spreads requests over the fleet: each goes to one
+	// process.
+	ServiceQueueGroup = "embed"
+)
+
+// ServiceOptions configure [StartService].
+type ServiceOptions struct {
+	// Version is the build's version; one that is not SemVer (a git
+	// describe, "dev") is carried as a 0.0.0 pre-release, since micro
+	// requires SemVer.
+	Version string
+	// Subject is the endpoint subject; empty means [EndpointSubject].
+	Subject string
+	// QueueGroup is the endpoint's queue group; empty means
+	// [ServiceQueueGroup].
+	QueueGroup string
+	// Metadata is shown by `nats micro info` (e.g. the model id).
+	Metadata map[string]string
+	// Logger receives refused requests at debug level; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// StartService registers the NATS micro service [ServiceName] on nc with one
+// endpoint that hands each request to sink, the same consumer the fetch
+// loop feeds, so request texts are packed into the same runs as queued
+// jobs. The job is the request body (JSON when its Content-Type says so,
+// else msgpack) and the result is the reply, with a micro error (code = the
+// job-level error code) when the whole job failed. ctx is given to Submit;
+// Stop the returned service to unregister.
+func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOptions) (micro.Service, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	subject := o.Subject
+	if subject == "" {
+		subject = EndpointSubject
+	}
+	queue := o.QueueGroup
+	if queue == "" {
+		queue = ServiceQueueGroup
+	}
+	svc, err := micro.AddService(nc, micro.Config{
+		Name:        ServiceName,
+		Version:     semver(o.Version),
+		Description: "BGE-M3 embeddings (dense, sparse, ColBERT); jetembed wire contract v1",
+		Metadata:    o.Metadata,
+		QueueGroup:  queue,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("micro service: %w", err)
+	}
+	handler := micro.ContextHandler(ctx, func(ctx context.Context, req micro.Request) {
+		if err := sink.Submit(ctx, requestDelivery(req, time.Now())); err != nil {
+			log.Debug("request refused", "subject", req.Subject(), "err", err)
+		}
+	})
+	err = svc.AddEndpoint(EndpointName, handler,
+		micro.WithEndpointSubject(subject),
+		micro.WithEndpointQueueGroup(queue),
+		micro.WithEndpointMetadata(map[string]string{"format": "jetembed job v1: msgpack, or JSON with Content-Type: application/json"}),
+	)
+	if err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("micro endpoint %s: %w", subject, err)
+	}
+	return svc, nil
+}
+
+// semverRE is the SemVer 2.0 grammar, as micro checks it.
+var semverRE = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
+
+// semver returns v if it is SemVer (a leading "v" dropped), else v as the
+// pre-release of 0.0.0, else 0.0.0-dev.
+func semver(v string) string {
+	v = strings.TrimPrefix(strings.TrimSpace(v), "v")
+	if semverRE.MatchString(v) {
+		return v
+	}
+	pre := strings.Map(func(r rune) rune {
+		if r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r == '-' || r == '.' {
+			return r
+		}
+		return '-'
+	}, v)
+	if s := "0.0.0-" + pre; pre != "" && semverRE.MatchString(s) {
+		return s
+	}
+	return "0.0.0-dev"
+}
