@@ -23,9 +23,16 @@ func DecodeJob(data []byte, enc Encoding) (*Job, error) {
 	j := new(Job)
 	var err error
 	if enc == EncodingJSON {
-		err = decodeJSON(data, j)
-		if err == nil && j.V == 0 && !hasJSONVersion(data) {
-			j.V = Version
+		// The outer V shadows Job.V, telling an absent or null "v"
+		// (version 1) from an explicit 0 (bad_version) in one parse.
+		aux := struct {
+			V *int `json:"v"`
+			*jobFields
+		}{jobFields: (*jobFields)(j)}
+		err = decodeJSON(data, &aux)
+		j.V = Version
+		if aux.V != nil {
+			j.V = *aux.V
 		}
 	} else {
 		err = decodeMsgpack(data, j)
@@ -111,6 +118,10 @@ func clampInt(v int64) int {
 	return int(v)
 }
 
+// jobFields is Job without its methods, so that embedding it does not
+// promote Job's DecodeMsgpack and the JSON decoder sees plain fields.
+type jobFields Job
+
 // decodeMsgpack decodes data into v, which must use a reader-based
 // DecodeMsgpack, and refuses trailing bytes.
 func decodeMsgpack(data []byte, v msgpack.CustomDecoder) error {
@@ -143,16 +154,4 @@ func decodeJSON(data []byte, v any) error {
 		return errors.New("trailing data after the JSON object")
 	}
 	return nil
-}
-
-// hasJSONVersion reports whether the top-level object has a non-null "v",
-// telling an explicit v:0 (bad_version) from an absent one (version 1).
-func hasJSONVersion(data []byte) bool {
-	var probe struct {
-		V *json.RawMessage `json:"v"`
-	}
-	if json.Unmarshal(data, &probe) != nil || probe.V == nil {
-		return false
-	}
-	return !bytes.Equal(*probe.V, []byte("null"))
 }

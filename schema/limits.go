@@ -100,7 +100,7 @@ func (l Limits) Validate(j *Job) (*Error, []*Error) {
 	case len(j.Texts) > l.MaxTexts:
 		return Errorf(CodeTooManyTexts, "job has %d texts, over the limit of %d", len(j.Texts), l.MaxTexts), nil
 	}
-	if j.Reply != "" && !validSubject(j.Reply) {
+	if j.Reply != "" && !ValidSubject(j.Reply) {
 		// Caught here because a publish to it would fail on every
 		// redelivery.
 		return Errorf(CodeBadPayload, "reply %q is not a valid NATS subject", j.Reply), nil
@@ -152,9 +152,10 @@ func (l Limits) DecodeJob(data []byte, enc Encoding) (j *Job, items []*Error, jo
 	return j, items, jobErr
 }
 
-// validSubject reports whether s can be published to: dot-separated
+// ValidSubject reports whether s can be published to (a reply subject from
+// a job or an Embed-Reply header): dot-separated
 // non-empty tokens, no whitespace or control characters, no wildcards.
-func validSubject(s string) bool {
+func ValidSubject(s string) bool {
 	if !utf8.ValidString(s) {
 		return false
 	}
