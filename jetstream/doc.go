@@ -1,10 +1,13 @@
 // Package jetstream is jetembed's NATS plumbing: the connection with its
 // reconnect policy and clear first-connect errors ([Connect]), provisioning
 // of the streams, the durable pull consumer and the engines KV bucket
-// ([Provision]), and an embedded development server ([StartDevServer]).
+// ([Provision]), an embedded development server ([StartDevServer]), and the
+// NATS side of the job loop: the fetch loop feeding the consumer ([Pull]),
+// the result and dead-letter [Publisher], the request-reply micro service
+// ([StartService]) and the producer [Client].
 //
 // It is the only package of the project that imports nats.go (imported as
 // natsjs for its jetstream package, whose name this package shares) and
-// nats-server. It may import schema, but nothing else of the project; the
-// consumer and engine packages know nothing of NATS.
+// nats-server. It may import consumer (whose Sink, Delivery and Publisher it
+// adapts to), telemetry (trace context in headers) and schema; never engine.
 package jetstream
