@@ -174,3 +174,26 @@ func decodeGeneric(data []byte) (map[string]any, error) {
 	}))
 	return m, err
 }
+
+func TestJobMsgpackFieldNames(t *testing.T) {
+	m, err := decodeGeneric(mustEncodeJob(t, fullJob(EncodingMsgpack), EncodingMsgpack))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"v", "id", "texts", "outputs", "truncate", "reply", "deadline", "meta"}
+	if len(m) != len(want) {
+		t.Errorf("job fields = %v, want %v", m, want)
+	}
+	for _, k := range want {
+		if _, ok := m[k]; !ok {
+			t.Errorf("msgpack job has no %q", k)
+		}
+	}
+	if m["v"] != int64(1) || m["truncate"] != false {
+		t.Errorf("v = %#v, truncate = %#v", m["v"], m["truncate"])
+	}
+	m, err = decodeGeneric(mustEncodeJob(t, NewJob("a", "x"), EncodingMsgpack))
+	if err != nil || len(m) != 3 {
+		t.Errorf("minimal job fields = %v, %v; want v, id, texts", m, err)
+	}
+}
