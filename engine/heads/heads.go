@@ -43,12 +43,13 @@ func (s Special) Has(id int32) bool { return slices.Contains(s, id) }
 
 // Normalize scales v to unit L2 norm in place; a zero vector stays zero
 // (torch.nn.functional.normalize's eps behaviour).
+//
+// The sum of squares is accumulated in float32 over four lanes: for vectors
+// of a few thousand values its relative error stays near 1e-7, far below
+// the 1e-5 the outputs are held to, and it runs several times faster than
+// float64 on the ColBERT rows (one per token).
 func Normalize(v []float32) {
-	var ss float64
-	for _, x := range v {
-		ss += float64(x) * float64(x)
-	}
-	n := math.Sqrt(ss)
+	n := math.Sqrt(float64(dot(v, v)))
 	if n < 1e-12 {
 		return
 	}
