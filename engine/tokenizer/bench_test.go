@@ -1,0 +1,92 @@
+package tokenizer
+
+import (
+	"path/filepath"
+	"testing"
+)
+
+// benchTexts is about 1 MB of the multilingual parity corpus.
+func benchTexts(b *testing.B) []string {
+	b.Helper()
+	corpus := parityCorpus(b)
+	var texts []string
+	size := 0
+	for size < 1<<20 {
+		for _, s := range corpus {
+			texts = append(texts, s)
+			size += len(s)
+		}
+	}
+	return texts
+}
+
+func benchTokenizer(b *testing.B) *Tokenizer {
+	b.Helper()
+	tok, err := Load(filepath.Join(tokenizersDir, "xlmr-unigram.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return tok
+}
+
+func reportThroughput(b *testing.B, texts []string, tokens int) {
+	bytes := 0
+	for _, s := range texts {
+		bytes += len(s)
+	}
+	b.SetBytes(int64(bytes))
+	secs := b.Elapsed().Seconds()
+	b.ReportMetric(float64(tokens)*float64(b.N)/secs, "tokens/s")
+}
+
+// BenchmarkEncodeSequential is one goroutine encoding ~1 MB text by text.
+func BenchmarkEncodeSequential(b *testing.B) {
+	tok, texts := benchTokenizer(b), benchTexts(b)
+	opt := Options{AddSpecialTokens: true, MaxTokens: -1}
+	tokens := 0
+	b.ResetTimer()
+	for i := range b.N {
+		n := 0
+		for _, s := range texts {
+			n += len(tok.Encode(s, opt).IDs)
+		}
+		if i == 0 {
+			tokens = n
+		}
+	}
+	reportThroughput(b, texts, tokens)
+}
+
+// BenchmarkEncodeBatch is EncodeBatch over ~1 MB on every core.
+func BenchmarkEncodeBatch(b *testing.B) {
+	tok, texts := benchTokenizer(b), benchTexts(b)
+	opt := Options{AddSpecialTokens: true, MaxTokens: -1}
+	tokens := 0
+	b.ResetTimer()
+	for i := range b.N {
+		n := 0
+		for _, e := range tok.EncodeBatch(texts, opt) {
+			n += len(e.IDs)
+		}
+		if i == 0 {
+			tokens = n
+		}
+	}
+	reportThroughput(b, texts, tokens)
+}
+
+// BenchmarkEncodeLongDocument is one document of the corpus past 8k tokens,
+// cut to BGE-M3's 8192.
+func BenchmarkEncodeLongDocument(b *testing.B) {
+	tok, corpus := benchTokenizer(b), parityCorpus(b)
+	doc := corpus[len(corpus)-1]
+	opt := Options{AddSpecialTokens: true, MaxTokens: 8192}
+	if n := tok.Encode(doc, opt).Count; n < 8192 {
+		b.Fatalf("document has only %d tokens", n)
+	}
+	b.SetBytes(int64(len(doc)))
+	b.ResetTimer()
+	for range b.N {
+		tok.Encode(doc, opt)
+	}
+}
