@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // Reconnect backoff after a connection was lost: it doubles from
@@ -88,6 +89,9 @@ func (o Options) natsOptions() ([]nats.Option, error) {
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(reconnectDelay),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
+			if nc.IsClosed() {
+				return // our own Close, not an outage
+			}
 			log.Warn("nats disconnected", "url", redact(nc.ConnectedUrl()), "err", err)
 		}),
 		nats.ReconnectHandler(func(nc *nats.Conn) {
@@ -131,6 +135,16 @@ func (o Options) natsOptions() ([]nats.Option, error) {
 		opts = append(opts, nats.Secure(c))
 	}
 	return opts, nil
+}
+
+// New returns the JetStream API of nc, for [Provision] and the consumer;
+// it lets the command wire things up without importing nats.go itself.
+func New(nc *nats.Conn) (natsjs.JetStream, error) {
+	js, err := natsjs.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("jetstream api: %w", err)
+	}
+	return js, nil
 }
 
 // reconnectDelay is the wait before reconnect attempt n (1-based).

@@ -1,0 +1,112 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// lockedBuffer lets the test read what the running command printed so far.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestDevCommand(t *testing.T) {
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errOut lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- runMain(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--data", dir}, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
+	}()
+
+	urlRE := regexp.MustCompile(`dev server on (nats://127\.0\.0\.1:\d+)`)
+	var url string
+	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		select {
+		case code := <-done:
+			t.Fatalf("dev exited early with %d: %s%s", code, out.String(), errOut.String())
+		default:
+		}
+		m := urlRE.FindStringSubmatch(out.String())
+		if m == nil {
+			return errors.New("no server URL printed yet")
+		}
+		url = m[1]
+		return nil
+	})
+
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := natsjs.New(nc)
+	tctx, tcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer tcancel()
+	for _, name := range []string{"EMBED_JOBS", "EMBED_RESULTS", "EMBED_DLQ"} {
+		if _, err := js.Stream(tctx, name); err != nil {
+			t.Errorf("stream %s: %v", name, err)
+		}
+	}
+	if _, err := js.KeyValue(tctx, "EMBED_ENGINES"); err != nil {
+		t.Errorf("kv: %v", err)
+	}
+	if !strings.Contains(out.String(), "only runs the server") {
+		t.Errorf("dev does not say it only runs the server:\n%s", out.String())
+	}
+
+	cancel() // what SIGINT does through main's context
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, errOut.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("dev did not stop after its context ended")
+	}
+	natstest.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+		if nc.IsConnected() {
+			return errors.New("server still up after dev returned")
+		}
+		return nil
+	})
+}
+
+func TestDevCommandRejectsReplicas(t *testing.T) {
+	code, _, errOut := runCmd(t, context.Background(), "dev", "--replicas", "3", "--data", t.TempDir())
+	if code != 2 || !strings.Contains(errOut, "single node") {
+		t.Errorf("exit %d: %s", code, errOut)
+	}
+}
+
+func TestSubjectRoot(t *testing.T) {
+	for in, want := range map[string]string{"embed.jobs.>": "embed.jobs", "a.*": "a", "plain": "plain", ">": ">"} {
+		if got := subjectRoot(in); got != want {
+			t.Errorf("subjectRoot(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+func runCmd(t *testing.T, ctx context.Context, args ...string) (code int, out, errOut string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = runMain(ctx, args, stdio{in: strings.NewReader(""), out: &o, err: &e})
+	return code, o.String(), e.String()
+}
+
+func TestProvisionCommand(t *testing.T) {
+	s := natstest.RunServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	code, out, errOut := runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--max-ack-pending", "64", "--ack-wait", "30s")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if n := strings.Count(out, " created"); n != 5 {
+		t.Errorf("%d objects created, want 5:\n%s", n, out)
+	}
+
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := natsjs.New(nc)
+	c, err := js.Consumer(ctx, "EMBED_JOBS", "embedder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc := c.CachedInfo().Config
+	if cc.MaxAckPending != 64 || cc.AckWait != 30*time.Second || len(cc.BackOff) != 4 || cc.BackOff[0] != 30*time.Second {
+		t.Errorf("consumer: MaxAckPending %d AckWait %v BackOff %v", cc.MaxAckPending, cc.AckWait, cc.BackOff)
+	}
+
+	code, out, errOut = runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--max-ack-pending", "64", "--ack-wait", "30s")
+	if code != 0 || strings.Count(out, " unchanged") != 5 {
+		t.Fatalf("re-run: exit %d, %s\n%s", code, errOut, out)
+	}
+
+	code, out, errOut = runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--max-ack-pending", "128", "--ack-wait", "30s")
+	if code != 0 || !strings.Contains(out, "updated MaxAckPending 64 -> 128") {
+		t.Fatalf("update: exit %d, %s\n%s", code, errOut, out)
+	}
+}
+
+func TestProvisionCommandRefusedDrift(t *testing.T) {
+	s := natstest.RunServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(s.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, _ := natsjs.New(nc)
+	if _, err := js.CreateStream(ctx, natsjs.StreamConfig{Name: "EMBED_JOBS", Subjects: []string{"embed.jobs.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := runCmd(t, ctx, "provision", "--nats", s.ClientURL())
+	if code != 1 {
+		t.Fatalf("exit %d, want 1\n%s%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "refused Retention Limits -> WorkQueue") {
+		t.Errorf("report does not show the refusal:\n%s", out)
+	}
+	if !strings.Contains(errOut, "stream EMBED_JOBS") || !strings.Contains(errOut, "Retention") {
+		t.Errorf("error does not name the stream and field: %s", errOut)
+	}
+}
+
+func TestProvisionCommandErrors(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	port := natstest.FreePort(t)
+	code, _, errOut := runCmd(t, ctx, "provision", "--nats", fmt.Sprintf("127.0.0.1:%d", port))
+	if code != 1 || !strings.Contains(errOut, fmt.Sprintf("no nats server at nats://127.0.0.1:%d: connection refused", port)) {
+		t.Errorf("wrong port: exit %d, %s", code, errOut)
+	}
+	for _, args := range [][]string{
+		{"provision", "--replicas", "0"},
+		{"provision", "--ack-wait", "10s", "--backoff", "20s,40s"},
+		{"provision", "--backoff", "soon"},
+		{"provision", "extra"},
+	} {
+		if code, _, errOut := runCmd(t, ctx, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (usage): %s", args, code, errOut)
+		}
+	}
+}
+
+func TestProvisionCommandEnv(t *testing.T) {
+	s := natstest.RunServer(t)
+	t.Setenv("JETEMBED_NATS", s.ClientURL())
+	t.Setenv("JETEMBED_JOBS_STREAM", "JOBS_FROM_ENV")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code, out, errOut := runCmd(t, ctx, "provision")
+	if code != 0 || !strings.Contains(out, "JOBS_FROM_ENV") || !strings.Contains(out, s.ClientURL()) {
+		t.Fatalf("exit %d, %s\n%s", code, errOut, out)
+	}
+}

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/jetembed/jetembed/jetstream"
+)
+
+// natsFlags are the connection flags every NATS-facing command shares.
+type natsFlags struct {
+	urls, name             *string
+	user, password, token  *string
+	nkey, creds            *string
+	tlsCA, tlsCert, tlsKey *string
+	connectTimeout         *time.Duration
+}
+
+func addNATSFlags(fs *flagSet) *natsFlags {
+	return &natsFlags{
+		urls:           fs.String("nats", jetstream.DefaultURL, "NATS server URLs, comma separated (one cluster)"),
+		user:           fs.String("nats-user", "", "NATS user name"),
+		password:       fs.String("nats-password", "", "NATS password (prefer the environment variable to the flag)"),
+		token:          fs.String("nats-token", "", "NATS token"),
+		nkey:           fs.String("nats-nkey", "", "file with an NKey user seed"),
+		creds:          fs.String("nats-creds", "", "NATS credentials file (JWT + seed)"),
+		tlsCA:          fs.String("nats-tls-ca", "", "PEM file of the CA that signed the server certificate"),
+		tlsCert:        fs.String("nats-tls-cert", "", "PEM client certificate for mutual TLS"),
+		tlsKey:         fs.String("nats-tls-key", "", "PEM key of the client certificate"),
+		name:           fs.String("nats-name", "jetembed", "connection name shown in the server's monitoring"),
+		connectTimeout: fs.Duration("nats-connect-timeout", jetstream.DefaultConnectTimeout, "bound on the first connection to each server"),
+	}
+}
+
+// options returns the connection options; log receives reconnect events.
+func (f *natsFlags) options(log *slog.Logger) jetstream.Options {
+	return jetstream.Options{
+		URLs:           []string{*f.urls},
+		User:           *f.user,
+		Password:       *f.password,
+		Token:          *f.token,
+		NKeyFile:       *f.nkey,
+		CredsFile:      *f.creds,
+		TLS:            jetstream.TLSOptions{CAFile: *f.tlsCA, CertFile: *f.tlsCert, KeyFile: *f.tlsKey},
+		Name:           *f.name,
+		ConnectTimeout: *f.connectTimeout,
+		Logger:         log,
+	}
+}
+
+// provisionFlags are the names, replicas and limits of what `provision` and
+// `dev` create.
+type provisionFlags struct {
+	replicas                              *int
+	jobs, results, dlq, consumer, engines *string
+	jobsMaxAge, resultsMaxAge, dlqMaxAge  *time.Duration
+	jobsMaxBytes                          *int
+	dedupe                                *time.Duration
+	ackWait                               *time.Duration
+	maxDeliver, maxAckPending             *int
+	backoff                               *string
+	noAdvisories                          *bool
+}
+
+func addProvisionFlags(fs *flagSet) *provisionFlags {
+	d := jetstream.DefaultConfig()
+	return &provisionFlags{
+		replicas:      fs.Int("replicas", d.Replicas, "replicas of the streams and the KV bucket (1, 3 or 5)"),
+		jobs:          fs.String("jobs-stream", d.Jobs.Name, "name of the jobs work-queue stream"),
+		results:       fs.String("results-stream", d.Results.Name, "name of the results stream"),
+		dlq:           fs.String("dlq-stream", d.DLQ.Name, "name of the dead-letter stream"),
+		consumer:      fs.String("consumer", d.Consumer.Name, "name of the durable pull consumer"),
+		engines:       fs.String("engines-bucket", d.Engines.Name, "name of the engine-shapes KV bucket"),
+		jobsMaxAge:    fs.Duration("jobs-max-age", d.Jobs.MaxAge, "drop queued jobs older than this (0: never)"),
+		jobsMaxBytes:  fs.Int("jobs-max-bytes", int(d.Jobs.MaxBytes), "size cap of the jobs stream in bytes; a full queue refuses new jobs (-1: none)"),
+		resultsMaxAge: fs.Duration("results-max-age", d.Results.MaxAge, "keep results this long"),
+		dlqMaxAge:     fs.Duration("dlq-max-age", d.DLQ.MaxAge, "keep dead letters this long"),
+		dedupe:        fs.Duration("dedupe-window", d.Jobs.Duplicates, "window in which a repeated job or result id is dropped"),
+		ackWait:       fs.Duration("ack-wait", d.Consumer.AckWait, "redeliver a job not acknowledged within this time"),
+		maxDeliver:    fs.Int("max-deliver", d.Consumer.MaxDeliver, "deliveries of a job before it is given up (-1: unlimited)"),
+		maxAckPending: fs.Int("max-ack-pending", d.Consumer.MaxAckPending, "jobs in flight over the whole fleet"),
+		backoff:       fs.String("backoff", "", `redelivery delays after ack timeouts, comma separated; the first must equal --ack-wait ("": doubling from --ack-wait, "none": no backoff)`),
+		noAdvisories:  fs.Bool("no-dlq-advisories", false, "do not capture max-delivery advisories in the dead-letter stream"),
+	}
+}
+
+// config returns the validated provisioning config; a bad value is a usage
+// error.
+func (f *provisionFlags) config() (jetstream.Config, error) {
+	c := jetstream.DefaultConfig()
+	c.Replicas = *f.replicas
+	c.Jobs.Name, c.Results.Name, c.DLQ.Name = *f.jobs, *f.results, *f.dlq
+	c.Jobs.MaxAge, c.Results.MaxAge, c.DLQ.MaxAge = *f.jobsMaxAge, *f.resultsMaxAge, *f.dlqMaxAge
+	c.Jobs.MaxBytes = int64(*f.jobsMaxBytes)
+	c.Jobs.Duplicates, c.Results.Duplicates = *f.dedupe, *f.dedupe
+	c.CaptureMaxDeliveries = !*f.noAdvisories
+	c.Consumer.Name = *f.consumer
+	c.Consumer.AckWait = *f.ackWait
+	c.Consumer.MaxDeliver = *f.maxDeliver
+	c.Consumer.MaxAckPending = *f.maxAckPending
+	c.Engines.Name = *f.engines
+	switch b := strings.TrimSpace(*f.backoff); b {
+	case "":
+		n := 4
+		if c.Consumer.MaxDeliver > 0 {
+			n = min(n, c.Consumer.MaxDeliver-1)
+		}
+		c.Consumer.BackOff = jetstream.ExponentialBackOff(c.Consumer.AckWait, n)
+	case "none":
+		c.Consumer.BackOff = nil
+	default:
+		c.Consumer.BackOff = nil
+		for _, s := range strings.Split(b, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(s))
+			if err != nil {
+				return c, fmt.Errorf("%w: --backoff %q: %v", errUsage, b, err)
+			}
+			c.Consumer.BackOff = append(c.Consumer.BackOff, d)
+		}
+	}
+	if len(c.Consumer.BackOff) == 0 {
+		c.Consumer.BackOff = nil
+	}
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return c, nil
+}
