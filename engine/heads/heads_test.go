@@ -147,3 +147,27 @@ func BenchmarkHeads(b *testing.B) {
 	}
 	b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
 }
+
+// TestColBERTBlocked checks the four-token blocked path against the plain
+// one-token path for row counts around the block size.
+func TestColBERTBlocked(t *testing.T) {
+	w := &Weights{Dim: 6, SparseW: make([]float32, 6), ColBERTDim: 3, ColBERTW: make([]float32, 18), ColBERTB: []float32{0.5, -1, 2}}
+	for i := range w.ColBERTW {
+		w.ColBERTW[i] = float32(i%5) - 2.5
+	}
+	for rows := 0; rows <= 9; rows++ {
+		hidden := make([]float32, rows*6)
+		for i := range hidden {
+			hidden[i] = float32((i*7)%11) - 5
+		}
+		got := w.ColBERT(nil, hidden)
+		var want []float32
+		for r := 0; r < rows; r++ {
+			one := w.ColBERT(nil, hidden[r*6:(r+1)*6]) // a single row never takes the blocked path
+			want = append(want, one...)
+		}
+		if !near(got, want, 1e-6) {
+			t.Errorf("%d rows: blocked %v, one by one %v", rows, got, want)
+		}
+	}
+}
