@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 )
@@ -20,9 +21,17 @@ func benchTexts(b *testing.B) []string {
 	return texts
 }
 
+// benchTokenizer is the XLM-R test tokenizer, or $JETEMBED_BENCH_TOKENIZER
+// (scripts/bench-tokenizer.sh sets it).
 func benchTokenizer(b *testing.B) *Tokenizer {
 	b.Helper()
-	tok, err := Load(filepath.Join(tokenizersDir, "xlmr-unigram.json"))
+	path := os.Getenv("JETEMBED_BENCH_TOKENIZER")
+	if path == "" {
+		path = filepath.Join(tokenizersDir, "xlmr-unigram.json")
+	} else if !filepath.IsAbs(path) {
+		path = filepath.Join("..", "..", path)
+	}
+	tok, err := Load(path)
 	if err != nil {
 		b.Fatal(err)
 	}
