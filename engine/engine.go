@@ -122,9 +122,11 @@ func (e *Engine) Close() error {
 
 // Embed embeds texts, in order. Items fail alone (invalid_utf8,
 // text_too_long, or the retriable shape_not_warmed / engine_unavailable of
-// their chunk) in Embedding.Err. The call fails as a whole only when it is
-// refused before running: overloaded (the in-flight budget is full; see
-// [WithAdmissionWait]), deadline_exceeded, or [ErrClosed].
+// their chunk; deadline_exceeded when ctx ends while their chunk waits) in
+// Embedding.Err. The call fails as a whole, with a *schema.Error, only when
+// it is refused before running: overloaded (the in-flight budget is full;
+// see [WithAdmissionWait]) or deadline_exceeded. After Close every item
+// fails with engine_unavailable.
 func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, Report, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, Report{}, schema.Errorf(schema.CodeDeadlineExceeded, "%v", err)
@@ -237,14 +239,11 @@ func fail(out []Embedding, items []int, err *schema.Error) {
 
 // runError maps a failed run to the item error clients act on.
 func runError(err error) *schema.Error {
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
 		return schema.Errorf(schema.CodeDeadlineExceeded, "%v", err)
-	case errors.Is(err, ErrClosed):
-		return schema.Errorf(schema.CodeEngineUnavailable, "%v", err)
 	}
-	// A session error is retriable: the breaker reloads the session, or
-	// another consumer's session may take the chunk.
+	// A session error, an unloaded pool or a closed engine are retriable:
+	// the breaker reloads the session, or another consumer takes the chunk.
 	return schema.Errorf(schema.CodeEngineUnavailable, "%v", err)
 }
 

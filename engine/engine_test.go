@@ -469,3 +469,28 @@ func TestCanaryAndClose(t *testing.T) {
 		t.Errorf("embed after close: %v", embs[0].Err)
 	}
 }
+
+// TestDeadline cancels a call whose chunk is running: its items fail with
+// deadline_exceeded, and the breaker does not count the cancellation.
+func TestDeadline(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	f := &factory{mk: func(int) *fakeRunner { return &fakeRunner{block: block} }}
+	cfg := testConfig()
+	cfg.BreakerThreshold = 1
+	e := newTestEngine(t, cfg, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	embs, _, err := e.Embed(ctx, []Text{{Text: "a"}, {Text: words(20, 1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range embs {
+		if embs[i].Err == nil || embs[i].Err.Code != schema.CodeDeadlineExceeded {
+			t.Errorf("text %d: %v, want deadline_exceeded", i, embs[i].Err)
+		}
+	}
+	if s := e.Stats().Sessions[0]; s.Errors != 0 || !s.Loaded || f.count() != 1 {
+		t.Errorf("cancellation counted by the breaker: %+v, %d loads", s, f.count())
+	}
+}

@@ -30,7 +30,7 @@ var (
 // goroutine locked to an OS thread, as GPU contexts and ORT's thread-local
 // state want.
 //
-// Lock order: pool.mu, then nothing (sessions use atomics).
+// Lock order: pool.mu, then pool.sched.
 type pool struct {
 	cfg      Config
 	factory  RunnerFactory
@@ -39,6 +39,9 @@ type pool struct {
 
 	mu     sync.RWMutex // dispatch holds it shared, close exclusively
 	closed bool
+	// sched makes picking a session and charging its load one step, so
+	// concurrent callers see each other's chunks when they pick.
+	sched sync.Mutex
 }
 
 // task is one chunk for a session. It carries the caller's context across
@@ -158,6 +161,10 @@ func (s *session) run(p *pool, t task, onRun func(Shape)) result {
 		res.err = fmt.Errorf("%w: session %d is reloading", ErrUnavailable, s.idx)
 		return res
 	}
+	if err := t.ctx.Err(); err != nil {
+		res.err = err // queued behind other chunks past the caller's deadline
+		return res
+	}
 	start := time.Now()
 	res.out, res.err = s.runner.Run(t.ctx, t.in)
 	s.busy.Add(int64(time.Since(start)))
@@ -194,6 +201,7 @@ func (p *pool) dispatch(t task, want int) error {
 	if p.closed {
 		return ErrClosed
 	}
+	p.sched.Lock()
 	var best *session
 	for _, s := range p.sessions {
 		if want >= 0 && s.idx != want || !s.loaded.Load() {
@@ -203,10 +211,13 @@ func (p *pool) dispatch(t task, want int) error {
 			best = s
 		}
 	}
+	if best != nil {
+		best.load.Add(t.load)
+	}
+	p.sched.Unlock()
 	if best == nil {
 		return ErrUnavailable
 	}
-	best.load.Add(t.load)
 	best.tasks <- t
 	return nil
 }

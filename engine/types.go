@@ -30,7 +30,9 @@ type Embedding struct {
 	// SparseIDs are sorted ascending; SparseWeights[i] belongs to SparseIDs[i].
 	SparseIDs     []uint32
 	SparseWeights []float32
-	// ColBERT is Tokens' rows of ColBERTDim values, row-major.
+	// ColBERT holds one row of ColBERTDim values (row-major) per token
+	// after CLS of the text as run: Tokens-1 rows, or MaxTokens-1 when
+	// the text was truncated.
 	ColBERT    []float32
 	ColBERTDim int
 	// Tokens counts the text's tokens including special tokens, before
