@@ -79,15 +79,16 @@ func (o Options) natsOptions() ([]nats.Option, error) {
 	if name == "" {
 		name = "jetembed"
 	}
-	timeout := o.ConnectTimeout
-	if timeout <= 0 {
-		timeout = DefaultConnectTimeout
-	}
+	timeout := o.connectTimeout()
 	opts := []nats.Option{
 		nats.Name(name),
 		nats.Timeout(timeout),
 		nats.MaxReconnects(-1),
 		nats.CustomReconnectDelay(reconnectDelay),
+		// The 2-minute default would leave a worker blind to a dead
+		// connection for minutes while its jobs' ack waits run out.
+		nats.PingInterval(20 * time.Second),
+		nats.MaxPingsOutstanding(3),
 		nats.DisconnectErrHandler(func(nc *nats.Conn, err error) {
 			if nc.IsClosed() {
 				return // our own Close, not an outage
@@ -147,6 +148,13 @@ func New(nc *nats.Conn) (natsjs.JetStream, error) {
 	return js, nil
 }
 
+func (o Options) connectTimeout() time.Duration {
+	if o.ConnectTimeout <= 0 {
+		return DefaultConnectTimeout
+	}
+	return o.ConnectTimeout
+}
+
 // reconnectDelay is the wait before reconnect attempt n (1-based).
 func reconnectDelay(attempts int) time.Duration {
 	d := reconnectMax
@@ -173,7 +181,10 @@ func (o Options) explain(servers []string, err error) error {
 		return fmt.Errorf("%w at %s: %w", ErrNoServer, at, diagnose(servers, o.ConnectTimeout))
 	default:
 		var netErr net.Error
-		if errors.As(err, &netErr) || errors.Is(err, nats.ErrTimeout) {
+		if (errors.As(err, &netErr) && netErr.Timeout()) || errors.Is(err, nats.ErrTimeout) {
+			return fmt.Errorf("%w at %s: no answer within %v: %w", ErrNoServer, at, o.connectTimeout(), err)
+		}
+		if errors.As(err, &netErr) {
 			return fmt.Errorf("%w at %s: %w", ErrNoServer, at, err)
 		}
 		return fmt.Errorf("connect to %s: %w", at, err)
@@ -194,10 +205,12 @@ func isTLSError(err error) bool {
 		invalid  x509.CertificateInvalidError
 		alert    tls.AlertError
 	)
-	return errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) ||
+	return errors.Is(err, nats.ErrTLS) || errors.Is(err, nats.ErrSecureConnRequired) || errors.Is(err, nats.ErrSecureConnWanted) ||
 		errors.As(err, &verify) || errors.As(err, &unknown) || errors.As(err, &hostname) ||
 		errors.As(err, &record) || errors.As(err, &invalid) || errors.As(err, &alert) ||
-		strings.HasPrefix(err.Error(), "tls: ")
+		// A TLS alert from the server (e.g. "remote error: tls: certificate
+		// required") has an unexported type; its text is all there is.
+		strings.Contains(err.Error(), "tls: ")
 }
 
 // tlsHint says which option most likely fixes a TLS failure.
@@ -208,6 +221,9 @@ func tlsHint(err error, t TLSOptions) string {
 		return " (the server certificate is not signed by a trusted CA: set the CA file)"
 	case errors.Is(err, nats.ErrSecureConnRequired):
 		return " (the server requires TLS)"
+	case t.CertFile == "" && (strings.Contains(err.Error(), "certificate required") ||
+		strings.Contains(err.Error(), "closed by remote after TLS handshake")):
+		return " (the server may require a client certificate: set the cert and key files)"
 	case errors.Is(err, nats.ErrSecureConnWanted):
 		return " (TLS is configured but the server does not offer it)"
 	}

@@ -138,6 +138,30 @@ func TestConnectTLSUntrustedServer(t *testing.T) {
 	}
 }
 
+func TestConnectMutualTLS(t *testing.T) {
+	pki := newTestPKI(t)
+	tc, err := server.GenTLSConfig(&server.TLSConfigOpts{CertFile: pki.CertFile, KeyFile: pki.KeyFile, CaFile: pki.CAFile, Verify: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := natstest.RunServer(t, natstest.WithoutJetStream(), func(o *server.Options) {
+		o.TLSConfig, o.TLS, o.TLSVerify, o.TLSTimeout = tc, true, true, 2
+	})
+	_, err = connectWithin(t, 5*time.Second, Options{URLs: []string{s.ClientURL()}, TLS: TLSOptions{CAFile: pki.CAFile}})
+	t.Log(err)
+	if !errors.Is(err, ErrTLS) {
+		t.Fatalf("no client certificate: err = %v, want ErrTLS", err)
+	}
+	nc, err := connectWithin(t, 5*time.Second, Options{URLs: []string{s.ClientURL()},
+		TLS: TLSOptions{CAFile: pki.CAFile, CertFile: pki.ClientCertFile, KeyFile: pki.ClientKeyFile}})
+	if err != nil {
+		t.Fatalf("with a client certificate: %v", err)
+	}
+	if !nc.IsConnected() {
+		t.Fatal("not connected")
+	}
+}
+
 func TestConnectTLSWantedButNotOffered(t *testing.T) {
 	pki := newTestPKI(t)
 	s := natstest.RunServer(t, natstest.WithoutJetStream())

@@ -44,8 +44,7 @@ func DefaultOptions(dir string) *server.Options {
 		StoreDir:  dir,
 		NoLog:     true,
 		NoSigs:    true,
-		// The default HTTP, cluster and leaf ports stay off; a test that
-		// wants them sets them with an Option.
+		// Results with ColBERT vectors exceed the 1 MiB default.
 		MaxPayload: 8 << 20,
 	}
 }
