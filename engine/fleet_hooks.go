@@ -1,0 +1,57 @@
+package engine
+
+import (
+	"context"
+	"iter"
+)
+
+// The methods in this file let the fleet (package jetstream, which must
+// not import engine) drive an engine through plain integers: an interface
+// declared there is satisfied by *Engine without naming [Shape].
+
+// WarmShape runs a batch x seq chunk once on every loaded session and
+// raises the coverage, as [Engine.Warm] does for one shape. Each run is
+// queued behind the chunks a session already holds, so a warm-up never
+// interrupts a run: it happens between runs. On TensorRT the run loads the
+// engine a peer left in the shared engine cache, or compiles it.
+func (e *Engine) WarmShape(ctx context.Context, batch, seq int) error {
+	return e.warm(ctx, []Shape{{Batch: batch, Seq: seq}})
+}
+
+// ShapeWarmed reports whether this engine has run the exact shape (or its
+// coverage was raised with it).
+func (e *Engine) ShapeWarmed(batch, seq int) bool {
+	return e.cfg.Coverage.Warmed(batch, seq)
+}
+
+// WarmedShapes yields the warmed shapes (batch, seq) when the coverage is
+// the in-memory [ShapeSet], by seq then batch; other coverages yield none.
+func (e *Engine) WarmedShapes() iter.Seq2[int, int] {
+	return func(yield func(int, int) bool) {
+		ss, ok := e.cfg.Coverage.(*ShapeSet)
+		if !ok {
+			return
+		}
+		for _, sh := range ss.Shapes() {
+			if !yield(sh.Batch, sh.Seq) {
+				return
+			}
+		}
+	}
+}
+
+// Activity tells an observer whether the engine is working: busy is true
+// while an Embed call holds admitted tokens or a session has queued or
+// running chunks; runs counts the session runs so far. An observer that
+// sees busy false and the same runs across an interval knows the engine
+// stayed idle in between, even if it missed short calls (they move runs).
+func (e *Engine) Activity() (busy bool, runs int64) {
+	busy = e.adm.inUse() > 0
+	for _, s := range e.pool.sessions {
+		runs += s.runs.Load()
+		if s.load.Load() > 0 {
+			busy = true
+		}
+	}
+	return busy, runs
+}
