@@ -1,0 +1,308 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+var e2eTexts = []string{"the quick brown fox", "héllo wörld, 你好世界", "a", strings.Repeat("lorem ipsum dolor ", 12)}
+
+// collect reads run's results until every id has one, or fails after 30s.
+func collect(t *testing.T, c *jetstream.Client, run string, ids []string) map[string]*schema.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	got := make(map[string]*schema.Result)
+	for sr, err := range c.Results(ctx, run) {
+		if err != nil {
+			t.Fatalf("results of %s: %v (have %d of %d)", run, err, len(got), len(ids))
+		}
+		if _, dup := got[sr.ID]; dup {
+			t.Errorf("result of job %s stored twice", sr.ID)
+		}
+		got[sr.ID] = sr.Result
+		if !want[sr.ID] {
+			t.Errorf("unexpected result for job %q", sr.ID)
+		}
+		if len(got) == len(ids) {
+			break
+		}
+	}
+	return got
+}
+
+func engineText(texts []string, outs []schema.Output) []engine.Text {
+	j := &schema.Job{Outputs: outs}
+	var o engine.Output
+	for k, x := range map[schema.Output]engine.Output{schema.OutputDense: engine.Dense, schema.OutputSparse: engine.Sparse, schema.OutputColBERT: engine.ColBERT} {
+		if j.Wants(k) {
+			o |= x
+		}
+	}
+	out := make([]engine.Text, len(texts))
+	for i, s := range texts {
+		out[i] = engine.Text{Text: s, Outputs: o, Truncate: true}
+	}
+	return out
+}
+
+func closeVec(a, b []float32) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if math.Abs(float64(a[i]-b[i])) > 1e-4 {
+			return false
+		}
+	}
+	return true
+}
+
+// checkResult compares a result with the engine's own vectors for texts.
+func checkResult(t *testing.T, e *engine.Engine, res *schema.Result, texts []string, outs []schema.Output) {
+	t.Helper()
+	if res.Error != nil {
+		t.Fatalf("job %s: %v", res.ID, res.Error)
+	}
+	if res.Model != e.ModelID() {
+		t.Errorf("job %s: model %q, want %q", res.ID, res.Model, e.ModelID())
+	}
+	want, _, err := e.Embed(context.Background(), engineText(texts, outs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Items) != len(texts) {
+		t.Fatalf("job %s: %d items for %d texts", res.ID, len(res.Items), len(texts))
+	}
+	j := &schema.Job{Outputs: outs}
+	for i, it := range res.Items {
+		w := want[i]
+		if it.Error != nil || it.Tokens != w.Tokens {
+			t.Errorf("job %s item %d: error %v, tokens %d want %d", res.ID, i, it.Error, it.Tokens, w.Tokens)
+		}
+		if got := it.Dense != nil; got != j.Wants(schema.OutputDense) {
+			t.Errorf("job %s item %d: dense present %v, outputs %v", res.ID, i, got, outs)
+		} else if got && !closeVec(it.Dense, w.Dense) {
+			t.Errorf("job %s item %d: dense differs from the engine's", res.ID, i)
+		}
+		if got := it.Sparse != nil; got != j.Wants(schema.OutputSparse) {
+			t.Errorf("job %s item %d: sparse present %v, outputs %v", res.ID, i, got, outs)
+		} else if got && (!slices.Equal(it.Sparse.IDs, w.SparseIDs) || !closeVec(it.Sparse.Weights, w.SparseWeights)) {
+			t.Errorf("job %s item %d: sparse differs from the engine's", res.ID, i)
+		}
+		if got := it.ColBERT != nil; got != j.Wants(schema.OutputColBERT) {
+			t.Errorf("job %s item %d: colbert present %v, outputs %v", res.ID, i, got, outs)
+		} else if got {
+			var flat []float32
+			for _, row := range it.ColBERT {
+				flat = append(flat, row...)
+			}
+			if !closeVec(flat, w.ColBERT) {
+				t.Errorf("job %s item %d: colbert differs from the engine's", res.ID, i)
+			}
+		}
+	}
+}
+
+func TestEndToEndEncodingsAndOutputs(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, engine.Config{})
+	startWorker(t, srv, e, workerOptions{})
+
+	outputSets := [][]schema.Output{
+		nil,
+		{schema.OutputDense},
+		{schema.OutputSparse},
+		{schema.OutputColBERT},
+		{schema.OutputDense, schema.OutputSparse},
+		{schema.OutputSparse, schema.OutputColBERT},
+		{schema.OutputDense, schema.OutputSparse, schema.OutputColBERT},
+	}
+	for _, enc := range []string{"msgpack", "json"} {
+		t.Run(enc, func(t *testing.T) {
+			opts := []jetstream.ClientOption{jetstream.WithRun("e2e-" + enc)}
+			if enc == "json" {
+				opts = append(opts, jetstream.WithJSON())
+			}
+			c, err := jetstream.NewClient(srv.nc, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			jobs := map[string][]schema.Output{}
+			for k, outs := range outputSets {
+				j := schema.NewJob(fmt.Sprintf("%s-%d", enc, k), e2eTexts...)
+				j.Outputs = outs
+				j.Meta = map[string]any{"k": "v"}
+				if _, err := c.Submit(context.Background(), j); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, j.ID)
+				jobs[j.ID] = outs
+			}
+			got := collect(t, c, c.Run(), ids)
+			for id, res := range got {
+				checkResult(t, e, res, e2eTexts, jobs[id])
+				if res.Meta["k"] != "v" {
+					t.Errorf("job %s: meta %v not echoed", id, res.Meta)
+				}
+			}
+		})
+	}
+}
+
+func TestManySmallJobsShareRuns(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, engine.Config{})
+	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("small"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Queued before any worker runs: the first fetch brings many at once.
+	const n = 40
+	var ids []string
+	for i := range n {
+		j := schema.NewJob(fmt.Sprintf("s%02d", i), fmt.Sprintf("small job number %d", i))
+		if _, err := c.Submit(context.Background(), j); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	ce := &countingEmbedder{Embedder: e}
+	startWorker(t, srv, ce, workerOptions{cfg: consumer.Config{Patience: 100 * time.Millisecond}})
+	// A request while the queue drains joins the same runs.
+	cli, err := jetstream.NewClient(srv.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reqText := "a request rides along"
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		res, err := cli.Embed(ctx, reqText)
+		if err != nil {
+			t.Errorf("request: %v", err)
+			return
+		}
+		checkResult(t, e, res, []string{reqText}, nil)
+	})
+	got := collect(t, c, "small", ids)
+	wg.Wait()
+	for id, res := range got {
+		var i int
+		fmt.Sscanf(id, "s%d", &i)
+		checkResult(t, e, res, []string{fmt.Sprintf("small job number %d", i)}, nil)
+	}
+	ce.mu.Lock()
+	defer ce.mu.Unlock()
+	shared, mixed := 0, false
+	for k, rep := range ce.reports {
+		for _, ch := range rep.Chunks {
+			if ch.Texts > 1 {
+				shared++
+			}
+		}
+		var hasReq, hasJob bool
+		for _, tx := range ce.texts[k] {
+			hasReq = hasReq || tx.Text == reqText
+			hasJob = hasJob || strings.HasPrefix(tx.Text, "small job")
+		}
+		mixed = mixed || hasReq && hasJob
+	}
+	t.Logf("%d jobs + 1 request in %d Embed calls, %d chunks with several texts", n, ce.calls, shared)
+	if ce.calls >= n/2 || shared == 0 {
+		t.Errorf("%d jobs took %d Embed calls with %d shared chunks: jobs are not packed together", n, ce.calls, shared)
+	}
+	if !mixed {
+		t.Errorf("the request's text never ran in the same Embed call as a queued job's")
+	}
+}
+
+func TestRequestReplyAndDiscovery(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, engine.Config{})
+	startWorker(t, srv, e, workerOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	c, err := jetstream.NewClient(srv.nc, jetstream.WithOutputs(schema.OutputDense, schema.OutputSparse))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Embed(ctx, e2eTexts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, e, res, e2eTexts, []schema.Output{schema.OutputDense, schema.OutputSparse})
+
+	// What `nats req embed.v1.embed '{...}' -H Content-Type:application/json` sends.
+	msg := nats.NewMsg(jetstream.EndpointSubject)
+	msg.Header.Set("Content-Type", "application/json")
+	msg.Data = []byte(`{"id":"1","texts":["hello"],"outputs":["dense"]}`)
+	reply, err := srv.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jr, err := schema.DecodeResult(reply.Data, schema.EncodingJSON)
+	if err != nil {
+		t.Fatalf("JSON reply %q: %v", reply.Data, err)
+	}
+	checkResult(t, e, jr, []string{"hello"}, nil)
+
+	// A bad job is answered with its error code, also as a micro error.
+	msg = nats.NewMsg(jetstream.EndpointSubject)
+	msg.Header.Set("Content-Type", "application/json")
+	msg.Data = []byte(`{"id":"2","texts":[]}`)
+	reply, err = srv.nc.RequestMsgWithContext(ctx, msg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := reply.Header.Get("Nats-Service-Error-Code"); got != string(schema.CodeEmptyJob) {
+		t.Errorf("micro error code %q, want %s", got, schema.CodeEmptyJob)
+	}
+	if br, err := schema.DecodeResult(reply.Data, schema.EncodingJSON); err != nil || br.Error == nil || br.Error.Code != schema.CodeEmptyJob {
+		t.Errorf("bad job answered %q (%v), want an empty_job result", reply.Data, err)
+	}
+	bad := schema.NewJob("3", "x")
+	bad.V = 2
+	if res, err := c.Request(ctx, bad); !errors.Is(err, &schema.Error{Code: schema.CodeBadVersion}) || res == nil || res.ID != "3" {
+		t.Errorf("Request of a version 2 job: %v, %v; want its bad_version result and error", res, err)
+	}
+
+	// Discoverable as `nats micro info embed` does it.
+	info, err := srv.nc.RequestWithContext(ctx, "$SRV.INFO."+jetstream.ServiceName, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"name":"embed"`, `"subject":"embed.v1.embed"`, `"queue_group":"embed"`, `"version":"0.0.0-test"`} {
+		if !strings.Contains(string(info.Data), want) {
+			t.Errorf("$SRV.INFO.embed answer lacks %s: %s", want, info.Data)
+		}
+	}
+	stats, err := srv.nc.RequestWithContext(ctx, "$SRV.STATS.embed", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(stats.Data), `"num_requests":4`) || !strings.Contains(string(stats.Data), `"num_errors":2`) {
+		t.Errorf("stats after 4 requests, 2 failed: %s", stats.Data)
+	}
+}

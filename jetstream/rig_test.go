@@ -1,0 +1,304 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/model"
+	"github.com/jetembed/jetembed/engine/ort"
+	"github.com/jetembed/jetembed/engine/tokenizer"
+	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// The end-to-end tests run the real parts: an in-process nats-server with
+// JetStream, the provisioned streams, the consumer loop, and the engine on
+// the committed tiny model through ONNX Runtime.
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func testLogger(t testing.TB) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return quiet
+}
+
+// tok adapts the pure-Go tokenizer to the engine.
+type tok struct{ t *tokenizer.Tokenizer }
+
+func (t tok) Encode(text string, maxTokens int) ([]int32, int) {
+	enc := t.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
+	return enc.IDs, enc.Count
+}
+
+func (t tok) SpecialIDs() []int32 { return t.t.SpecialIDs() }
+
+// openEngine opens the tiny hidden-state model on one CPU session.
+func openEngine(t testing.TB, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	lib := os.Getenv("JETEMBED_ORT_LIB")
+	if lib == "" {
+		t.Skip("JETEMBED_ORT_LIB not set; run `make test` or `make deps`")
+	}
+	if _, err := ort.Init(ort.LibraryOptions{Path: lib}); errors.Is(err, ort.ErrNoCgo) {
+		t.Skip(err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Open(filepath.Join("..", "testdata", "models", "tiny-hidden"), model.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := tokenizer.Load(m.TokenizerPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Warmup == nil {
+		cfg.NoWarmup = true
+	}
+	e, err := engine.New(context.Background(), cfg, tok{tk}, m, func(int) (engine.Runner, error) {
+		return ort.Open(m, ort.Provider{IntraOpThreads: 1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// countingEmbedder records every Embed call's report, to see how texts of
+// different jobs were packed.
+type countingEmbedder struct {
+	consumer.Embedder
+	mu      sync.Mutex
+	calls   int
+	reports []engine.Report
+	texts   [][]engine.Text
+}
+
+func (c *countingEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+	embs, rep, err := c.Embedder.Embed(ctx, texts)
+	c.mu.Lock()
+	c.calls++
+	c.reports = append(c.reports, rep)
+	c.texts = append(c.texts, texts)
+	c.mu.Unlock()
+	return embs, rep, err
+}
+
+func (c *countingEmbedder) MaxTokens() int  { return c.Embedder.(*engine.Engine).MaxTokens() }
+func (c *countingEmbedder) ModelID() string { return c.Embedder.(*engine.Engine).ModelID() }
+
+// sinkFunc lets a test look at (or change) deliveries on their way in.
+type sinkFunc func(ctx context.Context, d consumer.Delivery) error
+
+func (f sinkFunc) Submit(ctx context.Context, d consumer.Delivery) error { return f(ctx, d) }
+
+// server is one nats-server with the jetembed streams provisioned.
+type server struct {
+	url string
+	cfg jetstream.Config
+	nc  *nats.Conn
+	js  natsjs.JetStream
+}
+
+// newServer starts a server and provisions cfg (DefaultConfig changed by
+// edit).
+func newServer(t testing.TB, edit func(*jetstream.Config)) *server {
+	t.Helper()
+	s := natstest.RunServer(t)
+	cfg := jetstream.DefaultConfig()
+	cfg.Consumer.AckWait = 5 * time.Second
+	cfg.Consumer.BackOff = nil
+	if edit != nil {
+		edit(&cfg)
+	}
+	nc := connect(t, s.ClientURL())
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return &server{url: s.ClientURL(), cfg: cfg, nc: nc, js: js}
+}
+
+func connect(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// worker is one consumer process: its connection, loop, micro service.
+type worker struct {
+	nc      *nats.Conn
+	cons    *consumer.Consumer
+	loop    *jetstream.PullLoop
+	svc     micro.Service
+	runDone chan error
+	stopped atomic.Bool
+}
+
+type workerOptions struct {
+	cfg  consumer.Config
+	sink func(*consumer.Consumer) jetstream.Sink // wraps the consumer
+	pull []jetstream.PullOption
+}
+
+// startWorker runs a consumer on emb against srv, like serve does.
+func startWorker(t testing.TB, srv *server, emb consumer.Embedder, o workerOptions) *worker {
+	t.Helper()
+	nc := connect(t, srv.url)
+	pub, err := jetstream.NewPublisher(nc, srv.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := o.cfg
+	cfg.AckWait = srv.cfg.Consumer.AckWait
+	cfg.MaxDeliver = srv.cfg.Consumer.MaxDeliver
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	cons, err := consumer.New(cfg, emb, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &worker{nc: nc, cons: cons, runDone: make(chan error, 1)}
+	go func() { w.runDone <- cons.Run(context.Background()) }()
+	var sink jetstream.Sink = cons
+	if o.sink != nil {
+		sink = o.sink(cons)
+	}
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	jc, err := js.Consumer(ctx, srv.cfg.Jobs.Name, srv.cfg.Consumer.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.svc, err = jetstream.StartService(ctx, nc, sink, jetstream.ServiceOptions{Version: "test", Logger: cfg.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.loop, err = jetstream.Pull(ctx, jc, sink, append([]jetstream.PullOption{jetstream.PullLogger(cfg.Logger)}, o.pull...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.stop(t, time.Second) })
+	return w
+}
+
+// stop shuts the worker down as serve does on SIGTERM.
+func (w *worker) stop(t testing.TB, grace time.Duration) {
+	if !w.stopped.CompareAndSwap(false, true) {
+		return
+	}
+	w.loop.Stop()
+	_ = w.svc.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	_ = w.cons.Drain(ctx)
+	<-w.loop.Closed()
+	<-w.runDone
+	_ = w.nc.Drain()
+}
+
+// submitJob publishes job to the jobs stream with enc, as a producer does.
+func submitJob(t testing.TB, js natsjs.JetStream, subject string, job *schema.Job, enc schema.Encoding) {
+	t.Helper()
+	data, err := schema.EncodeJob(job, enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	publishRaw(t, js, subject, schema.JobHeader(job, enc), data)
+}
+
+func publishRaw(t testing.TB, js natsjs.JetStream, subject string, h map[string][]string, data []byte) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: nats.Header(h), Data: data}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// streamMsgs returns every message stored in stream (up to n), in order.
+func streamMsgs(t testing.TB, js natsjs.JetStream, stream, filter string) []natsjs.Msg {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs == 0 {
+		return nil
+	}
+	cfg := natsjs.OrderedConsumerConfig{}
+	if filter != "" {
+		cfg.FilterSubjects = []string{filter}
+	}
+	c, err := js.OrderedConsumer(ctx, stream, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []natsjs.Msg
+	for {
+		b, err := c.FetchNoWait(256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for m := range b.Messages() {
+			out = append(out, m)
+			n++
+		}
+		if n == 0 {
+			return out
+		}
+	}
+}
+
+func streamCount(t testing.TB, js natsjs.JetStream, stream string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
