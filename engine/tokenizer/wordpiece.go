@@ -21,10 +21,13 @@ type wordPiece struct {
 	unkID         int32
 	prefix        string
 	maxInputChars int
-	// maxTokenLen is the longest vocabulary entry in bytes without the
-	// prefix: no match can be longer, so the search starts there instead of
-	// at the end of a long word.
-	maxTokenLen int
+	// trie holds the whole vocabulary; continued pieces are looked up from
+	// prefixNode, the node the prefix leads to (the root when it is ""), and
+	// cannot match at all when no entry starts with the prefix.
+	trie           *pieceTrie
+	entryIDs       []int32 // id of each trie entry
+	prefixNode     uint32
+	noContinuation bool
 }
 
 func init() {
@@ -72,15 +75,21 @@ func newWordPieceModel(vocab map[string]int32, unk, prefix string, maxInputChars
 			return nil, fmt.Errorf("WordPiece: negative id %d for %q", id, tok)
 		}
 		maxID = max(maxID, id)
-		n := len(tok)
-		if prefix != "" && len(tok) >= len(prefix) && tok[:len(prefix)] == prefix {
-			n -= len(prefix)
-		}
-		w.maxTokenLen = max(w.maxTokenLen, len(tok), n)
 	}
 	w.tokens = make([]string, maxID+1)
 	for tok, id := range vocab {
 		w.tokens[id] = tok
+	}
+	// The trie indexes entries, not ids: two entries may share an id.
+	entries := make([]string, 0, len(vocab))
+	for tok, id := range vocab {
+		entries = append(entries, tok)
+		w.entryIDs = append(w.entryIDs, id)
+	}
+	w.trie = newPieceTrie(entries)
+	for i := 0; i < len(prefix) && !w.noContinuation; i++ {
+		w.prefixNode = w.trie.child(w.prefixNode, prefix[i])
+		w.noContinuation = w.prefixNode == 0
 	}
 	return w, nil
 }
@@ -90,46 +99,41 @@ func (w *wordPiece) tokenize(dst []int32, word string) []int32 {
 		return append(dst, w.unkID)
 	}
 	mark := len(dst)
-	// scratch holds prefix+candidate for lookups; it stays on the stack,
-	// keeping tokenize allocation-free and safe for concurrent use.
-	var scratch [128]byte
 	for start := 0; start < len(word); {
-		end := len(word)
-		if end-start > w.maxTokenLen {
-			end = start + w.maxTokenLen
-			for end > start && !utf8.RuneStart(word[end]) {
-				end--
+		node := uint32(0)
+		if start > 0 {
+			if w.noContinuation {
+				return append(dst[:mark], w.unkID)
 			}
+			node = w.prefixNode
 		}
-		found := false
-		for end > start {
-			id, ok := w.lookup(scratch[:0], word[start:end], start > 0)
-			if ok {
-				dst = append(dst, id)
-				found = true
-				break
-			}
-			_, size := utf8.DecodeLastRuneInString(word[start:end])
-			end -= size
-		}
-		if !found {
+		id, end := w.longestMatch(node, word, start)
+		if end == start {
 			return append(dst[:mark], w.unkID)
 		}
+		dst = append(dst, id)
 		start = end
 	}
 	return dst
 }
 
-// lookup finds piece, with the continuing-subword prefix if continued,
-// building the prefixed key in buf.
-func (w *wordPiece) lookup(buf []byte, piece string, continued bool) (int32, bool) {
-	if !continued || w.prefix == "" {
-		id, ok := w.vocab[piece]
-		return id, ok
+// longestMatch walks the trie from node along word[start:] and returns the
+// id and end of the longest vocabulary piece found: what HF finds by trying
+// ever shorter candidates from the end of the word, in one pass. It returns
+// end == start when nothing matches.
+func (w *wordPiece) longestMatch(node uint32, word string, start int) (id int32, end int) {
+	end = start
+	for i := start; i < len(word); i++ {
+		if node = w.trie.child(node, word[i]); node == 0 {
+			break
+		}
+		// HF only ends pieces on character boundaries; a vocabulary entry
+		// is valid UTF-8, so this only matters for invalid input.
+		if v := w.trie.value[node]; v >= 0 && (i+1 == len(word) || utf8.RuneStart(word[i+1])) {
+			id, end = w.entryIDs[v], i+1
+		}
 	}
-	buf = append(append(buf, w.prefix...), piece...)
-	id, ok := w.vocab[string(buf)]
-	return id, ok
+	return id, end
 }
 
 func (w *wordPiece) tokenToID(tok string) (int32, bool) {

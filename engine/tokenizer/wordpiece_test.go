@@ -126,9 +126,9 @@ func TestWordPieceConfig(t *testing.T) {
 	}
 }
 
-// TestWordPieceLongWordSearchWindow checks that starting the search at the
-// longest vocabulary entry, not the end of the word, finds the same pieces.
-func TestWordPieceLongWordSearchWindow(t *testing.T) {
+// TestWordPieceLongWords checks that the one-pass trie walk finds what HF's
+// shrinking-candidate search finds on words much longer than any piece.
+func TestWordPieceLongWords(t *testing.T) {
 	w := testWordPiece(t, 1000)
 	word := strings.Repeat("é", 30) + "日本"
 	got := w.tokenize(nil, word)
@@ -141,5 +141,31 @@ func TestWordPieceLongWordSearchWindow(t *testing.T) {
 	want = append(want, 3)
 	if got := w.tokenize(nil, word); !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestWordPieceSharedID(t *testing.T) {
+	// Two entries with one id: both must match, as in HF's map lookups.
+	w, err := newWordPieceModel(map[string]int32{"[UNK]": 0, "ab": 1, "ba": 1, "##c": 2}, "[UNK]", "##", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for word, want := range map[string][]int32{"ab": {1}, "ba": {1}, "bac": {1, 2}} {
+		if got := w.tokenize(nil, word); !slices.Equal(got, want) {
+			t.Errorf("%s = %v, want %v", word, got, want)
+		}
+	}
+}
+
+func TestWordPieceNoContinuations(t *testing.T) {
+	// Without any "##" entry nothing can follow the first piece.
+	w, err := newWordPieceModel(map[string]int32{"[UNK]": 0, "ab": 1, "c": 2}, "[UNK]", "##", 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for word, want := range map[string][]int32{"ab": {1}, "c": {2}, "abc": {0}} {
+		if got := w.tokenize(nil, word); !slices.Equal(got, want) {
+			t.Errorf("%s = %v, want %v", word, got, want)
+		}
 	}
 }
