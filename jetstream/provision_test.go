@@ -316,3 +316,32 @@ func TestProvisionCluster(t *testing.T) {
 		t.Fatalf("re-run in cluster: changed=%v err=%v\n%s", r.Changed(), err, r)
 	}
 }
+
+func TestProvisionServerRefusal(t *testing.T) {
+	s := natstest.RunServer(t)
+	ctx := testCtx(t, 20*time.Second)
+	js := newJS(t, s.ClientURL())
+	cfg := DefaultConfig()
+	cfg.Replicas = 3 // a single server cannot place three replicas
+	r, err := Provision(ctx, js, cfg)
+	t.Logf("report:\n%s", r)
+	if err == nil || errors.Is(err, ErrDrift) {
+		t.Fatalf("err = %v, want the server's refusal", err)
+	}
+	o, _ := r.Find("stream", "EMBED_JOBS")
+	if o.Action != Failed || o.Err == nil || !strings.Contains(o.Err.Error(), "EMBED_JOBS") {
+		t.Errorf("jobs stream: %v %v, want failed naming the stream", o.Action, o.Err)
+	}
+	if !strings.Contains(r.String(), "failed: ") {
+		t.Errorf("report does not show the failure:\n%s", r)
+	}
+}
+
+func TestProvisionInvalidConfig(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Consumer.MaxAckPending = 0
+	// Validation comes first: no server is needed to refuse this.
+	if _, err := Provision(context.Background(), nil, cfg); !errors.Is(err, ErrInvalidConfig) {
+		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+}
