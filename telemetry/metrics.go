@@ -63,6 +63,7 @@ var MetricNames = []string{
 type Metrics struct {
 	provider *sdkmetric.MeterProvider
 	registry *prometheus.Registry
+	labels   labelSets
 
 	jobs, texts          metric.Int64Counter
 	tokens, padded       metric.Int64Counter

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -46,13 +47,47 @@ func codeLabel(c schema.Code) attribute.KeyValue {
 	return labelCode.String(string(c))
 }
 
+// labelSets caches the measurement option of each label combination: the
+// label values come from small closed sets (outcomes, codes, reasons,
+// sessions), and building an attribute set per call is most of the cost of
+// recording.
+type labelSets struct{ m sync.Map }
+
+type labelKey struct {
+	key         attribute.Key
+	a, b        string
+	withOutcome bool
+}
+
+func (l *labelSets) get(k labelKey) metric.MeasurementOption {
+	if o, ok := l.m.Load(k); ok {
+		return o.(metric.MeasurementOption)
+	}
+	var set attribute.Set
+	if k.withOutcome {
+		set = attribute.NewSet(labelOutcome.String(k.a), codeLabel(schema.Code(k.b)))
+	} else {
+		set = attribute.NewSet(k.key.String(k.a))
+	}
+	o, _ := l.m.LoadOrStore(k, metric.WithAttributeSet(set))
+	return o.(metric.MeasurementOption)
+}
+
+func (l *labelSets) outcome(o Outcome, c schema.Code) metric.MeasurementOption {
+	return l.get(labelKey{a: string(o), b: string(c), withOutcome: true})
+}
+
+func (l *labelSets) one(key attribute.Key, v string) metric.MeasurementOption {
+	return l.get(labelKey{key: key, a: v})
+}
+
 // JobDone counts one job at its disposition for this delivery. code is the
 // job-level error code, empty for OutcomeOK.
 func (m *Metrics) JobDone(ctx context.Context, outcome Outcome, code schema.Code) {
 	if m == nil {
 		return
 	}
-	m.jobs.Add(ctx, 1, metric.WithAttributes(labelOutcome.String(string(outcome)), codeLabel(code)))
+	m.jobs.Add(ctx, 1, m.labels.outcome(outcome, code))
 }
 
 // TextsDone counts n texts with the same outcome and code: a job's good items
@@ -61,7 +96,7 @@ func (m *Metrics) TextsDone(ctx context.Context, outcome Outcome, code schema.Co
 	if m == nil || n <= 0 {
 		return
 	}
-	m.texts.Add(ctx, int64(n), metric.WithAttributes(labelOutcome.String(string(outcome)), codeLabel(code)))
+	m.texts.Add(ctx, int64(n), m.labels.outcome(outcome, code))
 }
 
 // Tokens counts the real and the padded tokens of a session run; their ratio
@@ -113,7 +148,7 @@ func (m *Metrics) Run(ctx context.Context, session string, d time.Duration) {
 		return
 	}
 	m.run.Record(ctx, d.Seconds())
-	m.busy.Add(ctx, d.Seconds(), metric.WithAttributes(labelSession.String(session)))
+	m.busy.Add(ctx, d.Seconds(), m.labels.one(labelSession, session))
 }
 
 // Publish records the time to publish one result until the server confirmed.
@@ -130,7 +165,7 @@ func (m *Metrics) Nak(ctx context.Context, reason string) {
 	if m == nil {
 		return
 	}
-	m.naks.Add(ctx, 1, metric.WithAttributes(labelReason.String(reason)))
+	m.naks.Add(ctx, 1, m.labels.one(labelReason, reason))
 }
 
 // Term counts one terminated message, by reason as for [Metrics.Nak].
@@ -138,7 +173,7 @@ func (m *Metrics) Term(ctx context.Context, reason string) {
 	if m == nil {
 		return
 	}
-	m.terms.Add(ctx, 1, metric.WithAttributes(labelReason.String(reason)))
+	m.terms.Add(ctx, 1, m.labels.one(labelReason, reason))
 }
 
 // GuardRefusal counts one chunk the JIT guard refused before session run.
@@ -166,5 +201,5 @@ func (m *Metrics) SetBreakerOpen(ctx context.Context, session string, open bool)
 	if open {
 		v = 1
 	}
-	m.breaker.Record(ctx, v, metric.WithAttributes(labelSession.String(session)))
+	m.breaker.Record(ctx, v, m.labels.one(labelSession, session))
 }
