@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/text/unicode/norm"
+	"golang.org/x/text/unicode/rangetable"
 )
 
 // bertNormalizer is HF's normalizers.BertNormalizer: the text clean-up of the
@@ -76,12 +77,33 @@ func (n *bertNormalizer) normalize(s string) string {
 		s = b.String()
 	}
 	if n.stripAccents {
-		s = removeRunes(norm.NFD.String(s), isHFNonspacingMark)
+		s = norm.NFD.String(s)
 	}
-	if n.lowercase {
-		s = lowercaseFull(s)
+	return n.marksAndCase(s)
+}
+
+// marksAndCase drops Mn (if stripAccents) and lowercases (if lowercase) in
+// one pass, returning s itself when neither changes anything.
+func (n *bertNormalizer) marksAndCase(s string) string {
+	changes := func(r rune) bool {
+		return n.stripAccents && isHFNonspacingMark(r) || n.lowercase && lowerChanges(r)
 	}
-	return s
+	i := strings.IndexFunc(s, changes)
+	if i < 0 {
+		return s
+	}
+	b := make([]byte, 0, len(s)+8)
+	b = append(b, s[:i]...)
+	for _, r := range s[i:] {
+		switch {
+		case n.stripAccents && isHFNonspacingMark(r):
+		case n.lowercase:
+			b = appendLower(b, r)
+		default:
+			b = utf8.AppendRune(b, r)
+		}
+	}
+	return string(b)
 }
 
 // isPlainASCII reports whether s is printable ASCII plus tab, newline and
@@ -179,25 +201,39 @@ func removeRunes(s string, drop func(rune) bool) string {
 	return string(b)
 }
 
-// lowercaseFull is Rust's char::to_lowercase applied to each character: the
-// full (not simple) mapping, whose only multi-character case is U+0130.
-// Final sigma is not special-cased because HF maps character by character.
-// Characters newer than Go's tables come from hfLowercaseExceptions.
-func lowercaseFull(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
-	for _, r := range s {
-		if r == 0x130 {
-			b.WriteString("i\u0307")
-			continue
+// appendLower appends Rust's char::to_lowercase of r: the full (not simple)
+// mapping, whose only multi-character case is U+0130. Final sigma is not
+// special-cased because HF maps character by character. Characters newer
+// than Go's tables come from hfLowercaseExceptions.
+func appendLower(b []byte, r rune) []byte {
+	switch {
+	case r < utf8.RuneSelf:
+		if 'A' <= r && r <= 'Z' {
+			r += 'a' - 'A'
 		}
-		if r >= 0x1C80 {
-			if l, ok := hfLowercaseExceptions[r]; ok {
-				b.WriteString(l)
-				continue
-			}
-		}
-		b.WriteRune(unicode.ToLower(r))
+		return append(b, byte(r))
+	case r == 0x130:
+		return append(b, "i\u0307"...)
+	case unicode.Is(lowercaseExceptionTable, r):
+		return append(b, hfLowercaseExceptions[r]...)
 	}
-	return b.String()
+	return utf8.AppendRune(b, unicode.ToLower(r))
 }
+
+// lowerChanges reports whether appendLower changes r.
+func lowerChanges(r rune) bool {
+	if r < utf8.RuneSelf {
+		return 'A' <= r && r <= 'Z'
+	}
+	return r == 0x130 || unicode.ToLower(r) != r || unicode.Is(lowercaseExceptionTable, r)
+}
+
+// lowercaseExceptionTable is the keys of hfLowercaseExceptions, for a quick
+// test before the map lookup.
+var lowercaseExceptionTable = func() *unicode.RangeTable {
+	keys := make([]rune, 0, len(hfLowercaseExceptions))
+	for r := range hfLowercaseExceptions {
+		keys = append(keys, r)
+	}
+	return rangetable.New(keys...)
+}()

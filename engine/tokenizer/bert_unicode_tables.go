@@ -554,7 +554,7 @@ var regexWordTable = &unicode.RangeTable{
 }
 
 // hfLowercaseExceptions are the characters whose lowercase in HF (Rust's
-// char::to_lowercase) differs from lowercaseFull's Go mapping: characters
+// char::to_lowercase) differs from Go's unicode.ToLower: characters
 // Go's Unicode tables do not have yet.
 var hfLowercaseExceptions = map[rune]string{
 	0x1C89:  "\u1C8A",
