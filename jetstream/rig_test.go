@@ -23,7 +23,6 @@ import (
 	"github.com/jetembed/jetembed/engine/tokenizer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/schema"
 )
 
 // The end-to-end tests run the real parts: an in-process nats-server with
@@ -226,16 +225,6 @@ func (w *worker) stop(t testing.TB, grace time.Duration) {
 	<-w.loop.Closed()
 	<-w.runDone
 	_ = w.nc.Drain()
-}
-
-// submitJob publishes job to the jobs stream with enc, as a producer does.
-func submitJob(t testing.TB, js natsjs.JetStream, subject string, job *schema.Job, enc schema.Encoding) {
-	t.Helper()
-	data, err := schema.EncodeJob(job, enc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	publishRaw(t, js, subject, schema.JobHeader(job, enc), data)
 }
 
 func publishRaw(t testing.TB, js natsjs.JetStream, subject string, h map[string][]string, data []byte) {
