@@ -127,7 +127,11 @@ func (c *Client) Results(ctx context.Context, run string, opts ...ResultsOption)
 				return
 			}
 		}
-		cons, err := c.js.OrderedConsumer(ctx, c.o.resultsStream, natsjs.OrderedConsumerConfig{FilterSubjects: []string{filter}})
+		cc := natsjs.OrderedConsumerConfig{FilterSubjects: []string{filter}}
+		if o.after > 0 {
+			cc.DeliverPolicy, cc.OptStartSeq = natsjs.DeliverByStartSequencePolicy, o.after+1
+		}
+		cons, err := c.js.OrderedConsumer(ctx, c.o.resultsStream, cc)
 		if err != nil {
 			yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
 			return

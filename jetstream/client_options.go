@@ -79,6 +79,13 @@ type ResultsOption func(*resultsOptions)
 
 type resultsOptions struct {
 	untilCaughtUp bool
+	after         uint64
+}
+
+// AfterSequence starts after stream sequence seq (a [StoredResult.Sequence]
+// already read), instead of at the run's first result.
+func AfterSequence(seq uint64) ResultsOption {
+	return func(o *resultsOptions) { o.after = seq }
 }
 
 // UntilCaughtUp ends the iteration once every result stored when it began
