@@ -1,0 +1,275 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// Fleet makes one consumer process a member of the fleet that shares the
+// engines bucket. It publishes every shape its engine ran, pre-warms the
+// shapes peers published for the same model and SM (so the JIT guard
+// admits them here too), records the shapes the guard refused (wants) and,
+// when the engine is idle, compiles wanted shapes under a compile lock so
+// that no two members build the same engine. Start it with [StartFleet];
+// stop it with [Fleet.Stop].
+//
+// Goroutines: the watcher applies bucket changes to the state; the worker
+// does all engine work (pre-warms, idle compiles) and publishes shapes;
+// the writer records wants, so [Fleet.Want] never waits on the server or
+// on a compile.
+type Fleet struct {
+	cfg    FleetConfig
+	js     natsjs.JetStream
+	kv     natsjs.KeyValue
+	eng    FleetEngine
+	w      natsjs.KeyWatcher
+	cancel context.CancelFunc
+	done   chan struct{}
+	wants  chan shape
+	kick   chan struct{} // the worker has pre-warms queued (capacity 1)
+
+	mu       sync.Mutex
+	shapes   map[shape]ShapeRecord // own model and SM, in the bucket
+	wanted   map[shape]bool
+	locked   map[shape]bool
+	changed  chan struct{} // closed and replaced on every change
+	prewarm  []shape
+	tried    map[shape]bool // shapes this member published (or found published)
+	compiles []time.Time    // idle compiles within the last hour
+
+	stats fleetCounters
+}
+
+type shape struct{ batch, seq int }
+
+func (s shape) String() string { return fmt.Sprintf("%dx%d", s.batch, s.seq) }
+
+// FleetStats counts what a member did since it started, and what it knows
+// of the bucket for its model and SM now.
+type FleetStats struct {
+	// Compiles are shapes this member built under the lock; Prewarms the
+	// peers' shapes it loaded; Published the shapes its engine ran that it
+	// put in the bucket; Wanted the want keys it created.
+	Compiles, Prewarms, Published, Wanted int64
+	// LockBusy counts compiles skipped or delayed because a peer held the
+	// lock; Errors counts failed engine or bucket operations.
+	LockBusy, Errors int64
+	// Shapes, Wants and Locks are the keys in the bucket for this model
+	// and SM.
+	Shapes, Wants, Locks int
+}
+
+type fleetCounters struct {
+	compiles, prewarms, published, wanted, lockBusy, errors atomic.Int64
+}
+
+// StartFleet joins the fleet: it reads the bucket's current keys for the
+// model and SM of cfg (queuing pre-warms for the shapes eng lacks) before
+// it returns, then follows the bucket until ctx ends or [Fleet.Stop].
+func StartFleet(ctx context.Context, js natsjs.JetStream, eng FleetEngine, cfg FleetConfig) (*Fleet, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	kv, err := js.KeyValue(ctx, cfg.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: bucket %s: %w", cfg.Bucket, err)
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	f := &Fleet{
+		cfg: cfg, js: js, kv: kv, eng: eng, cancel: cancel,
+		done:    make(chan struct{}),
+		wants:   make(chan shape, 256),
+		kick:    make(chan struct{}, 1),
+		shapes:  map[shape]ShapeRecord{},
+		wanted:  map[shape]bool{},
+		locked:  map[shape]bool{},
+		changed: make(chan struct{}),
+		tried:   map[shape]bool{},
+	}
+	m, sm := cfg.modelToken(), cfg.smToken()
+	f.w, err = kv.WatchFiltered(runCtx, []string{
+		m + "." + sm + ".>", lockPrefix + m + "." + sm + ".>", wantPrefix + m + "." + sm + ".>",
+	})
+	if err != nil {
+		stop()
+		cancel()
+		return nil, fmt.Errorf("fleet: watch %s: %w", cfg.Bucket, err)
+	}
+	// The watcher sends the current values, then nil, then live changes.
+	for initial := true; initial; {
+		select {
+		case e, ok := <-f.w.Updates():
+			if !ok {
+				stop()
+				cancel()
+				return nil, fmt.Errorf("fleet: watch %s ended before its initial values", cfg.Bucket)
+			}
+			if e == nil {
+				initial = false
+				break
+			}
+			f.apply(e)
+		case <-ctx.Done():
+			_ = f.w.Stop()
+			stop()
+			cancel()
+			return nil, ctx.Err()
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Go(f.watch)
+	wg.Go(func() { f.work(runCtx) })
+	wg.Go(func() { f.write(runCtx) })
+	go func() {
+		<-runCtx.Done()
+		_ = f.w.Stop()
+		wg.Wait()
+		stop()
+		close(f.done)
+	}()
+	cfg.Logger.Info("fleet joined", "bucket", cfg.Bucket, "model", cfg.Model, "sm", cfg.smToken(),
+		"shapes", len(f.shapes), "wants", len(f.wanted), "locks", len(f.locked))
+	return f, nil
+}
+
+// Stop leaves the fleet: it cancels a pre-warm or compile in progress
+// (releasing its lock when the server is still reachable) and returns once
+// every goroutine ended.
+func (f *Fleet) Stop() {
+	f.cancel()
+	<-f.done
+}
+
+// Closed is closed when the fleet has stopped.
+func (f *Fleet) Closed() <-chan struct{} { return f.done }
+
+// Stats returns a snapshot; it is cheap and safe to call concurrently.
+func (f *Fleet) Stats() FleetStats {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return FleetStats{
+		Compiles: f.stats.compiles.Load(), Prewarms: f.stats.prewarms.Load(),
+		Published: f.stats.published.Load(), Wanted: f.stats.wanted.Load(),
+		LockBusy: f.stats.lockBusy.Load(), Errors: f.stats.errors.Load(),
+		Shapes: len(f.shapes), Wants: len(f.wanted), Locks: len(f.locked),
+	}
+}
+
+// Want records that the JIT guard refused a chunk of batch x seq, so that
+// an idle member compiles it. It never blocks (it implements
+// consumer.Wants); a shape already in the bucket or already wanted is
+// not recorded again.
+func (f *Fleet) Want(batch, seq int) {
+	s := shape{batch, seq}
+	if seq < f.cfg.MinSeq {
+		return
+	}
+	f.mu.Lock()
+	_, have := f.shapes[s]
+	known := have || f.wanted[s]
+	f.mu.Unlock()
+	if known {
+		return
+	}
+	select {
+	case f.wants <- s:
+	default: // the writer is behind; the next refusal asks again
+	}
+}
+
+// watch applies live bucket changes until the watcher stops.
+func (f *Fleet) watch() {
+	for e := range f.w.Updates() {
+		if e != nil {
+			f.apply(e)
+		}
+	}
+}
+
+// apply records one bucket entry of this model and SM in the state and
+// queues a pre-warm for a new shape the engine lacks.
+func (f *Fleet) apply(e natsjs.KeyValueEntry) {
+	pk := ParseKey(e.Key())
+	if pk.Kind == KindUnknown || pk.Kind == KindProbe ||
+		pk.Shape.Model != f.cfg.modelToken() || pk.Shape.SM != f.cfg.smToken() {
+		return
+	}
+	s := shape{pk.Shape.Batch, pk.Shape.Seq}
+	gone := e.Operation() != natsjs.KeyValuePut
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch pk.Kind {
+	case KindShape:
+		if gone {
+			delete(f.shapes, s)
+			break
+		}
+		var rec ShapeRecord
+		if err := json.Unmarshal(e.Value(), &rec); err != nil {
+			f.cfg.Logger.Warn("fleet: unreadable shape record", "key", e.Key(), "err", err)
+		}
+		_, had := f.shapes[s]
+		f.shapes[s] = rec
+		f.tried[s] = true
+		if !had && s.seq >= f.cfg.MinSeq && !f.eng.ShapeWarmed(s.batch, s.seq) {
+			f.prewarm = append(f.prewarm, s)
+			select {
+			case f.kick <- struct{}{}:
+			default:
+			}
+		}
+	case KindWant:
+		f.setFlag(f.wanted, s, !gone)
+	case KindLock:
+		f.setFlag(f.locked, s, !gone)
+	}
+	close(f.changed)
+	f.changed = make(chan struct{})
+}
+
+func (f *Fleet) setFlag(m map[shape]bool, s shape, on bool) {
+	if on {
+		m[s] = true
+	} else {
+		delete(m, s)
+	}
+}
+
+// write creates the want keys [Fleet.Want] queued.
+func (f *Fleet) write(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case s := <-f.wants:
+			k := f.cfg.key(s.batch, s.seq)
+			rec := encodeRecord(WantRecord{By: f.cfg.Member, At: time.Now().UTC()})
+			_, err := f.kv.Create(ctx, k.Want(), rec, natsjs.KeyTTL(f.cfg.WantTTL))
+			switch {
+			case err == nil:
+				f.stats.wanted.Add(1)
+				f.cfg.Logger.Info("fleet: shape wanted", "key", k.Want())
+			case errors.Is(err, natsjs.ErrKeyExists):
+			case ctx.Err() == nil:
+				f.stats.errors.Add(1)
+				f.cfg.Logger.Warn("fleet: recording a wanted shape", "key", k.Want(), "err", err)
+			}
+		}
+	}
+}
+
+// changes returns a channel closed at the next change of the state.
+func (f *Fleet) changes() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.changed
+}

@@ -1,0 +1,145 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"log/slog"
+	"os"
+	"time"
+)
+
+// FleetEngine is what the fleet needs of the local engine; *engine.Engine
+// satisfies it (engine/fleet_hooks.go).
+type FleetEngine interface {
+	// WarmShape runs the shape on every session, between runs, and raises
+	// the engine's coverage. On TensorRT it loads the plan from the shared
+	// engine cache, or builds it.
+	WarmShape(ctx context.Context, batch, seq int) error
+	// ShapeWarmed reports whether the engine has the exact shape.
+	ShapeWarmed(batch, seq int) bool
+	// WarmedShapes yields the shapes the engine has run.
+	WarmedShapes() iter.Seq2[int, int]
+	// Activity reports whether work is in flight and how many runs the
+	// sessions made so far.
+	Activity() (busy bool, runs int64)
+}
+
+// ErrFleetConfig reports an unusable [FleetConfig].
+var ErrFleetConfig = errors.New("invalid fleet config")
+
+// Defaults of [FleetConfig].
+const (
+	DefaultLockTTL         = time.Minute
+	DefaultWantTTL         = time.Hour
+	DefaultIdleQuiet       = 10 * time.Second
+	DefaultFleetTick       = time.Second
+	DefaultCompilesPerHour = 12
+)
+
+// FleetConfig says which model and SM a member of the fleet serves and how
+// it cooperates.
+type FleetConfig struct {
+	// Bucket is the engines KV bucket, provisioned by [Provision]; default
+	// EMBED_ENGINES.
+	Bucket string
+	// Model is the engine's model id ("name@sha12"); SM is "cpu" or the
+	// GPU compute capability ("8.9"). Only shapes of this model and SM are
+	// pre-warmed: plans do not move between SMs.
+	Model, SM string
+	// Member names this process in the records it writes; default
+	// "<hostname>/<pid>".
+	Member string
+	// EngineCacheDir is the TensorRT engine cache directory; the files a
+	// compile adds there are listed in its [ShapeRecord]. Empty on CPU.
+	EngineCacheDir string
+	// LockTTL is the per-key TTL of a compile lock: a holder that dies
+	// frees it after this long. A live holder refreshes it every third of
+	// it while it compiles. At least one second (the server's TTL unit).
+	LockTTL time.Duration
+	// WantTTL is how long a want key lives if nobody compiles its shape.
+	WantTTL time.Duration
+	// IdleQuiet is how long the engine must have been idle (no call in
+	// flight, no run made, Busy false) before this member compiles wanted
+	// shapes.
+	IdleQuiet time.Duration
+	// CompilesPerHour caps the wanted shapes this member compiles in any
+	// hour: a compile takes a GPU away from serving for minutes.
+	CompilesPerHour int
+	// Tick is how often the member checks for idleness and publishes the
+	// shapes its engine ran; default one second.
+	Tick time.Duration
+	// MinSeq leaves shapes shorter than this out of the bucket (neither
+	// published nor pre-warmed); 0 shares every shape.
+	MinSeq int
+	// Busy, when set, says whether work waits outside the engine (the
+	// jobs consumer's pending count): an idle engine with a backlog is
+	// about to be busy, not idle.
+	Busy func() bool
+	// Logger gets one line per compile, pre-warm and lock wait; default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// WithDefaults returns c with every unset field filled in.
+func (c FleetConfig) WithDefaults() FleetConfig {
+	if c.Bucket == "" {
+		c.Bucket = DefaultConfig().Engines.Name
+	}
+	if c.SM == "" {
+		c.SM = "cpu"
+	}
+	if c.Member == "" {
+		host, _ := os.Hostname()
+		if host == "" {
+			host = "unknown"
+		}
+		c.Member = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	if c.LockTTL == 0 {
+		c.LockTTL = DefaultLockTTL
+	}
+	if c.WantTTL == 0 {
+		c.WantTTL = DefaultWantTTL
+	}
+	if c.IdleQuiet == 0 {
+		c.IdleQuiet = DefaultIdleQuiet
+	}
+	if c.CompilesPerHour == 0 {
+		c.CompilesPerHour = DefaultCompilesPerHour
+	}
+	if c.Tick == 0 {
+		c.Tick = DefaultFleetTick
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c FleetConfig) validate() error {
+	switch {
+	case c.Model == "":
+		return fmt.Errorf("%w: no model id", ErrFleetConfig)
+	case c.LockTTL < time.Second:
+		return fmt.Errorf("%w: lock ttl %v below the server's 1s resolution", ErrFleetConfig, c.LockTTL)
+	case c.WantTTL < time.Second:
+		return fmt.Errorf("%w: want ttl %v below 1s", ErrFleetConfig, c.WantTTL)
+	case c.IdleQuiet < 0 || c.Tick < 0:
+		return fmt.Errorf("%w: negative idle quiet %v or tick %v", ErrFleetConfig, c.IdleQuiet, c.Tick)
+	case c.CompilesPerHour < 0:
+		return fmt.Errorf("%w: compiles per hour %d < 0 (0 means the default)", ErrFleetConfig, c.CompilesPerHour)
+	case c.MinSeq < 0:
+		return fmt.Errorf("%w: min seq %d < 0", ErrFleetConfig, c.MinSeq)
+	}
+	return nil
+}
+
+// modelToken and smToken are the config's model and SM as key tokens.
+func (c FleetConfig) modelToken() string { return KeyToken(c.Model) }
+func (c FleetConfig) smToken() string    { return SMToken(c.SM) }
+
+func (c FleetConfig) key(batch, seq int) ShapeKey {
+	return ShapeKey{Model: c.modelToken(), SM: c.smToken(), Batch: batch, Seq: seq}
+}
