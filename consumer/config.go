@@ -119,8 +119,6 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: InProgressFraction %g must be below 1, or the message expires first", ErrConfig, c.InProgressFraction)
 	case c.MaxDeliver < -1:
 		return fmt.Errorf("%w: MaxDeliver %d (use -1 for unlimited)", ErrConfig, c.MaxDeliver)
-	case c.InFlightTokens < c.MaxBatchTokens:
-		return fmt.Errorf("%w: InFlightTokens %d below MaxBatchTokens %d: a full batch could never be held", ErrConfig, c.InFlightTokens, c.MaxBatchTokens)
 	case c.NakBackoff.Jitter > 1:
 		return fmt.Errorf("%w: NakBackoff.Jitter %g above 1 could make a delay negative", ErrConfig, c.NakBackoff.Jitter)
 	case c.NakBackoff.Max < c.NakBackoff.Base:

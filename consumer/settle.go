@@ -41,8 +41,10 @@ func (c *Consumer) settle(ctx context.Context, j *job, out outcome) {
 			}
 		}
 	}
-	c.ackMessage(j, out)
+	// Recorded first so that whoever sees the message settled also sees
+	// it counted.
 	c.record(ctx, j, out)
+	c.ackMessage(j, out)
 }
 
 // sendResult encodes and sends out.result to the job's reply, returning the

@@ -1,0 +1,292 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/schema"
+)
+
+var allOutputs = []schema.Output{schema.OutputDense, schema.OutputSparse, schema.OutputColBERT}
+
+// checkItems compares a result's items with what the fake embedder gives
+// each text alone.
+func checkItems(t *testing.T, res *schema.Result, j *schema.Job) {
+	t.Helper()
+	if len(res.Items) != len(j.Texts) {
+		t.Fatalf("%d items for %d texts", len(res.Items), len(j.Texts))
+	}
+	var out engine.Output
+	for _, o := range j.Outputs {
+		out |= map[schema.Output]engine.Output{schema.OutputDense: engine.Dense, schema.OutputSparse: engine.Sparse, schema.OutputColBERT: engine.ColBERT}[o]
+	}
+	if len(j.Outputs) == 0 {
+		out = engine.Dense
+	}
+	for i, text := range j.Texts {
+		w, it := want(engine.Text{Text: text, Outputs: out}), res.Items[i]
+		if it.Error != nil {
+			t.Errorf("item %d: error %v", i, it.Error)
+			continue
+		}
+		if it.Tokens != w.Tokens {
+			t.Errorf("item %d: tokens %d, want %d", i, it.Tokens, w.Tokens)
+		}
+		if !slices.Equal([]float32(it.Dense), w.Dense) {
+			t.Errorf("item %d: dense %v, want %v", i, it.Dense, w.Dense)
+		}
+		switch {
+		case w.SparseIDs == nil && it.Sparse != nil:
+			t.Errorf("item %d: sparse not asked for, got %v", i, it.Sparse)
+		case w.SparseIDs != nil && (it.Sparse == nil || !slices.Equal(it.Sparse.IDs, w.SparseIDs) || !slices.Equal([]float32(it.Sparse.Weights), w.SparseWeights)):
+			t.Errorf("item %d: sparse %v, want %v %v", i, it.Sparse, w.SparseIDs, w.SparseWeights)
+		}
+		var flat []float32
+		for _, row := range it.ColBERT {
+			if len(row) != 2 {
+				t.Fatalf("item %d: colbert row of %d", i, len(row))
+			}
+			flat = append(flat, row...)
+		}
+		if !slices.Equal(flat, w.ColBERT) {
+			t.Errorf("item %d: colbert %v, want %v", i, flat, w.ColBERT)
+		}
+	}
+}
+
+func TestSuccess(t *testing.T) {
+	for _, enc := range []schema.Encoding{schema.EncodingJSON, schema.EncodingMsgpack} {
+		for _, outs := range [][]schema.Output{nil, {schema.OutputSparse}, {schema.OutputColBERT, schema.OutputDense}, allOutputs} {
+			t.Run(fmt.Sprintf("%s/%v", enc, outs), func(t *testing.T) {
+				r := newRig(t, Config{}, nil, nil)
+				j := schema.NewJob("job-1", "alpha", "be", "gamma ray")
+				j.Outputs = outs
+				j.Reply = "embed.results.run1"
+				j.Meta = map[string]any{"doc": "d7"}
+				if got := r.submit(t, j, enc); !slices.Equal(got, []string{"ack"}) {
+					t.Fatalf("calls %v, want [ack]", got)
+				}
+				res, p := r.resultFor(t, "job-1")
+				if p.subject != "embed.results.run1" {
+					t.Errorf("published to %q", p.subject)
+				}
+				if ct := p.header[schema.HeaderContentType]; !slices.Equal(ct, []string{enc.ContentType()}) {
+					t.Errorf("content type %v", ct)
+				}
+				if _, ok := p.header[schema.HeaderErrorCode]; ok {
+					t.Errorf("error code header on a success")
+				}
+				if res.V != 1 || res.ID != "job-1" || res.Model != "fake@123456789abc" || res.Error != nil {
+					t.Errorf("result header fields: %+v", res)
+				}
+				if res.Meta["doc"] != "d7" {
+					t.Errorf("meta %v not echoed", res.Meta)
+				}
+				checkItems(t, res, j)
+				// Tokens are len+2; the one chunk pads to the longest (11).
+				if want := (schema.Usage{Tokens: 7 + 4 + 11, PaddedTokens: 3 * 11}); res.Usage != want {
+					t.Errorf("usage %+v, want %+v", res.Usage, want)
+				}
+				if r.met.get("jobs ok ") != 1 || r.met.get("texts ok ") != 3 || r.met.get("publishes") != 1 {
+					t.Errorf("metrics %v", r.met)
+				}
+			})
+		}
+	}
+}
+
+// TestReplyResolution: the job's reply field, then the Embed-Reply header,
+// then the request's inbox.
+func TestReplyResolution(t *testing.T) {
+	cases := []struct {
+		name, field, header, inbox, want string
+	}{
+		{"field", "a.field", "a.header", "_INBOX.1", "a.field"},
+		{"header", "", "a.header", "_INBOX.1", "a.header"},
+		{"inbox", "", "", "_INBOX.1", "_INBOX.1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, Config{}, nil, nil)
+			j := schema.NewJob("j", "x")
+			j.Reply = tc.field
+			d, m := delivery(t, j, schema.EncodingMsgpack, 1)
+			if tc.header != "" {
+				d.Header["embed-reply"] = []string{tc.header} // case differs on purpose
+			}
+			d.Reply = tc.inbox
+			if err := r.c.Submit(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+			m.wait(t)
+			if _, p := r.resultFor(t, "j"); p.subject != tc.want {
+				t.Errorf("published to %q, want %q", p.subject, tc.want)
+			}
+		})
+	}
+}
+
+// TestCrossJobPacking: jobs gathered in one patience window share one
+// Embed call, and each gets its own texts back in order.
+func TestCrossJobPacking(t *testing.T) {
+	r := newRig(t, Config{Patience: 200 * time.Millisecond, MaxBatchJobs: 5}, nil, nil)
+	var jobs []*schema.Job
+	var msgs []*fakeMsg
+	for k := range 5 {
+		texts := make([]string, k+1)
+		for i := range texts {
+			texts[i] = fmt.Sprintf("job%d-text%d%s", k, i, strings.Repeat("z", i))
+		}
+		j := schema.NewJob(fmt.Sprintf("j%d", k), texts...)
+		j.Reply = "r"
+		d, m := delivery(t, j, schema.EncodingMsgpack, 1)
+		if err := r.c.Submit(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		jobs, msgs = append(jobs, j), append(msgs, m)
+	}
+	for _, m := range msgs {
+		if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+			t.Fatalf("calls %v", got)
+		}
+	}
+	calls := r.emb.Calls()
+	if len(calls) != 1 || len(calls[0]) != 15 {
+		t.Fatalf("%d Embed calls (%d texts in the first), want one call of 15 texts", len(calls), len(calls[0]))
+	}
+	for _, j := range jobs {
+		res, _ := r.resultFor(t, j.ID)
+		checkItems(t, res, j)
+	}
+	if r.met.get("batches") != 1 || r.met.get("batch texts") != 15 || r.met.get("queue waits") != 5 {
+		t.Errorf("metrics %v", r.met)
+	}
+}
+
+// TestBatchLimits: MaxBatchJobs and MaxBatchTokens end a batch; a job is
+// never split across Embed calls.
+func TestBatchLimits(t *testing.T) {
+	cases := []struct {
+		name  string
+		cfg   Config
+		calls []int // texts per Embed call
+	}{
+		{"jobs", Config{MaxBatchJobs: 2}, []int{4, 4, 2}},
+		// Each text estimates 30/3+2 = 12 tokens, a job 24.
+		{"tokens", Config{MaxBatchTokens: 50}, []int{4, 4, 2}},
+		{"tokens one job over", Config{MaxBatchTokens: 20}, []int{2, 2, 2, 2, 2}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			emb := &fakeEmb{block: make(chan struct{})}
+			tc.cfg.Batches, tc.cfg.InFlightTokens = 1, 1000
+			r := newRig(t, tc.cfg, emb, nil)
+			// A first job holds the only batch slot so the others queue.
+			d0, m0 := delivery(t, schema.NewJob("first", "x"), schema.EncodingJSON, 1)
+			if err := r.c.Submit(context.Background(), d0); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, func() bool { return len(emb.Calls()) == 1 })
+			var msgs []*fakeMsg
+			for k := range 5 {
+				text := strings.Repeat("a", 30)
+				d, m := delivery(t, schema.NewJob(fmt.Sprint(k), text, text), schema.EncodingJSON, 1)
+				if err := r.c.Submit(context.Background(), d); err != nil {
+					t.Fatal(err)
+				}
+				msgs = append(msgs, m)
+			}
+			close(emb.block)
+			m0.wait(t)
+			for _, m := range msgs {
+				m.wait(t)
+			}
+			var got []int
+			for _, c := range emb.Calls()[1:] {
+				got = append(got, len(c))
+			}
+			if !slices.Equal(got, tc.calls) {
+				t.Errorf("texts per call %v, want %v", got, tc.calls)
+			}
+		})
+	}
+}
+
+func TestPublishFailureNaks(t *testing.T) {
+	pub := &fakePub{fail: func(string) error { return errInjected }}
+	r := newRig(t, Config{}, nil, pub)
+	j := schema.NewJob("j", "text")
+	j.Reply = "r"
+	d, m := delivery(t, j, schema.EncodingMsgpack, 3)
+	if err := r.c.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.wait(t); !slices.Equal(got, []string{"nak+delay"}) {
+		t.Fatalf("calls %v, want [nak+delay]", got)
+	}
+	if m.delays[0] != 400*time.Millisecond {
+		t.Errorf("delay %v, want 400ms for delivery 3", m.delays[0])
+	}
+	if r.met.get("nak publish_failed") != 1 || r.met.get("jobs nak ") != 1 {
+		t.Errorf("metrics %v", r.met)
+	}
+}
+
+// TestPublishConfirmBeforeAck: the ACK waits for the stream's confirmation.
+func TestPublishConfirmBeforeAck(t *testing.T) {
+	confirm := make(chan struct{})
+	pub := &fakePub{fail: func(string) error { <-confirm; return nil }}
+	r := newRig(t, Config{}, nil, pub)
+	j := schema.NewJob("j", "text")
+	j.Reply = "r"
+	d, m := delivery(t, j, schema.EncodingMsgpack, 1)
+	if err := r.c.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(r.emb.Calls()) == 1 })
+	time.Sleep(20 * time.Millisecond)
+	if calls := m.Calls(); len(calls) != 0 {
+		t.Fatalf("message settled before the publish was confirmed: %v", calls)
+	}
+	close(confirm)
+	if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+		t.Fatalf("calls %v", got)
+	}
+}
+
+func TestNoReplyAcksAndWarnsOnce(t *testing.T) {
+	r := newRig(t, Config{}, nil, nil)
+	for k := range 3 {
+		if got := r.submit(t, schema.NewJob(fmt.Sprint("j", k), "secret text"), schema.EncodingJSON); !slices.Equal(got, []string{"ack"}) {
+			t.Fatalf("calls %v", got)
+		}
+	}
+	if n := len(r.pub.Results()); n != 0 {
+		t.Errorf("%d results published with no reply", n)
+	}
+	logs := r.log.String()
+	if n := strings.Count(logs, "no reply subject: result discarded (logged once)"); n != 1 {
+		t.Errorf("warned %d times, want once:\n%s", n, logs)
+	}
+	if strings.Contains(logs, "secret") {
+		t.Errorf("a text reached the log:\n%s", logs)
+	}
+	if n := strings.Count(logs, `"msg":"job settled"`); n != 3 {
+		t.Errorf("%d job lines, want one a job", n)
+	}
+}
+
+// waitFor polls cond until it holds.
+func waitFor(tb testing.TB, cond func() bool) {
+	tb.Helper()
+	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
+		if time.Since(start) > 10*time.Second {
+			tb.Fatal("condition never held")
+		}
+	}
+}
