@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -306,14 +307,62 @@ func TestProvisionCluster(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		info := s.CachedInfo()
-		if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
-			t.Errorf("%s: replicas %d, cluster %+v", name, info.Config.Replicas, info.Cluster)
-		}
+		natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+			info, err := s.Info(ctx)
+			if err != nil {
+				return err
+			}
+			if info.Config.Replicas != 3 || info.Cluster == nil || len(info.Cluster.Replicas) != 2 {
+				return fmt.Errorf("%s: replicas %d, cluster %+v", name, info.Config.Replicas, info.Cluster)
+			}
+			return nil
+		})
 	}
 	r, err = Provision(ctx, js, cfg)
 	if err != nil || r.Changed() {
 		t.Fatalf("re-run in cluster: changed=%v err=%v\n%s", r.Changed(), err, r)
+	}
+}
+
+func TestProvisionClusterScaleUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("cluster test")
+	}
+	c := natstest.RunCluster(t, 3)
+	ctx := testCtx(t, 40*time.Second)
+	js := newJS(t, c.URLs())
+	cfg := DefaultConfig()
+	if _, err := Provision(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Replicas = 3
+	r, err := Provision(ctx, js, cfg)
+	if err != nil {
+		t.Fatalf("Provision R3: %v\n%s", err, r)
+	}
+	for _, o := range r.Outcomes {
+		want, fields := Updated, "Replicas"
+		if o.Kind == "consumer" {
+			want, fields = Unchanged, "" // it follows its stream
+		}
+		if o.Action != want || strings.Join(o.Fields(), " ") != fields {
+			t.Errorf("%s %s: %v %v, want %v [%s]", o.Kind, o.Name, o.Action, o.Fields(), want, fields)
+		}
+	}
+	// The server has accepted the new replica count. Placing the new peers
+	// takes nats-server about ten seconds more; that is its business, not
+	// this test's.
+	for _, name := range []string{"EMBED_JOBS", "KV_EMBED_ENGINES"} {
+		s, err := js.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := s.CachedInfo().Config.Replicas; n != 3 {
+			t.Errorf("%s: replicas %d after the update, want 3", name, n)
+		}
+	}
+	if r, err := Provision(ctx, js, cfg); err != nil || r.Changed() {
+		t.Fatalf("re-run after scale-up: changed=%v err=%v\n%s", r.Changed(), err, r)
 	}
 }
 
