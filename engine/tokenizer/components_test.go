@@ -1,0 +1,138 @@
+package tokenizer
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+func TestPieceTrie(t *testing.T) {
+	pieces := []string{"a", "ab", "abc", "b", "", "ab", "日本", "日", "\xff"}
+	tr := newPieceTrie(pieces)
+	for s, want := range map[string]int32{"a": 0, "ab": 5, "abc": 2, "b": 3, "日本": 6, "日": 7, "\xff": 8} {
+		if got, ok := tr.lookup(s); !ok || got != want {
+			t.Errorf("lookup(%q) = %d, %v; want %d", s, got, ok, want)
+		}
+	}
+	for _, s := range []string{"", "abcd", "c", "本", "日本語"} {
+		if id, ok := tr.lookup(s); ok {
+			t.Errorf("lookup(%q) = %d, want none", s, id)
+		}
+	}
+	// Wide nodes use the binary search: every child must stay reachable.
+	var wide []string
+	for c := 0; c < 256; c++ {
+		wide = append(wide, "x"+string(rune(c)), "x"+string([]byte{byte(c)}))
+	}
+	tr = newPieceTrie(wide)
+	for i, s := range wide {
+		got, ok := tr.lookup(s)
+		if !ok || wide[got] != s {
+			t.Fatalf("wide lookup %d %q = %d, %v", i, s, got, ok)
+		}
+	}
+}
+
+func TestUnigramViterbi(t *testing.T) {
+	// "ab" as one piece beats "a"+"b"; an unknown run fuses into one <unk>;
+	// on a tie the node keeps the candidate found first, as in HF.
+	u, err := newUnigramModel([]string{"<unk>", "a", "b", "ab", "c", "cd", "d"}, []float64{0, -1, -1, -1.5, -1, -2, -1}, 0, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		word string
+		want []int32
+	}{
+		{"ab", []int32{3}},
+		{"abzzq", []int32{3, 0}},
+		{"zab", []int32{0, 3}},
+		{"cd", []int32{5}}, // c+d ties with cd: the candidate from the earlier start stays
+		{"", nil},
+	} {
+		if got := u.tokenize(nil, tc.word); !slices.Equal(got, tc.want) {
+			t.Errorf("tokenize(%q) = %v, want %v", tc.word, got, tc.want)
+		}
+	}
+	bf, err := newUnigramModel([]string{"<unk>", "a", "<0xC3>", "<0xA9>"}, []float64{0, -1, -5, -5}, 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := bf.tokenize(nil, "aé"); !slices.Equal(got, []int32{1, 2, 3}) {
+		t.Errorf("byte fallback: %v, want [1 2 3]", got)
+	}
+	if got := bf.tokenize(nil, "a日"); !slices.Equal(got, []int32{1, 0}) {
+		t.Errorf("byte fallback without byte pieces: %v, want [1 0]", got)
+	}
+}
+
+func TestMetaspace(t *testing.T) {
+	for _, tc := range []struct {
+		cfg     string
+		in      string
+		atStart bool
+		want    []string
+	}{
+		{`{"prepend_scheme":"always","split":true}`, "hello big world", false, []string{"▁hello", "▁big", "▁world"}},
+		{`{"prepend_scheme":"always","split":true}`, " a  b", true, []string{"▁a", "▁", "▁b"}},
+		{`{"prepend_scheme":"first","split":true}`, "a b", false, []string{"a", "▁b"}},
+		{`{"prepend_scheme":"first","split":true}`, "a b", true, []string{"▁a", "▁b"}},
+		{`{"prepend_scheme":"never","split":false}`, "a b", true, []string{"a▁b"}},
+		{`{"add_prefix_space":true}`, "a b", false, []string{"▁a", "▁b"}},
+		{`{"add_prefix_space":false,"replacement":"_"}`, "a b_", true, []string{"a", "_b", "_"}},
+		{`{"str_rep":"#","add_prefix_space":true}`, "x", true, []string{"#x"}},
+	} {
+		p, err := newMetaspace(json.RawMessage(tc.cfg))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.cfg, err)
+		}
+		if got := p.(startAwarePreTokenizer).preTokenizeAt(nil, tc.in, tc.atStart); !slices.Equal(got, tc.want) {
+			t.Errorf("%s on %q (start %v) = %q, want %q", tc.cfg, tc.in, tc.atStart, got, tc.want)
+		}
+	}
+}
+
+func TestNormalizers(t *testing.T) {
+	for _, tc := range []struct{ cfg, in, want string }{
+		{`{"type":"Lowercase"}`, "ÀİΣx", "ài̇σx"},
+		{`{"type":"NFKC"}`, "ﬁ①", "fi1"},
+		{`{"type":"NFD"}`, "é", "e\u0301"},
+		{`{"type":"Strip","strip_left":true,"strip_right":false}`, "\u3000 a ", "a "},
+		{`{"type":"Prepend","prepend":"▁"}`, "a", "▁a"},
+		{`{"type":"Prepend","prepend":"▁"}`, "", ""},
+		{`{"type":"Replace","pattern":{"String":"aa"},"content":"b"}`, "aaa", "ba"},
+		{`{"type":"Replace","pattern":{"Regex":" {2,}"},"content":"▁"}`, "a  b   c d", "a▁b▁c d"},
+		{`{"type":"Replace","pattern":{"Regex":"\\s+"},"content":"_"}`, "a\u3000\u2028b", "a_b"},
+		{`{"type":"Replace","pattern":{"Regex":"[\\d]"},"content":"#"}`, "a١2", "a##"},
+	} {
+		n, err := buildNormalizer(json.RawMessage(tc.cfg))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.cfg, err)
+		}
+		if got := n.normalize(tc.in); got != tc.want {
+			t.Errorf("%s on %q = %q, want %q", tc.cfg, tc.in, got, tc.want)
+		}
+	}
+}
+
+// TestPrecompiledMalformed feeds random and cut charsmaps: loading may fail,
+// normalizing must not panic.
+func TestPrecompiledMalformed(t *testing.T) {
+	r := rand.New(rand.NewPCG(1, 2))
+	texts := []string{"abc", "é\u0301", "日本語", "\x00\x01", "👨‍👩‍👧"}
+	for range 500 {
+		blob := make([]byte, 4+r.IntN(64))
+		for i := range blob {
+			blob[i] = byte(r.IntN(256))
+		}
+		blob[0], blob[1], blob[2], blob[3] = byte(r.IntN(len(blob))&^3), 0, 0, 0
+		p, err := parsePrecompiled(blob)
+		if err != nil {
+			continue
+		}
+		for _, s := range texts {
+			p.normalize(s)
+		}
+	}
+}
