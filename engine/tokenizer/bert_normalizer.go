@@ -77,9 +77,27 @@ func (n *bertNormalizer) normalize(s string) string {
 		s = b.String()
 	}
 	if n.stripAccents {
-		s = norm.NFD.String(s)
+		s = nfd(s)
 	}
 	return n.marksAndCase(s)
+}
+
+// hfUndecomposed is the one character Go's NFD decomposes and HF's older
+// normalization tables do not (U+11938, Unicode 13; found by the sweep in
+// testdata/parity/bert_unicode_sweep.py). It is a starter, so the text on
+// either side of it normalizes independently.
+const hfUndecomposed = "\U00011938"
+
+// nfd is NFD as HF's BertNormalizer applies it.
+func nfd(s string) string {
+	if !strings.Contains(s, hfUndecomposed) {
+		return norm.NFD.String(s)
+	}
+	parts := strings.Split(s, hfUndecomposed)
+	for i, p := range parts {
+		parts[i] = norm.NFD.String(p)
+	}
+	return strings.Join(parts, hfUndecomposed)
 }
 
 // marksAndCase drops Mn (if stripAccents) and lowercases (if lowercase) in

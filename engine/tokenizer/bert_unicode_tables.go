@@ -1,5 +1,5 @@
 // Code generated from HuggingFace tokenizers 0.23.2 over every code point
-// of planes 0-3 and 14 (see testdata/parity/bert_unicode_sweep.py); DO NOT EDIT.
+// of planes 0-3 and 14 (testdata/parity/bert_unicode_sweep.py); DO NOT EDIT.
 
 package tokenizer
 
