@@ -126,9 +126,15 @@ func (o Options) identity() string {
 		return fmt.Sprintf("as user %q", o.User)
 	case o.Token != "":
 		return "with a token"
-	default:
-		return "without credentials"
 	}
+	for _, s := range o.URLs {
+		for _, part := range strings.Split(s, ",") {
+			if u, err := url.Parse(strings.TrimSpace(part)); err == nil && u.User != nil {
+				return fmt.Sprintf("as user %q of the URL", u.User.Username())
+			}
+		}
+	}
+	return "without credentials"
 }
 
 func (o Options) validate() error {

@@ -99,6 +99,9 @@ func TestConnectPasswordInURLIsRedacted(t *testing.T) {
 	if !errors.Is(err, ErrAuthentication) {
 		t.Fatalf("err = %v, want ErrAuthentication", err)
 	}
+	if !strings.Contains(err.Error(), `as user "bob" of the URL`) {
+		t.Errorf("err = %q does not name the user of the URL", err)
+	}
 	if strings.Contains(err.Error(), "nope-secret") {
 		t.Errorf("err = %q leaks the password of the URL", err)
 	}
