@@ -35,7 +35,6 @@ def tok(norm,pre):
 B=lambda **k: dict(type="BertNormalizer",clean_text=k.get('c',True),handle_chinese_chars=k.get('h',True),strip_accents=k.get('s',None),lowercase=k.get('l',True))
 cfg={
  "mn":tok(B(c=False,h=False,s=True,l=False),{"type":"WhitespaceSplit"}),
- "uncased":tok(B(),{"type":"BertPreTokenizer"}),
  "cased":tok(B(l=False),{"type":"BertPreTokenizer"}),
  "lower_nostrip":tok(B(s=False),{"type":"WhitespaceSplit"}),
  "strip":tok({"type":"StripAccents"},{"type":"WhitespaceSplit"}),
@@ -92,7 +91,7 @@ for i,c in enumerate(cps):
     if strip[i]==RM: comb.add(c)
     if mnl[i]==RM: mn.add(c)
     if punct[i]==['a',x,'a']: punc.add(c)
-    if ws[i]==['a','##'+x,'##a'] or ws[i]==['a','##a'] and False: word.add(c)
+    if ws[i]==['a','##'+x,'##a']: word.add(c)
     elif ws[i]==SPLIT: rspace.add(c)
     elif ws[i]!=['a',x,'a']: print('ws odd',hex(c),ws[i],file=sys.stderr)
 other |= set(range(0xF0000,0xFFFFE)) | set(range(0x100000,0x10FFFE))
@@ -152,7 +151,6 @@ for cp,s2 in low:
 src+='}\n'
 open(sys.argv[2] if len(sys.argv)>2 else 'out.go','w').write(src.rstrip()+'\n')
 print({k:len(ranges(v)) for k,v in dict(other=other,space=space,punc=punc,mn=mn,word=word,rspace=rspace).items()},file=sys.stderr)
-import unicodedata
 assert space==set(c for c in rspace if c not in (0xb,0xc,0x85)), 'whitespace differs'
 
 subprocess.run(['gofmt','-w',OUT],check=True)
