@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/telemetry"
 )
 
 func init() {
@@ -24,6 +25,8 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	dataDir := fs.String("data", "./jetembed-data", "directory of the JetStream file store; it survives restarts")
 	verbose := fs.Bool("verbose", false, "print the NATS server's log")
 	pf := addProvisionFlags(fs)
+	ef := addEngineFlags(fs, true)
+	sf := addServeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -33,6 +36,10 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	cfg, err := pf.config()
 	if err != nil {
 		return err
+	}
+	if *sf.printConfig {
+		printConfig(fs, io)
+		return nil
 	}
 	if cfg.Replicas != 1 {
 		return fmt.Errorf("%w: the dev server is a single node: --replicas must be 1", errUsage)
@@ -65,18 +72,47 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	fmt.Fprintf(io.out, "connect with: --nats %s   (or JETEMBED_NATS=%s)\n", url, url)
 	fmt.Fprintf(io.out, "submit a job: nats pub -H Content-Type:application/json %s.demo '{\"v\":1,\"id\":\"1\",\"texts\":[\"hello\"]}' --server %s\n",
 		subjectRoot(cfg.Jobs.Subjects[0]), url)
-	return serveDev(ctx, url, io)
+	if *ef.modelDir == "" {
+		if *ef.modelDir, err = bundledModel(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(io.out, "request:      nats req %s '{\"id\":\"1\",\"texts\":[\"hello\"]}' -H Content-Type:application/json --server %s\n", jetstream.EndpointSubject, url)
+	fmt.Fprintf(io.out, "or:           jetembed submit --nats %s --text hello\n", url)
+	fmt.Fprintf(io.out, "serving model %s; press Ctrl-C to stop\n", *ef.modelDir)
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*sf.logLevel)); err != nil {
+		return fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
+	}
+	*sf.provision = false // done above, with the same config
+	err = serve(ctx, telemetry.NewLogger(io.err, level, *sf.logFormat), jetstream.Options{URLs: []string{url}, Name: "jetembed-dev", Logger: log}, cfg, ef, sf)
+	fmt.Fprintln(io.out, "stopping the dev server")
+	return err
 }
 
-// serveDev runs the embedding service against the dev server at url until
-// ctx ends (SIGINT or SIGTERM). The consumer loop does not exist yet, so for
-// now it only keeps the server running; the serve command will be called
-// from here with url as its --nats.
-func serveDev(ctx context.Context, url string, io stdio) error {
-	fmt.Fprintf(io.out, "no embedding consumer yet: this only runs the server at %s; press Ctrl-C to stop\n", url)
-	<-ctx.Done()
-	fmt.Fprintln(io.out, "stopping the dev server")
-	return nil
+// devModel is the tiny test model the repository ships: random weights, the
+// shapes of BGE-M3, enough to try the whole system without a download.
+const devModel = "testdata/models/tiny-hidden"
+
+// bundledModel finds [devModel] next to the executable (bin/jetembed in the
+// repository) or under the working directory.
+func bundledModel() (string, error) {
+	var dirs []string
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			dirs = append(dirs, filepath.Dir(exe), filepath.Join(filepath.Dir(exe), ".."))
+		}
+	}
+	if wd, err := os.Getwd(); err == nil {
+		dirs = append(dirs, wd, filepath.Join(wd, ".."), filepath.Join(wd, "..", ".."))
+	}
+	for _, d := range dirs {
+		p := filepath.Join(d, devModel)
+		if _, err := os.Stat(filepath.Join(p, "model.onnx")); err == nil {
+			return filepath.Clean(p), nil
+		}
+	}
+	return "", fmt.Errorf("%w: no --model given and %s not found next to the executable or in the working directory", errUsage, devModel)
 }
 
 // subjectRoot turns a wildcard subject like "embed.jobs.>" into the prefix

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"regexp"
 	"strings"
 	"sync"
@@ -34,13 +35,15 @@ func (l *lockedBuffer) String() string {
 }
 
 func TestDevCommand(t *testing.T) {
+	model := tinyModel(t, "tiny-hidden")
 	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var out, errOut lockedBuffer
 	done := make(chan int, 1)
 	go func() {
-		done <- runMain(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--data", dir}, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
+		done <- runMain(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--data", dir, "--model", model,
+			"--http", "", "--warmup-batches", "", "--probe=false", "--threads", "1", "--heartbeat", "0"}, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
 	}()
 
 	urlRE := regexp.MustCompile(`dev server on (nats://127\.0\.0\.1:\d+)`)
@@ -75,9 +78,20 @@ func TestDevCommand(t *testing.T) {
 	if _, err := js.KeyValue(tctx, "EMBED_ENGINES"); err != nil {
 		t.Errorf("kv: %v", err)
 	}
-	if !strings.Contains(out.String(), "only runs the server") {
-		t.Errorf("dev does not say it only runs the server:\n%s", out.String())
-	}
+	// It serves: the request-reply endpoint answers with a vector.
+	natstest.CheckFor(t, 15*time.Second, 50*time.Millisecond, func() error {
+		msg := nats.NewMsg("embed.v1.embed")
+		msg.Header.Set("Content-Type", "application/json")
+		msg.Data = []byte(`{"id":"1","texts":["hello"]}`)
+		reply, err := nc.RequestMsg(msg, 5*time.Second)
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(reply.Data), `"dense":[`) {
+			return fmt.Errorf("reply without a dense vector: %s", reply.Data)
+		}
+		return nil
+	})
 
 	cancel() // what SIGINT does through main's context
 	select {

@@ -81,7 +81,7 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
-	return serve(ctx, log, nf, cfg, ef, sf)
+	return serve(ctx, log, nf.options(log), cfg, ef, sf)
 }
 
 // printConfig prints every flag's effective value (flag, environment, or
@@ -125,7 +125,7 @@ func (s *liveState) health() telemetry.Health {
 // (warm-up before ready), consumer, request-reply service and fetch loop.
 // It returns nil after a drain when ctx ends (SIGTERM), and an error when
 // something needed fails or the NATS connection closes for good.
-func serve(ctx context.Context, log *slog.Logger, nf *natsFlags, cfg jetstream.Config, ef *engineFlags, sf *serveFlags) error {
+func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jetstream.Config, ef *engineFlags, sf *serveFlags) error {
 	shutdownTracing, err := telemetry.SetupTracing(ctx, "jetembed", version)
 	if err != nil {
 		return err
@@ -160,7 +160,7 @@ func serve(ctx context.Context, log *slog.Logger, nf *natsFlags, cfg jetstream.C
 		<-httpDone
 	}()
 
-	nc, err := jetstream.Connect(ctx, nf.options(log))
+	nc, err := jetstream.Connect(ctx, no)
 	if err != nil {
 		return err
 	}
