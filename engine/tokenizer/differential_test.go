@@ -75,6 +75,10 @@ func TestDifferentialRandom(t *testing.T) {
 		"a wörld b", "wo\u0308rld", "WÖRLD", "x  ＡＢ  y", "ＡＢ", "AB", "\u3000ＡＢ", "日本 語", "日本   x", "日本\n\ny",
 		"<s>x y", "<s>", "   <mask>   z", "text<mask>", "\u3000<mask>\u3000", "<mask><mask>", " <s> </s> ",
 		"Hello <mask>.", "hello\u00a0<mask>\u00a0hello")
+	// Long runs that defeat grapheme, whitespace and lattice shortcuts.
+	for _, unit := range []string{"a", "日", " ", "<s>", "\u0301", "\r\n", "👨\u200d", "🇫", " <mask>", "\x01", "ab ", "\u3000x", "ﾊﾞ"} {
+		texts = append(texts, "e"+strings.Repeat(unit, 4096))
+	}
 	var in bytes.Buffer
 	enc := json.NewEncoder(&in)
 	for _, s := range texts {
