@@ -1,0 +1,244 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jetembed/jetembed/schema"
+)
+
+// TestInProgress: a held message gets InProgress each time it waited the
+// configured fraction of AckWait, and none after it is settled.
+func TestInProgress(t *testing.T) {
+	emb := &fakeEmb{block: make(chan struct{})}
+	r := newRig(t, Config{AckWait: 80 * time.Millisecond, InProgressFraction: 0.25}, emb, nil)
+	d, m := delivery(t, schema.NewJob("slow", "text"), schema.EncodingJSON, 1)
+	if err := r.c.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	// Every 20ms: wait for three heartbeats while the embedder holds it.
+	waitFor(t, func() bool { return slices.Index(m.Calls(), "progress") >= 0 && len(m.Calls()) >= 3 })
+	close(emb.block)
+	m.wait(t)
+	calls := m.Calls()
+	settledAt := slices.Index(calls, "ack")
+	if settledAt < 3 || settledAt != len(calls)-1 {
+		t.Fatalf("calls %v: want InProgress heartbeats, then the ack last", calls)
+	}
+	time.Sleep(60 * time.Millisecond)
+	if after := m.Calls(); len(after) != len(calls) {
+		t.Errorf("calls after settling: %v", after[len(calls):])
+	}
+}
+
+// TestInProgressQueued: a job waiting in the queue (not only one running)
+// is kept alive too, and request-reply deliveries never get InProgress.
+func TestInProgressQueued(t *testing.T) {
+	emb := &fakeEmb{block: make(chan struct{})}
+	r := newRig(t, Config{AckWait: 40 * time.Millisecond, InProgressFraction: 0.25, Batches: 1}, emb, nil)
+	d1, m1 := delivery(t, schema.NewJob("running", "a"), schema.EncodingJSON, 1)
+	if err := r.c.Submit(context.Background(), d1); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(emb.Calls()) == 1 })
+	d2, m2 := delivery(t, schema.NewJob("queued", "b"), schema.EncodingJSON, 1)
+	d3, m3 := delivery(t, schema.NewJob("request", "c"), schema.EncodingJSON, 1)
+	d3.Respond = func(map[string][]string, []byte) error { return nil }
+	for _, d := range []Delivery{d2, d3} {
+		if err := r.c.Submit(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, func() bool { return slices.Contains(m2.Calls(), "progress") && slices.Contains(m1.Calls(), "progress") })
+	close(emb.block)
+	m1.wait(t)
+	m2.wait(t)
+	m3.wait(t)
+	if slices.Contains(m3.Calls(), "progress") {
+		t.Errorf("request-reply delivery got InProgress: %v", m3.Calls())
+	}
+}
+
+// TestDrain: Drain finishes the batch that is running, NAKs without delay
+// what is queued, refuses new deliveries, and Run then returns nil.
+func TestDrain(t *testing.T) {
+	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
+	r := newRig(t, Config{Batches: 1}, emb, nil)
+	running, rm := delivery(t, schema.NewJob("running", "a"), schema.EncodingJSON, 1)
+	if err := r.c.Submit(context.Background(), running); err != nil {
+		t.Fatal(err)
+	}
+	<-emb.started
+	var queued []*fakeMsg
+	for _, id := range []string{"q1", "q2"} {
+		d, m := delivery(t, schema.NewJob(id, "b"), schema.EncodingJSON, 1)
+		if err := r.c.Submit(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		queued = append(queued, m)
+	}
+	drained := make(chan error, 1)
+	go func() { drained <- r.c.Drain(context.Background()) }()
+	for _, m := range queued {
+		if got := m.wait(t); !slices.Equal(got, []string{"nak"}) {
+			t.Errorf("queued job: calls %v, want [nak] without delay", got)
+		}
+	}
+	late, lm := delivery(t, schema.NewJob("late", "c"), schema.EncodingJSON, 1)
+	if err := r.c.Submit(context.Background(), late); !errors.Is(err, ErrDraining) {
+		t.Errorf("Submit while draining: %v, want ErrDraining", err)
+	}
+	if got := lm.wait(t); !slices.Equal(got, []string{"nak"}) {
+		t.Errorf("late job: calls %v, want [nak]", got)
+	}
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned %v with a batch still running", err)
+	default:
+	}
+	close(emb.block)
+	if got := rm.wait(t); !slices.Equal(got, []string{"ack"}) {
+		t.Errorf("running job: calls %v, want [ack]", got)
+	}
+	if err := <-drained; err != nil {
+		t.Errorf("Drain: %v", err)
+	}
+	if err := <-r.run; err != nil {
+		t.Errorf("Run after Drain: %v", err)
+	}
+	r.run <- nil // for the cleanup's drain
+	if n := len(emb.Calls()); n != 1 {
+		t.Errorf("%d Embed calls, want only the running batch's", n)
+	}
+	if r.met.get("nak shutdown") != 3 {
+		t.Errorf("metrics %v", r.met)
+	}
+	select {
+	case <-r.c.Closed():
+	default:
+		t.Error("Closed not closed after Run returned")
+	}
+}
+
+// TestDrainGrace: when the grace ends first, the running Embed call is
+// cancelled and its jobs NAKed; Drain returns the context's error.
+func TestDrainGrace(t *testing.T) {
+	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 1)}
+	r := newRig(t, Config{}, emb, nil)
+	d, m := delivery(t, schema.NewJob("stuck", "a"), schema.EncodingJSON, 1)
+	if err := r.c.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	<-emb.started
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	if err := r.c.Drain(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Drain: %v, want DeadlineExceeded", err)
+	}
+	if got := m.Calls(); !slices.Equal(got, []string{"nak"}) {
+		t.Errorf("calls %v, want [nak] without delay", got)
+	}
+}
+
+// TestRunCancel: cancelling Run's context is the hard stop: everything held
+// is NAKed and Run returns the context's error.
+func TestRunCancel(t *testing.T) {
+	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 1)}
+	c, err := New(Config{Batches: 1, NakBackoff: Backoff{Jitter: -1}}, emb, &fakePub{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	run := make(chan error, 1)
+	go func() { run <- c.Run(ctx) }()
+	var msgs []*fakeMsg
+	for _, id := range []string{"running", "queued"} {
+		d, m := delivery(t, schema.NewJob(id, "a"), schema.EncodingJSON, 1)
+		if err := c.Submit(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+		if id == "running" {
+			<-emb.started
+		}
+	}
+	cancel()
+	if err := <-run; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run: %v, want Canceled", err)
+	}
+	for _, m := range msgs {
+		if got := m.Calls(); !slices.Equal(got, []string{"nak"}) {
+			t.Errorf("calls %v, want [nak]", got)
+		}
+	}
+	if s := c.Stats(); s.Held != 0 || s.HeldTokens != 0 {
+		t.Errorf("stats after stop %+v", s)
+	}
+	if err := c.Run(context.Background()); !errors.Is(err, ErrRunning) {
+		t.Errorf("second Run: %v", err)
+	}
+}
+
+// TestBudget: Submit blocks while the in-flight budget is full and resumes
+// when a job is settled; a request is answered overloaded instead; a
+// blocked Submit whose context ends NAKs its delivery.
+func TestBudget(t *testing.T) {
+	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
+	// "aaaaaaaaa" estimates 9/3+2 = 5 tokens: the budget holds two jobs.
+	r := newRig(t, Config{InFlightTokens: 10, MaxBatchTokens: 5, Batches: 1}, emb, nil)
+	text := "aaaaaaaaa"
+	var msgs []*fakeMsg
+	for _, id := range []string{"a", "b"} {
+		d, m := delivery(t, schema.NewJob(id, text), schema.EncodingJSON, 1)
+		if err := r.c.Submit(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		msgs = append(msgs, m)
+	}
+	<-emb.started
+	if s := r.c.Stats(); s.Held != 2 || s.HeldTokens != 10 || s.Queued != 1 {
+		t.Errorf("stats %+v", s)
+	}
+
+	req, reqMsg := delivery(t, schema.NewJob("req", text), schema.EncodingJSON, 1)
+	var answer []byte
+	req.Respond = func(_ map[string][]string, data []byte) error { answer = data; return nil }
+	if err := r.c.Submit(context.Background(), req); !errors.Is(err, ErrOverloaded) {
+		t.Errorf("request Submit: %v, want ErrOverloaded", err)
+	}
+	reqMsg.wait(t)
+	if res, err := schema.DecodeResult(answer, schema.EncodingJSON); err != nil || res.Error == nil || res.Error.Code != schema.CodeOverloaded || !res.Error.Retriable {
+		t.Errorf("request answer %+v, %v", res, err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	gaveUp, gm := delivery(t, schema.NewJob("gave-up", text), schema.EncodingJSON, 1)
+	if err := r.c.Submit(ctx, gaveUp); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Submit with an ended context: %v", err)
+	}
+	if got := gm.wait(t); !slices.Equal(got, []string{"nak"}) {
+		t.Errorf("calls %v, want [nak]", got)
+	}
+
+	waiting, wm := delivery(t, schema.NewJob("waiting", text), schema.EncodingJSON, 1)
+	submitted := make(chan error, 1)
+	go func() { submitted <- r.c.Submit(context.Background(), waiting) }()
+	select {
+	case err := <-submitted:
+		t.Fatalf("Submit returned %v with the budget full", err)
+	case <-time.After(20 * time.Millisecond):
+	}
+	close(emb.block)
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range append(msgs, wm) {
+		if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+			t.Errorf("calls %v, want [ack]", got)
+		}
+	}
+}
