@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
+
+	"golang.org/x/text/unicode/norm"
 )
 
 func TestPieceTrie(t *testing.T) {
@@ -134,5 +137,30 @@ func TestPrecompiledMalformed(t *testing.T) {
 		for _, s := range texts {
 			p.normalize(s)
 		}
+	}
+}
+
+// TestNormalizeUnbounded checks the slow path against x/text where x/text's
+// stream-safe limit does not kick in, then on a long run where it does.
+func TestNormalizeUnbounded(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	pool := []string{"a", "e", "A", "ﬁ", "각", "ᄀ", "ᅡ", "ᆨ", "\u0301", "\u0316", "\u0334", "\u0345", "\u0308", "ω", "Å", "ｶ", "ﾞ", "①", "\u0f73", "\u1e9b", "\u0f71"}
+	forms := map[string]norm.Form{"NFC": norm.NFC, "NFD": norm.NFD, "NFKC": norm.NFKC, "NFKD": norm.NFKD}
+	for range 2000 {
+		var b strings.Builder
+		for range r.IntN(12) {
+			b.WriteString(pool[r.IntN(len(pool))])
+		}
+		s := b.String()
+		for name, f := range forms {
+			if got, want := normalizeUnbounded(f, s), f.String(s); got != want {
+				t.Fatalf("%s(%+q) = %+q, want %+q", name, s, got, want)
+			}
+		}
+	}
+	long := "e" + strings.Repeat("\u0301\u0316", 40)
+	want := "é" + strings.Repeat("\u0316", 40) + strings.Repeat("\u0301", 39)
+	if got := normalizeForm(norm.NFC, long); got != want {
+		t.Errorf("NFC of a 80-mark run = %+q, want %+q", got, want)
 	}
 }

@@ -76,7 +76,7 @@ func TestDifferentialRandom(t *testing.T) {
 		"<s>x y", "<s>", "   <mask>   z", "text<mask>", "\u3000<mask>\u3000", "<mask><mask>", " <s> </s> ",
 		"Hello <mask>.", "hello\u00a0<mask>\u00a0hello")
 	// Long runs that defeat grapheme, whitespace and lattice shortcuts.
-	for _, unit := range []string{"a", "日", " ", "<s>", "\u0301", "\r\n", "👨\u200d", "🇫", " <mask>", "\x01", "ab ", "\u3000x", "ﾊﾞ"} {
+	for _, unit := range []string{"a", "日", " ", "<s>", "\u0301", "\r\n", "👨\u200d", "🇫", " <mask>", "\x01", "ab ", "\u3000x", "ﾊﾞ", "\u0301\u0316\u0334\u0345", "각\u0301"} {
 		texts = append(texts, "e"+strings.Repeat(unit, 4096))
 	}
 	var in bytes.Buffer

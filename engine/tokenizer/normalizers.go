@@ -28,7 +28,7 @@ func init() {
 
 type unicodeForm struct{ form norm.Form }
 
-func (u unicodeForm) normalize(s string) string { return u.form.String(s) }
+func (u unicodeForm) normalize(s string) string { return normalizeForm(u.form, s) }
 
 // lowercase maps rune by rune like Rust's char::to_lowercase (HF does not
 // use the context-sensitive final sigma rule of str::to_lowercase).
