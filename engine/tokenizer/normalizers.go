@@ -93,6 +93,10 @@ func newReplace(raw json.RawMessage) (normalizer, error) {
 
 func (r *replace) normalize(s string) string {
 	if r.re != nil {
+		// MatchString allocates nothing; most text has no match.
+		if !r.re.MatchString(s) {
+			return s
+		}
 		return r.re.ReplaceAllLiteralString(s, r.content)
 	}
 	if r.literal == "" {

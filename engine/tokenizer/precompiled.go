@@ -19,6 +19,11 @@ import (
 type precompiled struct {
 	trie       []uint32
 	normalized string
+	// The transform of each ASCII character, computed once: most text is
+	// mostly ASCII, and an ASCII character followed by another is a whole
+	// grapheme (except CR LF), so it needs no segmentation either.
+	ascii    [utf8.RuneSelf]string
+	asciiHit [utf8.RuneSelf]bool
 }
 
 func init() {
@@ -63,6 +68,9 @@ func parsePrecompiled(blob []byte) (*precompiled, error) {
 		return nil, fmt.Errorf("%w: replacement strings are not UTF-8", errCharsmap)
 	}
 	p.normalized = string(rest)
+	for c := range p.ascii {
+		p.ascii[c], p.asciiHit[c] = p.transform(string(rune(c)))
+	}
 	return p, nil
 }
 
@@ -131,6 +139,22 @@ func (p *precompiled) normalize(s string) string {
 	state := -1
 	rest := s
 	for len(rest) > 0 {
+		if c := rest[0]; c < utf8.RuneSelf && (len(rest) == 1 || rest[1] < utf8.RuneSelf && (c != '\r' || rest[1] != '\n')) {
+			if p.asciiHit[c] && !modified {
+				modified = true
+				b.Grow(len(s) + 8)
+				b.WriteString(s[:len(s)-len(rest)])
+			}
+			switch {
+			case p.asciiHit[c]:
+				b.WriteString(p.ascii[c])
+			case modified:
+				b.WriteByte(c)
+			}
+			rest = rest[1:]
+			state = -1
+			continue
+		}
 		var g string
 		g, rest, _, state = uniseg.FirstGraphemeClusterInString(rest, state)
 		if len(g) < 6 {
