@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// served is a `jetembed serve` running in a goroutine through runMain, as
+// main runs it; cancelling its context is what SIGTERM does.
+type served struct {
+	cancel context.CancelFunc
+	done   chan int
+	log    *lockedBuffer
+}
+
+// startServe runs serve against url with the tiny model and waits until it
+// logs that it is ready.
+func startServe(t *testing.T, url string, extra ...string) *served {
+	t.Helper()
+	model := tinyModel(t, "tiny-hidden")
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &served{cancel: cancel, done: make(chan int, 1), log: &lockedBuffer{}}
+	args := append([]string{"serve", "--nats", url, "--model", model, "--threads", "1",
+		"--warmup-batches", "", "--probe=false", "--heartbeat", "0", "--log-format", "json", "--http", ""}, extra...)
+	go func() {
+		s.done <- runMain(ctx, args, stdio{in: strings.NewReader(""), out: io.Discard, err: s.log})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-s.done:
+		case <-time.After(30 * time.Second):
+			t.Error("serve did not stop")
+		}
+	})
+	natstest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
+		select {
+		case code := <-s.done:
+			t.Fatalf("serve exited with %d: %s", code, s.log.String())
+		default:
+		}
+		if !strings.Contains(s.log.String(), `"msg":"ready"`) {
+			return errors.New("not ready yet")
+		}
+		return nil
+	})
+	return s
+}
+
+// logValue returns the first value of key in a JSON log line whose msg is
+// msg.
+func logValue(logs, msg, key string) string {
+	for _, line := range strings.Split(logs, "\n") {
+		var m map[string]any
+		if json.Unmarshal([]byte(line), &m) == nil && m["msg"] == msg {
+			return fmt.Sprint(m[key])
+		}
+	}
+	return ""
+}
+
+func TestServeDrainsOnSIGTERM(t *testing.T) {
+	srv := natstest.RunServer(t)
+	s := startServe(t, srv.ClientURL(), "--http", "127.0.0.1:0", "--grace", "20s", "--patience", "20ms", "--log-level", "debug")
+	defer func() {
+		if t.Failed() {
+			t.Log(s.log.String())
+		}
+	}()
+	addr := logValue(s.log.String(), "http listening", "addr")
+	if addr == "" {
+		t.Fatalf("no http address logged: %s", s.log.String())
+	}
+	for _, path := range []string{"/readyz", "/readyz?deep=1", "/healthz"} {
+		resp, err := http.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
+		}
+	}
+
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := jetstream.NewClient(nc, jetstream.WithRun("drain"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	long := strings.Repeat("every job holds a longer text so that the queue takes a while ", 8)
+	for i := range n {
+		if _, err := c.Submit(context.Background(), schema.NewJob(fmt.Sprint(i), long, fmt.Sprint("job ", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	js, _ := natsjs.New(nc)
+	count := func(stream string) uint64 {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.Msgs
+	}
+	natstest.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
+		if count("EMBED_RESULTS") == 0 {
+			return errors.New("no results yet")
+		}
+		return nil
+	})
+	s.cancel() // SIGTERM
+	select {
+	case code := <-s.done:
+		if code != 0 {
+			t.Fatalf("exit %d after SIGTERM: %s", code, s.log.String())
+		}
+		s.done <- code
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not exit after SIGTERM")
+	}
+	results, left := count("EMBED_RESULTS"), count("EMBED_JOBS")
+	t.Logf("at SIGTERM: %d jobs done, %d given back", results, left)
+	if results+left != n {
+		t.Errorf("%d results + %d queued jobs != %d: a job was lost or ran twice", results, left, n)
+	}
+	if left == 0 {
+		t.Log("every job finished before the drain: the test did not catch work in flight")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	jc, err := js.Consumer(ctx, "EMBED_JOBS", "embedder")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Given back, not abandoned: the jobs the drain NAKed are available at
+	// once, not after the 60s AckWait.
+	if left == 0 {
+		return
+	}
+	batch, err := jc.Fetch(int(left), natsjs.FetchMaxWait(3*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := 0
+	for m := range batch.Messages() {
+		if md, err := m.Metadata(); err != nil || md.NumDelivered != 2 {
+			t.Errorf("given-back job %v: metadata %+v, want a second delivery", err, md)
+		}
+		got++
+	}
+	if uint64(got) != left {
+		t.Errorf("%d of the %d given-back jobs could be fetched again at once", got, left)
+	}
+	if !strings.Contains(s.log.String(), `"msg":"stopped"`) {
+		t.Errorf("no stopped line: %s", s.log.String())
+	}
+}
+
+func TestServePrintConfig(t *testing.T) {
+	t.Setenv("JETEMBED_PATIENCE", "7ms")
+	t.Setenv("JETEMBED_NATS_PASSWORD", "secret")
+	code, out, errOut := runCmd(t, context.Background(), "serve", "--print-config", "--in-flight-tokens", "999")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"--patience=7ms\tJETEMBED_PATIENCE\n",
+		"--in-flight-tokens=999\tJETEMBED_IN_FLIGHT_TOKENS\n",
+		"--nats-password=<set>\tJETEMBED_NATS_PASSWORD\n",
+		"--ack-wait=1m0s\tJETEMBED_ACK_WAIT\n",
+		"--http=127.0.0.1:9090\tJETEMBED_HTTP\n",
+		"--model=\tJETEMBED_MODEL\n",
+		"--provision=true\tJETEMBED_PROVISION\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("print-config lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "secret") {
+		t.Error("print-config shows the password")
+	}
+}
