@@ -103,11 +103,33 @@ func (c *Cluster) Leader() *server.Server {
 func (c *Cluster) WaitOnLeader() {
 	c.t.Helper()
 	CheckFor(c.t, readyTimeout, 20*time.Millisecond, func() error {
-		if c.Leader() == nil {
+		l := c.Leader()
+		if l == nil {
 			return errors.New("no JetStream meta leader")
+		}
+		// A leader alone is not enough: an R3 stream created before every
+		// peer has joined fails with "no suitable peers for placement".
+		if peers, want := len(l.JetStreamClusterPeers()), c.running(); peers < want {
+			return fmt.Errorf("meta leader sees %d of %d peers", peers, want)
+		}
+		for _, s := range c.servers {
+			if s != nil && s.Running() && !s.JetStreamIsCurrent() {
+				return fmt.Errorf("server %s is not current with the meta leader", s.Name())
+			}
 		}
 		return nil
 	})
+}
+
+// running counts the nodes that are up.
+func (c *Cluster) running() int {
+	n := 0
+	for _, s := range c.servers {
+		if s != nil && s.Running() {
+			n++
+		}
+	}
+	return n
 }
 
 // StreamLeader returns the node that leads stream in account ("" is the
