@@ -111,7 +111,7 @@ func (c *Consumer) runBatch(ctx context.Context, b *batch) {
 	var texts []engine.Text
 	spans := make([]span, len(b.jobs))
 	for k, j := range b.jobs {
-		c.cfg.Metrics.QueueWait(ctx, now.Sub(j.queued))
+		c.cfg.Metrics.QueueWait(ctx, now.Sub(j.since()))
 		out := j.outputs()
 		spans[k].at = len(texts)
 		for i, t := range j.job.Texts {

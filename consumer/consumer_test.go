@@ -217,23 +217,53 @@ func TestBatchLimits(t *testing.T) {
 	}
 }
 
-func TestPublishFailureNaks(t *testing.T) {
-	pub := &fakePub{fail: func(string) error { return errInjected }}
-	r := newRig(t, Config{}, nil, pub)
-	j := schema.NewJob("j", "text")
-	j.Reply = "r"
-	d, m := delivery(t, j, schema.EncodingMsgpack, 3)
+// TestPublishFailure: a result that cannot be published NAKs the job with
+// backoff; on the final delivery it is kept in the DLQ and TERMed.
+func TestPublishFailure(t *testing.T) {
+	for _, tc := range []struct {
+		n    uint64
+		want string
+	}{{3, "nak+delay"}, {5, "term"}} {
+		pub := &fakePub{fail: func(string) error { return errInjected }}
+		r := newRig(t, Config{MaxDeliver: 5}, nil, pub)
+		j := schema.NewJob("j", "text")
+		j.Reply = "r"
+		d, m := delivery(t, j, schema.EncodingMsgpack, tc.n)
+		if err := r.c.Submit(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		if got := m.wait(t); !slices.Equal(got, []string{tc.want}) {
+			t.Fatalf("delivery %d: calls %v, want %s", tc.n, got, tc.want)
+		}
+		if tc.want == "term" {
+			if dlq := pub.DLQ(); len(dlq) != 1 || dlq[0].Code != ReasonPublishFailed {
+				t.Errorf("dlq %+v", dlq)
+			}
+			if r.met.get("term publish_failed") != 1 {
+				t.Errorf("metrics %v", r.met)
+			}
+			continue
+		}
+		if m.delays[0] != 400*time.Millisecond {
+			t.Errorf("delay %v, want 400ms for delivery 3", m.delays[0])
+		}
+		if len(pub.DLQ()) != 0 || r.met.get("nak publish_failed") != 1 || r.met.get("jobs nak ") != 1 {
+			t.Errorf("metrics %v", r.met)
+		}
+	}
+}
+
+// TestQueueWait counts from the stream's timestamp when the delivery has it.
+func TestQueueWait(t *testing.T) {
+	r := newRig(t, Config{}, nil, nil)
+	d, m := delivery(t, schema.NewJob("j", "text"), schema.EncodingJSON, 1)
+	d.Stored = time.Now().Add(-time.Hour)
 	if err := r.c.Submit(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	if got := m.wait(t); !slices.Equal(got, []string{"nak+delay"}) {
-		t.Fatalf("calls %v, want [nak+delay]", got)
-	}
-	if m.delays[0] != 400*time.Millisecond {
-		t.Errorf("delay %v, want 400ms for delivery 3", m.delays[0])
-	}
-	if r.met.get("nak publish_failed") != 1 || r.met.get("jobs nak ") != 1 {
-		t.Errorf("metrics %v", r.met)
+	m.wait(t)
+	if s := r.met.get("queue wait s"); s < 3600 || s > 3700 {
+		t.Errorf("queue wait %ds, want about an hour", s)
 	}
 }
 

@@ -30,8 +30,13 @@ type Delivery struct {
 	// Reply is the core reply inbox of a request (micro request-reply or
 	// a core request), used when the job names no reply subject.
 	Reply string
-	// Received is when the delivery reached this process (queue wait).
+	// Received is when the delivery reached this process; InProgress
+	// heartbeats count from it.
 	Received time.Time
+	// Stored, when known, is when the stream stored the message (the
+	// JetStream metadata timestamp): the queue wait metric counts from it,
+	// else from Received.
+	Stored time.Time
 	// Respond, when set, answers a request-reply delivery directly
 	// instead of publishing to a subject (micro.Request.Respond).
 	Respond func(header map[string][]string, data []byte) error

@@ -104,6 +104,18 @@ func (c *Consumer) replyOf(j *job) string {
 	return j.d.Reply
 }
 
+// since is when the job's queue wait began: stored in the stream, else
+// received, else queued here.
+func (j *job) since() time.Time {
+	switch {
+	case !j.d.Stored.IsZero():
+		return j.d.Stored
+	case !j.d.Received.IsZero():
+		return j.d.Received
+	}
+	return j.queued
+}
+
 // expired reports whether the job's deadline passed at now.
 func (j *job) expired(now time.Time) bool {
 	return !j.deadline.IsZero() && !j.deadline.After(now)

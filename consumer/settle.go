@@ -33,6 +33,9 @@ func (c *Consumer) settle(ctx context.Context, j *job, out outcome) {
 		if out.err != nil {
 			dl.Message = out.err.Message
 		}
+		if out.reason == ReasonPublishFailed {
+			dl.Code, dl.Message = ReasonPublishFailed, "result not published on the final delivery"
+		}
 		if err := c.pub.PublishDLQ(ctx, dl, j.d.Header, j.d.Data); err != nil {
 			c.cfg.Logger.Error("dead letter not stored", "job", j.id, "code", out.code, "delivered", j.d.NumDelivered, "err", err)
 			if !c.cfg.finalDelivery(j.d.NumDelivered) {
@@ -95,8 +98,15 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 	if err != nil {
 		c.cfg.Logger.Warn("result not published", "job", j.id, "reply", j.reply, "delivered", j.d.NumDelivered, "err", err)
 		if out.verdict == verdictAck {
-			out.verdict, out.reason = verdictNak, ReasonPublishFailed
-			out.delay = c.cfg.NakBackoff.Delay(j.d.NumDelivered)
+			out.reason = ReasonPublishFailed
+			if c.cfg.finalDelivery(j.d.NumDelivered) {
+				// No redelivery follows: keep the job in the DLQ rather
+				// than lose it.
+				out.verdict, out.dlq = verdictTerm, true
+			} else {
+				out.verdict = verdictNak
+				out.delay = c.cfg.NakBackoff.Delay(j.d.NumDelivered)
+			}
 		}
 		return out
 	}
