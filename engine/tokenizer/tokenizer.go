@@ -1,9 +1,11 @@
 package tokenizer
 
 import (
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -28,6 +30,18 @@ type Tokenizer struct {
 
 	scratch sync.Pool // *scratch
 }
+
+// Backend is what both tokenizer implementations offer: the pure-Go
+// [Tokenizer] and, with the hftokenizers build tag, [HFTokenizer] (the Rust
+// HuggingFace library through github.com/daulet/tokenizers).
+type Backend interface {
+	Encode(text string, opt Options) Encoding
+	EncodeBatch(texts []string, opt Options) []Encoding
+	VocabSize() int
+	MaxTokens() int
+}
+
+var _ Backend = (*Tokenizer)(nil)
 
 // Options tune one encoding.
 type Options struct {
@@ -133,6 +147,40 @@ func (t *Tokenizer) Encode(text string, opt Options) Encoding {
 		out = append(out, ids...)
 	}
 	return Encoding{IDs: out, Count: count}
+}
+
+// batchChunk is how many texts a worker claims at a time: large enough to
+// amortize the atomic counter, small enough to balance uneven texts.
+const batchChunk = 16
+
+// EncodeBatch encodes texts in parallel over GOMAXPROCS workers; the
+// result has one Encoding per text, in order.
+func (t *Tokenizer) EncodeBatch(texts []string, opt Options) []Encoding {
+	out := make([]Encoding, len(texts))
+	workers := min(runtime.GOMAXPROCS(0), (len(texts)+batchChunk-1)/batchChunk)
+	if workers <= 1 {
+		for i, s := range texts {
+			out[i] = t.Encode(s, opt)
+		}
+		return out
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				lo := int(next.Add(batchChunk)) - batchChunk
+				if lo >= len(texts) {
+					return
+				}
+				for i := lo; i < min(lo+batchChunk, len(texts)); i++ {
+					out[i] = t.Encode(texts[i], opt)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return out
 }
 
 // tokenize returns the model ids of text without special tokens, in
