@@ -71,7 +71,7 @@ func TestBadInput(t *testing.T) {
 				if r.met.get("term "+string(tc.code)) != 1 || r.met.get("jobs term "+string(tc.code)) != 1 {
 					t.Errorf("metrics %v", r.met)
 				}
-				if logs := r.log.String(); !strings.Contains(logs, `"level":"WARN"`) || !strings.Contains(logs, `"code":"`+string(tc.code)+`"`) || strings.Contains(logs, "hello") {
+				if logs := r.log.String(); !strings.Contains(logs, `"level":"WARN"`) || !strings.Contains(logs, `"code":"`+string(tc.code)+`"`) || !strings.Contains(logs, `"verdict":"term","delivered":2`) || strings.Contains(logs, "hello") {
 					t.Errorf("log must warn with the code and without texts:\n%s", logs)
 				}
 			})

@@ -138,7 +138,7 @@ func (c *Consumer) ackMessage(j *job, out outcome) {
 		err = m.Nak()
 	}
 	if err != nil {
-		c.cfg.Logger.Warn("message not settled", "job", j.id, "verdict", out.verdict, "err", err)
+		c.cfg.Logger.Warn("message not settled", "job", j.id, "verdict", out.verdict.String(), "err", err)
 	}
 }
 
@@ -172,7 +172,7 @@ func (c *Consumer) record(ctx context.Context, j *job, out outcome) {
 	}
 	c.jobs.Add(1)
 
-	attrs := []any{"job", j.id, "verdict", out.verdict, "delivered", j.d.NumDelivered, "texts", texts}
+	attrs := []any{"job", j.id, "verdict", out.verdict.String(), "delivered", j.d.NumDelivered, "texts", texts}
 	if out.code != "" {
 		attrs = append(attrs, "code", out.code)
 	}
