@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +19,8 @@ import (
 // files do not use (cased, other accent settings, the other pre-tokenizers
 // and Punctuation behaviors, the Bert/Roberta post-processors, another
 // subword prefix and word limit). TestWordPieceVariants compares them with
-// the HF oracle live over the parity corpus plus texts made of every
-// character on which HF's Unicode tables and Go's disagree.
+// the HF oracle live over the parity corpus, seeded random texts, and texts
+// made of every character on which HF's Unicode tables and Go's disagree.
 
 func bertNorm(clean, chinese bool, strip any, lower bool) map[string]any {
 	return map[string]any{"type": "BertNormalizer", "clean_text": clean, "handle_chinese_chars": chinese, "strip_accents": strip, "lowercase": lower}
@@ -113,6 +114,10 @@ func TestWordPieceVariants(t *testing.T) {
 	node, dir := oracle(t)
 	texts := append(parityCorpus(t), wordPieceHandCases...)
 	texts = append(texts, unicodeDisagreements()...)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range 300 {
+		texts = append(texts, randomText(r, []int{5, 20, 80}[i%3]))
+	}
 	var in bytes.Buffer
 	enc := json.NewEncoder(&in)
 	for _, s := range texts {
