@@ -57,8 +57,17 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 		timeout:     fs.Duration("timeout", 30*time.Second, "with --text: how long to wait for the answer"),
 	}
 	fs.FlagSet.StringVar(f.out, "o", *f.out, "shorthand for --out")
-	if err := fs.Parse(args); err != nil {
-		return err
+	// Flags may follow the input file (submit in.jsonl -o out.jsonl); the
+	// flag package stops at the first argument, so parse again after it.
+	var files []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return err
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files, args = append(files, fs.Arg(0)), fs.Args()[1:]
 	}
 	outs, err := schema.ParseOutputs(*f.outputs)
 	if err != nil {
@@ -66,23 +75,23 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 	}
 	log := slog.New(slog.NewTextHandler(io.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if *f.text != "" {
-		if fs.NArg() > 0 {
+		if len(files) > 0 {
 			return fmt.Errorf("%w: --text takes no input file", errUsage)
 		}
 		return submitText(ctx, nf.options(log), f, outs, io)
 	}
-	if fs.NArg() != 1 {
+	if len(files) != 1 {
 		return fmt.Errorf("%w: want one input file (JSONL, - for stdin) or --text", errUsage)
 	}
 	if *f.jobSize < 1 || *f.maxInFlight < 1 {
 		return fmt.Errorf("%w: --job-size and --max-inflight must be positive", errUsage)
 	}
-	in, err := readInput(fs.Arg(0), io.in)
+	in, err := readInput(files[0], io.in)
 	if err != nil {
 		return err
 	}
 	if *f.run == "" {
-		if fs.Arg(0) == "-" {
+		if files[0] == "-" {
 			return fmt.Errorf("%w: input from stdin needs --run (a resumed run must find its results)", errUsage)
 		}
 		*f.run = deriveRun(in, f)
