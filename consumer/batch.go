@@ -169,13 +169,21 @@ func (c *Consumer) runBatch(ctx context.Context, b *batch) {
 	}
 	for k, j := range b.jobs {
 		sp := spans[k]
-		res, jobErr := c.assemble(j, embs[sp.at:sp.at+len(sp.idx)], seq[sp.at:sp.at+len(sp.idx)], sp.idx)
-		if jobErr != nil {
-			finish(j, nil, jobErr)
-			continue
-		}
-		finish(j, res, nil)
+		res, jobErr := c.safeAssemble(j, embs[sp.at:sp.at+len(sp.idx)], seq[sp.at:sp.at+len(sp.idx)], sp.idx)
+		finish(j, res, jobErr)
 	}
+}
+
+// safeAssemble is assemble with a panic turned into the job's internal
+// error, so one job's bug leaves the rest of the batch alone.
+func (c *Consumer) safeAssemble(j *job, embs []engine.Embedding, seq, idx []int) (res *schema.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.cfg.Logger.Error("assembling a result panicked", "job", j.id, "panic", fmt.Sprint(p), "delivered", j.d.NumDelivered)
+			res, err = nil, schema.Errorf(schema.CodeInternal, "internal error")
+		}
+	}()
+	return c.assemble(j, embs, seq, idx)
 }
 
 func isSchemaError(err error) bool {

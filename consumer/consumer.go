@@ -120,7 +120,7 @@ func (c *Consumer) isDraining() bool {
 // [ErrOverloaded].
 func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 	now := c.cfg.Now()
-	j, jobErr := c.admit(d, now)
+	j, jobErr := c.safeAdmit(d, now)
 	if jobErr != nil {
 		c.settle(ctx, j, c.decide(j, nil, jobErr))
 		return nil
@@ -163,6 +163,24 @@ func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 	default:
 	}
 	return nil
+}
+
+// safeAdmit is admit with a panic (a decoder bug) turned into an internal
+// error: NAKed with backoff, then terminated at MaxDeliver, never a crash.
+func (c *Consumer) safeAdmit(d Delivery, now time.Time) (j *job, jobErr error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.cfg.Logger.Error("decoding a job panicked", "panic", fmt.Sprint(p), "delivered", d.NumDelivered)
+			j = &job{d: d, id: header(d.Header, schema.HeaderMsgID), queued: now, lastTouch: now}
+			j.reply = c.replyOf(j)
+			jobErr = schema.Errorf(schema.CodeInternal, "internal error decoding the job")
+		}
+	}()
+	j, se := c.admit(d, now)
+	if se != nil {
+		return j, se
+	}
+	return j, nil
 }
 
 // release forgets a settled job and frees its budget.

@@ -424,3 +424,23 @@ func TestRequestReply(t *testing.T) {
 		t.Errorf("cold answer header %v", h)
 	}
 }
+
+// TestPublisherPanic: a panic while settling gives the message back (NAK
+// with backoff) instead of crashing or leaving it to expire.
+func TestPublisherPanic(t *testing.T) {
+	pub := &fakePub{fail: func(string) error { panic("publisher bug") }}
+	r := newRig(t, Config{}, nil, pub)
+	j := schema.NewJob("j", "text")
+	j.Reply = "r"
+	d, m := delivery(t, j, schema.EncodingJSON, 2)
+	if err := r.c.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.wait(t); !slices.Equal(got, []string{"nak+delay"}) || m.delays[0] != 200*time.Millisecond {
+		t.Errorf("calls %v delays %v, want one NAK of 200ms", got, m.delays)
+	}
+	waitFor(t, func() bool { return r.c.Stats().Held == 0 })
+	if !strings.Contains(r.log.String(), "settling a job panicked") {
+		t.Error("the panic was not logged")
+	}
+}
