@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/engine/model"
@@ -87,7 +88,9 @@ func BenchmarkEmbed(b *testing.B) {
 // BenchmarkEngineOverhead compares the engine with a bare session.Run loop
 // on chunks that pack perfectly (every text exactly one tier long), so the
 // difference is the engine's own cost: packing, scheduling, layout of the
-// input and the heads (tokenization is a lookup here).
+// input and the heads (tokenization is a lookup here). The two alternate
+// in one loop, so load from elsewhere on the machine hits both alike; the
+// engine/bare metric is the ratio of their total times (goal <= 1.05).
 func BenchmarkEngineOverhead(b *testing.B) {
 	const batch, seq = 32, 128
 	for name, m := range benchModels(b) {
@@ -105,33 +108,38 @@ func BenchmarkEngineOverhead(b *testing.B) {
 		for i := range in.IDs {
 			in.IDs[i], in.Mask[i] = int64(ids[i%seq]), 1
 		}
-		b.Run(name+"/bare", func(b *testing.B) {
+		b.Run(name, func(b *testing.B) {
 			s, err := ort.Open(m, ort.Provider{IntraOpThreads: 1})
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer s.Close()
-			for b.Loop() {
-				if _, err := s.Run(context.Background(), in); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(batch*seq*b.N)/b.Elapsed().Seconds(), "tokens/s")
-		})
-		b.Run(name+"/engine", func(b *testing.B) {
-			e, err := engine.New(context.Background(), engine.Config{NoWarmup: true, Tiers: []int{seq}, MaxBatch: batch, MaxTokens: seq},
-				pre, m, func(int) (engine.Runner, error) { return ort.Open(m, ort.Provider{IntraOpThreads: 1}) })
+			e, err := engine.New(context.Background(), engine.Config{Tiers: []int{seq}, MaxBatch: batch, MaxTokens: seq,
+				Warmup: []engine.Shape{{Batch: batch, Seq: seq}}}, pre, m,
+				func(int) (engine.Runner, error) { return ort.Open(m, ort.Provider{IntraOpThreads: 1}) })
 			if err != nil {
 				b.Fatal(err)
 			}
 			defer e.Close()
+			if _, err := s.Run(context.Background(), in); err != nil { // first run of the shape, as the engine's warm-up
+				b.Fatal(err)
+			}
+			var bare, eng time.Duration
 			for b.Loop() {
+				t0 := time.Now()
+				if _, err := s.Run(context.Background(), in); err != nil {
+					b.Fatal(err)
+				}
+				t1 := time.Now()
 				_, rep, err := e.Embed(context.Background(), texts)
 				if err != nil || len(rep.Chunks) != 1 {
 					b.Fatalf("%v, %d chunks", err, len(rep.Chunks))
 				}
+				bare, eng = bare+t1.Sub(t0), eng+time.Since(t1)
 			}
-			b.ReportMetric(float64(batch*seq*b.N)/b.Elapsed().Seconds(), "tokens/s")
+			b.ReportMetric(float64(batch*seq*b.N)/bare.Seconds(), "bare-tokens/s")
+			b.ReportMetric(float64(batch*seq*b.N)/eng.Seconds(), "engine-tokens/s")
+			b.ReportMetric(eng.Seconds()/bare.Seconds(), "engine/bare")
 		})
 	}
 }
