@@ -52,3 +52,22 @@ func BenchmarkBertEncode(b *testing.B) {
 	}
 	b.ReportMetric(float64(tokens)/b.Elapsed().Seconds(), "tokens/s")
 }
+
+// BenchmarkBertNormalizer measures bert-base-uncased's normalizer (clean
+// text, CJK padding, NFD and accent stripping, lowercase) over the parity
+// corpus, single thread.
+func BenchmarkBertNormalizer(b *testing.B) {
+	n := bertNormalizer{cleanText: true, handleChineseChars: true, stripAccents: true, lowercase: true}
+	texts := parityCorpus(b)
+	size := 0
+	for _, s := range texts {
+		size += len(s)
+	}
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	for b.Loop() {
+		for _, s := range texts {
+			n.normalize(s)
+		}
+	}
+}
