@@ -43,6 +43,24 @@ func randomText(r *rand.Rand, n int) string {
 	return b.String()
 }
 
+// mutate cuts a piece of real text at random rune boundaries and splices
+// alphabet pieces into it, so realistic words meet the hard characters.
+func mutate(r *rand.Rand, s string) string {
+	rs := []rune(s)
+	if len(rs) > 300 {
+		i := r.IntN(len(rs) - 300)
+		rs = rs[i : i+300]
+	}
+	var b strings.Builder
+	for _, c := range rs {
+		if r.IntN(12) == 0 {
+			b.WriteString(randomAlphabet[r.IntN(len(randomAlphabet))])
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
 func oracle(t *testing.T) (node, dir string) {
 	t.Helper()
 	node, err := exec.LookPath("node")
@@ -66,9 +84,14 @@ func TestDifferentialRandom(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("JETEMBED_TOKENIZER_DIFF_N")); err == nil && v > 0 {
 		n = v // a longer local hunt; the default keeps the suite fast
 	}
+	corpus := parityCorpus(t)
 	texts := make([]string, n)
 	for i := range texts {
-		texts[i] = randomText(r, []int{3, 10, 40, 200}[i%4])
+		if i%2 == 0 {
+			texts[i] = randomText(r, []int{3, 10, 40, 200}[i/2%4])
+		} else {
+			texts[i] = mutate(r, corpus[r.IntN(len(corpus))])
+		}
 	}
 	// Hand-written cases for the added-token flags of the variants.
 	texts = append(texts, "hello world", "say hello", "sayhello there", "hello_x", "(hello)", "héllo hello",
