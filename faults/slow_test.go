@@ -1,0 +1,186 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/model"
+	"github.com/jetembed/jetembed/engine/ort"
+	"github.com/jetembed/jetembed/engine/tokenizer"
+	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// The slow-consumer test runs the consumer in process, like serve wires it,
+// because it needs an engine slower than AckWait and a way to switch the
+// InProgress heartbeats off for its control run.
+
+// tok adapts the pure-Go tokenizer to the engine.
+type tok struct{ t *tokenizer.Tokenizer }
+
+func (t tok) Encode(text string, maxTokens int) ([]int32, int) {
+	enc := t.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
+	return enc.IDs, enc.Count
+}
+
+// openTiny opens the tiny model on one CPU session.
+func openTiny(t testing.TB) *engine.Engine {
+	t.Helper()
+	lib := os.Getenv("JETEMBED_ORT_LIB")
+	if lib == "" {
+		t.Skip("JETEMBED_ORT_LIB not set; run `make test` or `make deps`")
+	}
+	if _, err := ort.Init(ort.LibraryOptions{Path: lib}); errors.Is(err, ort.ErrNoCgo) {
+		t.Skip(err)
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	m, err := model.Open(tinyModel(t), model.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tk, err := tokenizer.Load(m.TokenizerPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := engine.New(context.Background(), engine.Config{NoWarmup: true}, tok{tk}, m, func(int) (engine.Runner, error) {
+		return ort.Open(m, ort.Provider{IntraOpThreads: 1})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// slowEmbedder makes every Embed call last at least d: work longer than the
+// consumer's AckWait.
+type slowEmbedder struct {
+	*engine.Engine
+	d time.Duration
+}
+
+func (s slowEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+	select {
+	case <-time.After(s.d):
+	case <-ctx.Done():
+	}
+	return s.Engine.Embed(ctx, texts)
+}
+
+// silent drops InProgress heartbeats, for the control run.
+type silent struct{ consumer.Message }
+
+func (silent) InProgress() error { return nil }
+
+// deliveryLog records the highest delivery count seen per job id.
+type deliveryLog struct {
+	mu  sync.Mutex
+	max map[string]uint64
+}
+
+func (l *deliveryLog) maxDelivered() (worst uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, n := range l.max {
+		worst = max(worst, n)
+	}
+	return worst
+}
+
+// runSlow queues jobs and runs a consumer whose work takes 2.5 x AckWait;
+// heartbeats says whether InProgress reaches the server. It returns the
+// highest delivery count any job saw and the run's bulk for verification.
+func runSlow(t *testing.T, heartbeats bool) (uint64, *bulk) {
+	srv := natstest.RunServer(t)
+	const ackWait = time.Second
+	cfg := faultConfig(1, ackWait)
+	b := newBulk(t, srv.ClientURL(), cfg, "slow")
+	b.submit(40)
+
+	e := openTiny(t)
+	pub, err := jetstream.NewPublisher(b.nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := consumer.New(consumer.Config{
+		AckWait: ackWait, MaxDeliver: cfg.Consumer.MaxDeliver, MaxBatchJobs: 20,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, slowEmbedder{e, 5 * ackWait / 2}, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runDone := make(chan error, 1)
+	go func() { runDone <- cons.Run(context.Background()) }()
+	log := &deliveryLog{max: map[string]uint64{}}
+	sink := sinkFunc(func(ctx context.Context, d consumer.Delivery) error {
+		if id := d.Header[schema.HeaderMsgID]; len(id) > 0 {
+			log.mu.Lock()
+			log.max[id[0]] = max(log.max[id[0]], d.NumDelivered)
+			log.mu.Unlock()
+		}
+		if !heartbeats {
+			d.Msg = silent{d.Msg}
+		}
+		return cons.Submit(ctx, d)
+	})
+	jc, err := b.js.Consumer(context.Background(), cfg.Jobs.Name, cfg.Consumer.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop, err := jetstream.Pull(context.Background(), jc, sink, jetstream.PullAckWait(ackWait))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		loop.Stop()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = cons.Drain(ctx)
+		<-loop.Closed()
+		<-runDone
+	}()
+	start := time.Now()
+	b.waitResults(len(b.ids), 60*time.Second)
+	t.Logf("heartbeats %v: %d jobs done in %v with AckWait %v and %v per batch; most deliveries of one job: %d",
+		heartbeats, len(b.ids), time.Since(start).Round(time.Millisecond), ackWait, 5*ackWait/2, log.maxDelivered())
+	return log.maxDelivered(), b
+}
+
+// TestSlowWorkKeptByInProgress: with work 2.5x longer than AckWait, the
+// consumer's InProgress heartbeats keep every job from being redelivered
+// while it is worked on. The control run without heartbeats shows that the
+// same set-up does redeliver, so the first run proves something.
+func TestSlowWorkKeptByInProgress(t *testing.T) {
+	worst, b := runSlow(t, true)
+	if worst != 1 {
+		t.Errorf("a job was delivered %d times although the consumer worked on it", worst)
+	}
+	b.verify()
+	if info, err := b.consumerInfo(); err == nil && info.Delivered.Consumer != uint64(len(b.ids)) {
+		t.Errorf("%d deliveries for %d jobs", info.Delivered.Consumer, len(b.ids))
+	}
+
+	t.Run("control without InProgress", func(t *testing.T) {
+		worst, b := runSlow(t, false)
+		if worst < 2 {
+			t.Errorf("without heartbeats no job was redelivered (most deliveries %d): the test cannot see a redelivery", worst)
+		}
+		// Results stay exactly once even when jobs run twice.
+		b.verify()
+	})
+}
+
+// sinkFunc turns a function into a jetstream.Sink.
+type sinkFunc func(ctx context.Context, d consumer.Delivery) error
+
+func (f sinkFunc) Submit(ctx context.Context, d consumer.Delivery) error { return f(ctx, d) }
