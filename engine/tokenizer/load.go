@@ -14,14 +14,18 @@ type file struct {
 		Direction string `json:"direction"`
 		MaxLength int    `json:"max_length"`
 	} `json:"truncation"`
-	Padding *struct {
-		PadID int32 `json:"pad_id"`
-	} `json:"padding"`
+	Padding       *padding        `json:"padding"`
 	AddedTokens   []addedToken    `json:"added_tokens"`
 	Normalizer    json.RawMessage `json:"normalizer"`
 	PreTokenizer  json.RawMessage `json:"pre_tokenizer"`
 	Model         json.RawMessage `json:"model"`
 	PostProcessor json.RawMessage `json:"post_processor"`
+}
+
+// padding is the part of tokenizer.json's padding section jetembed reads:
+// the engine pads batches itself, with this id.
+type padding struct {
+	PadID int32 `json:"pad_id"`
 }
 
 // Load reads a tokenizer.json file. When the file sets no truncation, a

@@ -1,6 +1,7 @@
 package tokenizer
 
 import (
+	"fmt"
 	"runtime"
 	"slices"
 	"strings"
@@ -73,6 +74,9 @@ func (t *Tokenizer) setAddedTokens(tokens []addedToken) error {
 	t.maxID = int32(t.model.vocabSize()) - 1
 	var raw, normed []addedToken
 	for _, a := range tokens {
+		if a.ID < 0 {
+			return fmt.Errorf("tokenizer.json: added token %q has id %d", a.Content, a.ID)
+		}
 		// HF gives an added token the model's id when the model has it.
 		if id, ok := t.model.tokenToID(a.Content); ok {
 			a.ID = id
@@ -95,16 +99,14 @@ func (t *Tokenizer) setAddedTokens(tokens []addedToken) error {
 	return nil
 }
 
-func (t *Tokenizer) setSpecials(padding *struct {
-	PadID int32 `json:"pad_id"`
-}) {
+func (t *Tokenizer) setSpecials(pad *padding) {
 	if t.post != nil {
 		t.special = append(t.special, t.post.specialIDs()...)
 	}
 	slices.Sort(t.special)
 	t.special = slices.Compact(t.special)
-	if padding != nil {
-		t.pad = padding.PadID
+	if pad != nil {
+		t.pad = pad.PadID
 		return
 	}
 	for _, name := range []string{"<pad>", "[PAD]", "<|pad|>", "<|endoftext|>"} {
