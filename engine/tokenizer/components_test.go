@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/rivo/uniseg"
 	"golang.org/x/text/unicode/norm"
 )
 
@@ -162,5 +163,47 @@ func TestNormalizeUnbounded(t *testing.T) {
 	want := "é" + strings.Repeat("\u0316", 40) + strings.Repeat("\u0301", 39)
 	if got := normalizeForm(norm.NFC, long); got != want {
 		t.Errorf("NFC of a 80-mark run = %+q, want %+q", got, want)
+	}
+}
+
+// TestNextGrapheme checks the lone-character fast path against uniseg's
+// segmentation on random text, over the whole BMP and some astral planes.
+func TestNextGrapheme(t *testing.T) {
+	r := rand.New(rand.NewPCG(5, 6))
+	pick := func() rune {
+		switch r.IntN(4) {
+		case 0:
+			return rune(r.IntN(0x80))
+		case 1:
+			return []rune("\r\n\u0301\u200d\u0903\u0600\u1100\u1161\u11a8\uac00\U0001F1E6\U0001F600\u094d\u0915")[r.IntN(14)]
+		case 2:
+			return rune(0x1F000 + r.IntN(0x1000))
+		}
+		c := rune(r.IntN(0x10000))
+		if c >= 0xD800 && c <= 0xDFFF {
+			c = 'x'
+		}
+		return c
+	}
+	for range 20000 {
+		rs := make([]rune, 1+r.IntN(8))
+		for i := range rs {
+			rs[i] = pick()
+		}
+		s := string(rs)
+		var got, want []string
+		state := -1
+		for rest := s; rest != ""; {
+			var g string
+			g, rest, state = nextGrapheme(rest, state)
+			got = append(got, g)
+		}
+		gr := uniseg.NewGraphemes(s)
+		for gr.Next() {
+			want = append(want, gr.Str())
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("%+q: clusters %+q, uniseg %+q", s, got, want)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/rivo/uniseg"
@@ -139,31 +140,29 @@ func (p *precompiled) normalize(s string) string {
 	state := -1
 	rest := s
 	for len(rest) > 0 {
-		if c := rest[0]; c < utf8.RuneSelf && (len(rest) == 1 || rest[1] < utf8.RuneSelf && (c != '\r' || rest[1] != '\n')) {
-			if p.asciiHit[c] && !modified {
+		var g string
+		g, rest, state = nextGrapheme(rest, state)
+		// begin switches to building the output at the first change.
+		begin := func(done int) {
+			if !modified {
 				modified = true
 				b.Grow(len(s) + 8)
-				b.WriteString(s[:len(s)-len(rest)])
+				b.WriteString(s[:len(s)-len(rest)-len(g)])
+				b.WriteString(g[:done])
 			}
-			switch {
-			case p.asciiHit[c]:
+		}
+		if len(g) == 1 {
+			if c := g[0]; p.asciiHit[c] {
+				begin(0)
 				b.WriteString(p.ascii[c])
-			case modified:
+			} else if modified {
 				b.WriteByte(c)
 			}
-			rest = rest[1:]
-			state = -1
 			continue
 		}
-		var g string
-		g, rest, _, state = uniseg.FirstGraphemeClusterInString(rest, state)
 		if len(g) < 6 {
 			if r, ok := p.transform(g); ok {
-				if !modified {
-					modified = true
-					b.Grow(len(s) + 8)
-					b.WriteString(s[:len(s)-len(rest)-len(g)])
-				}
+				begin(0)
 				b.WriteString(r)
 				continue
 			}
@@ -173,12 +172,7 @@ func (p *precompiled) normalize(s string) string {
 			c := g[i : i+n]
 			i += n
 			if r, ok := p.transform(c); ok {
-				if !modified {
-					modified = true
-					b.Grow(len(s) + 8)
-					b.WriteString(s[:len(s)-len(rest)-len(g)])
-					b.WriteString(g[:i-n])
-				}
+				begin(i - n)
 				b.WriteString(r)
 			} else if modified {
 				b.WriteString(c)
@@ -190,3 +184,63 @@ func (p *precompiled) normalize(s string) string {
 	}
 	return b.String()
 }
+
+// nextGrapheme splits the first grapheme cluster off s. Most clusters are a
+// single character that cannot join its neighbours; those are recognised
+// without uniseg's state machine, which otherwise dominates the cost.
+// Restarting uniseg with state -1 after such a character is exact: no
+// break rule looks back past a character that joins nothing.
+func nextGrapheme(s string, state int) (g, rest string, newState int) {
+	r, n := utf8.DecodeRuneInString(s)
+	if loneRune(r) && (n == len(s) || startsLone(s[n:])) {
+		return s[:n], s[n:], -1
+	}
+	g, rest, _, newState = uniseg.FirstGraphemeClusterInString(s, state)
+	return g, rest, newState
+}
+
+// startsLone reports whether s starts with a character that joins nothing
+// on its left, so a lone character before it ends a cluster. ASCII joins
+// leftwards only as the LF of CR LF, and CR is not lone.
+func startsLone(s string) bool {
+	if s[0] < utf8.RuneSelf {
+		return true
+	}
+	r, _ := utf8.DecodeRuneInString(s)
+	return loneRune(r)
+}
+
+// loneRune reports whether r never joins a neighbour in a grapheme cluster
+// when both neighbours are such characters: not CR, LF, Extend, ZWJ,
+// SpacingMark, Prepend, Hangul jamo or syllable, regional indicator or
+// extended pictographic. Known for the BMP; other planes take uniseg.
+func loneRune(r rune) bool {
+	if r < utf8.RuneSelf {
+		return r != '\r' && r != '\n'
+	}
+	if r > 0xFFFF {
+		return false
+	}
+	return loneTable()[r>>6]&(1<<(r&63)) != 0
+}
+
+// loneTable is built once from uniseg itself, so it follows the same
+// Unicode version as the slow path.
+var loneTable = sync.OnceValue(func() *[1 << 10]uint64 {
+	var t [1 << 10]uint64
+	first := func(s string) string {
+		g, _, _, _ := uniseg.FirstGraphemeClusterInString(s, -1)
+		return g
+	}
+	for r := rune(utf8.RuneSelf); r <= 0xFFFF; r++ {
+		if (r >= 0xD800 && r <= 0xDFFF) || (r >= 0x1100 && r <= 0x11FF) || (r >= 0xA960 && r <= 0xA97F) ||
+			(r >= 0xAC00 && r <= 0xD7FF) {
+			continue // surrogates, Hangul jamo and syllables
+		}
+		c := string(r)
+		if first("a"+c) == "a" && first(c+"a") == c && first("\U0001F600\u200D"+c) == "\U0001F600\u200D" {
+			t[r>>6] |= 1 << (r & 63)
+		}
+	}
+	return &t
+})
