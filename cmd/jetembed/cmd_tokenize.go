@@ -54,15 +54,13 @@ func runTokenize(ctx context.Context, args []string, io stdio) error {
 	enc := json.NewEncoder(out)
 
 	var (
-		texts   []string
-		bad     = map[int]string{} // index in the batch -> error
-		lineNo  int
-		nBad    int
-		encoded []tokenizer.Encoding
+		texts  []string
+		bad    = map[int]string{} // index in the batch -> error
+		lineNo int
+		nBad   int
 	)
 	flush := func() error {
-		encoded = tok.EncodeBatch(texts, opt)
-		for i, e := range encoded {
+		for i, e := range tok.EncodeBatch(texts, opt) {
 			o := tokenizeOut{IDs: e.IDs}
 			if msg, ok := bad[i]; ok {
 				o = tokenizeOut{IDs: []int32{}, Error: msg}
@@ -73,7 +71,7 @@ func runTokenize(ctx context.Context, args []string, io stdio) error {
 				return err
 			}
 		}
-		texts, encoded = texts[:0], nil
+		texts = texts[:0]
 		clear(bad)
 		return ctx.Err()
 	}
