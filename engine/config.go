@@ -53,8 +53,9 @@ type Config struct {
 	// Coverage records warmed shapes; default a fresh [NewCoverage]. The
 	// fleet passes one it raises from the shared shape bucket.
 	Coverage Coverage
-	// OnWarmed is called (from a session goroutine; keep it short) when this
-	// engine ran a shape for the first time, in warm-up or in band.
+	// OnWarmed is called (from a session goroutine, one call at a time;
+	// keep it short) when this engine ran a shape for the first time, in
+	// warm-up or in band.
 	OnWarmed func(Shape)
 	// Sparse ids left out of sparse vectors, besides the model's bos, eos
 	// and pad; default the tokenizer's special ids when it reports them

@@ -25,6 +25,9 @@ type Engine struct {
 	adm     *admission
 	packers sync.Pool // *pack.Packer: packers keep buffers, one call at a time
 	packCfg pack.Config
+	// ranMu serializes ran, so OnWarmed hears each new shape once even
+	// when two sessions finish it at the same moment.
+	ranMu sync.Mutex
 }
 
 // New loads cfg.Sessions sessions through factory, runs the warm-up grid
@@ -96,6 +99,11 @@ func (e *Engine) setCost(c pack.Cost) {
 // ran records a shape that ran on some session, calling OnWarmed the first
 // time.
 func (e *Engine) ran(s Shape) {
+	if e.cfg.Coverage.Warmed(s.Batch, s.Seq) {
+		return // the common case, without the lock
+	}
+	e.ranMu.Lock()
+	defer e.ranMu.Unlock()
 	if e.cfg.Coverage.Warmed(s.Batch, s.Seq) {
 		return
 	}

@@ -494,3 +494,39 @@ func TestDeadline(t *testing.T) {
 		t.Errorf("cancellation counted by the breaker: %+v, %d loads", s, f.count())
 	}
 }
+
+// TestStartWithSessionDown starts two sessions of which one cannot load:
+// the engine warms and serves with the other while it retries.
+func TestStartWithSessionDown(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	mk := func(session int) (Runner, error) {
+		if session == 1 && down.Load() {
+			return nil, errBoom
+		}
+		return &fakeRunner{}, nil
+	}
+	cfg := testConfig()
+	cfg.Sessions = 2
+	cfg.NoWarmup, cfg.Warmup = false, []Shape{{1, 8}}
+	e, err := New(context.Background(), cfg, fakeTok{}, fakeModel(64), mk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	st := e.Stats()
+	if !st.Sessions[0].Loaded || st.Sessions[1].Loaded || !errors.Is(st.Sessions[1].LoadError, errBoom) || st.Ceiling != 8 {
+		t.Fatalf("stats %+v", st)
+	}
+	if err := e.Canary(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	down.Store(false)
+	deadline := time.Now().Add(5 * time.Second)
+	for !e.Stats().Sessions[1].Loaded {
+		if time.Now().After(deadline) {
+			t.Fatal("session 1 never loaded")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,12 +17,35 @@ func (e *Engine) Warm(ctx context.Context, shapes []Shape) error {
 	return e.warm(ctx, shapes)
 }
 
+// warm runs the shapes in order; each shape runs on all sessions at once
+// (one per GPU compiles in parallel), and the next starts when all are done.
 func (e *Engine) warm(ctx context.Context, shapes []Shape) error {
 	for _, sh := range shapes {
+		errs := make(chan error, len(e.pool.sessions))
 		for s := range e.pool.sessions {
-			if _, err := e.runShape(ctx, sh, s); err != nil {
-				return fmt.Errorf("engine: warm-up %v: %w", sh, err)
+			go func() {
+				_, err := e.runShape(ctx, sh, s)
+				errs <- err
+			}()
+		}
+		var first error
+		warmed := 0
+		for range e.pool.sessions {
+			switch err := <-errs; {
+			case err == nil:
+				warmed++
+			case errors.Is(err, ErrUnavailable):
+				// A session that is down (reloading) is skipped, as New
+				// serves with the sessions that loaded.
+			case first == nil:
+				first = err
 			}
+		}
+		if first == nil && warmed == 0 {
+			first = ErrUnavailable
+		}
+		if first != nil {
+			return fmt.Errorf("engine: warm-up %v: %w", sh, first)
 		}
 	}
 	return nil
