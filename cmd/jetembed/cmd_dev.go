@@ -25,7 +25,9 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	dataDir := fs.String("data", "./jetembed-data", "directory of the JetStream file store; it survives restarts")
 	verbose := fs.Bool("verbose", false, "print the NATS server's log")
 	pf := addProvisionFlags(fs)
-	ef := addEngineFlags(fs, true)
+	// No warm-up grid by default: up to 8192 tokens it takes a minute on
+	// CPU, and a development server should answer at once.
+	ef := addEngineFlags(fs, false)
 	sf := addServeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -43,6 +45,11 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	}
 	if cfg.Replicas != 1 {
 		return fmt.Errorf("%w: the dev server is a single node: --replicas must be 1", errUsage)
+	}
+	if *ef.modelDir == "" {
+		if *ef.modelDir, err = bundledModel(); err != nil {
+			return err
+		}
 	}
 	dir, err := filepath.Abs(*dataDir)
 	if err != nil {
@@ -72,11 +79,6 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	fmt.Fprintf(io.out, "connect with: --nats %s   (or JETEMBED_NATS=%s)\n", url, url)
 	fmt.Fprintf(io.out, "submit a job: nats pub -H Content-Type:application/json %s.demo '{\"v\":1,\"id\":\"1\",\"texts\":[\"hello\"]}' --server %s\n",
 		subjectRoot(cfg.Jobs.Subjects[0]), url)
-	if *ef.modelDir == "" {
-		if *ef.modelDir, err = bundledModel(); err != nil {
-			return err
-		}
-	}
 	fmt.Fprintf(io.out, "request:      nats req %s '{\"id\":\"1\",\"texts\":[\"hello\"]}' -H Content-Type:application/json --server %s\n", jetstream.EndpointSubject, url)
 	fmt.Fprintf(io.out, "or:           jetembed submit --nats %s --text hello\n", url)
 	fmt.Fprintf(io.out, "serving model %s; press Ctrl-C to stop\n", *ef.modelDir)
