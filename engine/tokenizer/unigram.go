@@ -153,6 +153,10 @@ func (u *unigram) tokenize(dst []int32, word string) []int32 {
 	for end := n; end > 0; {
 		nd := nodes[end]
 		start := int(nd.start)
+		if start < 0 || start >= end {
+			// Unreachable for valid UTF-8 pieces and words; a guard, not a path.
+			break
+		}
 		if nd.id == u.unkID {
 			if unkEnd < 0 {
 				unkEnd = end
