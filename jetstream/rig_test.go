@@ -121,14 +121,19 @@ type server struct {
 // edit).
 func newServer(t testing.TB, edit func(*jetstream.Config)) *server {
 	t.Helper()
-	s := natstest.RunServer(t)
+	return provisioned(t, natstest.RunServer(t).ClientURL(), edit)
+}
+
+// provisioned provisions the server at url.
+func provisioned(t testing.TB, url string, edit func(*jetstream.Config)) *server {
+	t.Helper()
 	cfg := jetstream.DefaultConfig()
 	cfg.Consumer.AckWait = 5 * time.Second
 	cfg.Consumer.BackOff = nil
 	if edit != nil {
 		edit(&cfg)
 	}
-	nc := connect(t, s.ClientURL())
+	nc := connect(t, url)
 	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -138,12 +143,14 @@ func newServer(t testing.TB, edit func(*jetstream.Config)) *server {
 	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
 		t.Fatal(err)
 	}
-	return &server{url: s.ClientURL(), cfg: cfg, nc: nc, js: js}
+	return &server{url: url, cfg: cfg, nc: nc, js: js}
 }
 
 func connect(t testing.TB, url string) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(url)
+	// Reconnect quickly and forever, as jetstream.Connect does: some tests
+	// restart the server.
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
