@@ -102,6 +102,18 @@ func TestDifferentialRandom(t *testing.T) {
 	for _, unit := range []string{"a", "日", " ", "<s>", "\u0301", "\r\n", "👨\u200d", "🇫", " <mask>", "\x01", "ab ", "\u3000x", "ﾊﾞ", "\u0301\u0316\u0334\u0345", "각\u0301"} {
 		texts = append(texts, "e"+strings.Repeat(unit, 4096))
 	}
+	files := tokenizerFiles(t)
+	files = append(files, writeVariants(t, filepath.Join(tokenizersDir, "xlmr-unigram.json"), t.TempDir())...)
+	// JETEMBED_TOKENIZER_EXTRA names more tokenizer files (a glob), e.g. the
+	// real BGE-M3 tokenizer.json, to check live over the whole corpus too.
+	if extra := os.Getenv("JETEMBED_TOKENIZER_EXTRA"); extra != "" {
+		more, err := filepath.Glob(extra)
+		if err != nil || len(more) == 0 {
+			t.Fatalf("JETEMBED_TOKENIZER_EXTRA=%q matches no file (%v)", extra, err)
+		}
+		files = append(files, more...)
+		texts = append(texts, corpus...)
+	}
 	var in bytes.Buffer
 	enc := json.NewEncoder(&in)
 	for _, s := range texts {
@@ -113,8 +125,6 @@ func TestDifferentialRandom(t *testing.T) {
 	if err := os.WriteFile(inPath, in.Bytes(), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	files := tokenizerFiles(t)
-	files = append(files, writeVariants(t, filepath.Join(tokenizersDir, "xlmr-unigram.json"), t.TempDir())...)
 	for _, path := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".json"), func(t *testing.T) {
 			tok, err := Load(path)
