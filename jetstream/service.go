@@ -47,7 +47,8 @@ type ServiceOptions struct {
 // jobs. The job is the request body (JSON when its Content-Type says so,
 // else msgpack) and the result is the reply, with a micro error (code = the
 // job-level error code) when the whole job failed. ctx is given to Submit;
-// Stop the returned service to unregister.
+// Stop the returned service to unregister. It returns once the server knows
+// the endpoint.
 func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOptions) (micro.Service, error) {
 	log := o.Logger
 	if log == nil {
@@ -82,6 +83,12 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 		micro.WithEndpointMetadata(map[string]string{"format": "jetembed job v1: msgpack, or JSON with Content-Type: application/json"}),
 	)
 	if err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("micro endpoint %s: %w", subject, err)
+	}
+	// Once StartService returns, a request must find the endpoint: the
+	// subscriptions reach the server with this round trip.
+	if err := nc.FlushTimeout(publishTimeout); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("micro endpoint %s: %w", subject, err)
 	}
