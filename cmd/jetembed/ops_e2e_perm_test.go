@@ -1,0 +1,236 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// The deployment's permission file, used verbatim.
+const accountsConf = "../../deploy/nats/accounts.conf"
+
+// opsPassword is the password the test gives user (PRODUCER_A_PASSWORD ->
+// producer-a).
+func opsPassword(user string) string { return user + "-pw" }
+
+// writeTestTLS writes a CA and a server certificate for 127.0.0.1.
+func writeTestTLS(t *testing.T, dir string) (caFile, certFile, keyFile string) {
+	t.Helper()
+	now := time.Now()
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ops test CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, typ string, b []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: b}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("ca.crt", "CERTIFICATE", caDER), write("tls.crt", "CERTIFICATE", der), write("tls.key", "EC PRIVATE KEY", keyDER)
+}
+
+// runAccountsServer starts a TLS-only JetStream server that includes
+// deploy/nats/accounts.conf as the Helm chart does, with a password for
+// every user the file takes from the environment.
+func runAccountsServer(t *testing.T) (url, caFile string) {
+	t.Helper()
+	conf, err := os.ReadFile(accountsConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range regexp.MustCompile(`\$([A-Z][A-Z0-9_]*)_PASSWORD\b`).FindAllStringSubmatch(string(conf), -1) {
+		t.Setenv(m[1]+"_PASSWORD", opsPassword(strings.ToLower(strings.ReplaceAll(m[1], "_", "-"))))
+	}
+	dir := t.TempDir()
+	caFile, certFile, keyFile := writeTestTLS(t, dir)
+	if err := os.WriteFile(filepath.Join(dir, "accounts.conf"), conf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := "host: 127.0.0.1\nport: -1\n" +
+		"tls {\n  cert_file: \"" + certFile + "\"\n  key_file: \"" + keyFile + "\"\n  timeout: 2\n}\n" +
+		"jetstream { store_dir: \"" + filepath.Join(dir, "js") + "\" }\n" +
+		"include ./accounts.conf\n"
+	cfgFile := filepath.Join(dir, "server.conf")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	opts, err := server.ProcessConfigFile(cfgFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.NoLog, opts.NoSigs = true, true
+	s := natstest.RunServerWithOptions(t, opts)
+	return strings.Replace(s.ClientURL(), "nats://", "tls://", 1), caFile
+}
+
+// producer is a connection of one producer user, with its private inbox
+// prefix, collecting the permission violations the server reports.
+type producer struct {
+	*nats.Conn
+	violations chan error
+}
+
+func connectProducer(t *testing.T, url, caFile, user string) *producer {
+	t.Helper()
+	p := &producer{violations: make(chan error, 16)}
+	nc, err := nats.Connect(url, nats.RootCAs(caFile), nats.UserInfo(user, opsPassword(user)),
+		nats.CustomInboxPrefix("_INBOX_"+user),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrPermissionViolation) {
+				p.violations <- err
+			}
+		}))
+	if err != nil {
+		t.Fatalf("connect as %s: %v", user, err)
+	}
+	t.Cleanup(nc.Close)
+	p.Conn = nc
+	return p
+}
+
+// TestOpsPermissionsEndToEnd runs the real consumer as the `embedder` user
+// of deploy/nats/accounts.conf over TLS, with the streams provisioned by
+// `jetembed provision` as `provisioner`: producer-a's queued job and its
+// request are embedded and answered within the allow-lists, and
+// producer-b is refused when it tries to read producer-a's results.
+func TestOpsPermissionsEndToEnd(t *testing.T) {
+	url, caFile := runAccountsServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	auth := func(user string) []string {
+		return []string{"--nats", url, "--nats-user", user, "--nats-tls-ca", caFile}
+	}
+	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("provisioner"))
+	if code, out, errOut := runCmd(t, ctx, append([]string{"provision"}, auth("provisioner")...)...); code != 0 {
+		t.Fatalf("provision as provisioner: exit %d: %s%s", code, out, errOut)
+	}
+	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("embedder"))
+	s := startOps(t, url, append(auth("embedder"), "--provision=false", "--http", "")...)
+	s.waitReady(t)
+
+	a := connectProducer(t, url, caFile, "producer-a")
+	b := connectProducer(t, url, caFile, "producer-b")
+	ca, err := jetstream.NewClient(a.Conn, jetstream.WithRun("producer-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine, err := a.SubscribeSync("embed.results.producer-a.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// producer-b asks for producer-a's results: the server refuses the
+	// subscription, and nothing arrives on it.
+	theirs, err := b.SubscribeSync("embed.results.producer-a.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-b.violations:
+		if !strings.Contains(err.Error(), `Subscription to "embed.results.producer-a.>"`) {
+			t.Errorf("producer-b: unexpected violation %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("producer-b subscribed to producer-a's results without a permission violation")
+	}
+
+	job := schema.NewJob("a-1", "a text of producer a", "and a second one")
+	if ack, err := ca.Submit(ctx, job); err != nil || ack.Stream != "EMBED_JOBS" {
+		t.Fatalf("producer-a: submit: %v, %+v", err, ack)
+	}
+	m, err := mine.NextMsg(20 * time.Second)
+	if err != nil {
+		t.Fatalf("producer-a: no result: %v", err)
+	}
+	if m.Subject != ca.ReplySubject("a-1") {
+		t.Errorf("result on %s, want %s", m.Subject, ca.ReplySubject("a-1"))
+	}
+	checkVectors(t, decodeMsg(t, m), 2)
+	if m, err := theirs.NextMsg(500 * time.Millisecond); err == nil {
+		t.Errorf("producer-b received producer-a's result on %s", m.Subject)
+	}
+	// Nor through JetStream: a results consumer over producer-a's subject.
+	bjs, err := natsjs.New(b.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
+	defer cancelShort()
+	if _, err := bjs.CreateOrUpdateConsumer(short, "EMBED_RESULTS", natsjs.ConsumerConfig{
+		Durable: "producer-b", FilterSubject: "embed.results.producer-a.>",
+	}); err == nil {
+		t.Error("producer-b created a consumer over producer-a's stored results")
+	}
+
+	// Request-reply answers each producer on its private inbox through the
+	// embedder's allow_responses.
+	for _, p := range []*producer{a, b} {
+		c, err := jetstream.NewClient(p.Conn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := c.Embed(ctx, "now, please")
+		if err != nil {
+			t.Fatalf("request: %v", err)
+		}
+		checkVectors(t, res, 1)
+	}
+	select {
+	case err := <-a.violations:
+		t.Errorf("producer-a hit a permission violation: %v", err)
+	default:
+	}
+	// The consumer stayed inside its allow-list the whole time (its
+	// connection logs every async error, violations included).
+	if l := strings.ToLower(s.log.String()); strings.Contains(l, "permission") || strings.Contains(l, "nats async error") {
+		t.Errorf("serve logged a permission problem:\n%s", s.log.String())
+	}
+}
