@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -53,43 +54,85 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 	defer e.Close()
 
 	p := newProgress(io.err)
-	in := bufio.NewScanner(io.in)
-	in.Buffer(make([]byte, 0, 64<<10), maxLine)
 	out := bufio.NewWriter(io.out)
 	defer out.Flush()
-	enc := json.NewEncoder(out)
 	// Waiting for admission gives back-pressure instead of overloaded
 	// errors: this command is the only caller.
 	ectx := engine.WithAdmissionWait(ctx)
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 
-	lines := make([]lineText, 0, *batch)
-	flush := func() error {
-		if len(lines) == 0 {
-			return nil
-		}
-		if err := embedLines(ectx, e, lines, want, !*noTruncate, enc); err != nil {
-			return err
-		}
-		p.add(lines)
-		lines = lines[:0]
-		return out.Flush()
-	}
-	for in.Scan() {
-		lines = append(lines, parseLine(in.Bytes()))
-		if len(lines) == *batch {
-			if err := flush(); err != nil {
-				return err
+	// Batches embed concurrently (while one's last chunk runs, the other
+	// sessions take the next batch) and are written in input order. The
+	// channel bounds the batches in memory.
+	pending := make(chan *embedBatch, 2)
+	var readErr error
+	go func() {
+		defer close(pending)
+		readErr = readBatches(io.in, *batch, func(lines []lineText) bool {
+			b := &embedBatch{lines: lines, done: make(chan struct{})}
+			go b.run(ectx, e, want, !*noTruncate)
+			select {
+			case pending <- b:
+				return true
+			case <-rctx.Done():
+				return false
 			}
+		})
+	}()
+	for b := range pending {
+		<-b.done
+		if b.err != nil {
+			return b.err
 		}
+		if _, err := out.Write(b.buf.Bytes()); err != nil {
+			return fmt.Errorf("write results: %w", err)
+		}
+		if err := out.Flush(); err != nil {
+			return fmt.Errorf("write results: %w", err)
+		}
+		p.add(b.lines)
 	}
-	if err := in.Err(); err != nil {
-		return fmt.Errorf("read stdin: %w", err)
-	}
-	if err := flush(); err != nil {
-		return err
+	if readErr != nil {
+		return fmt.Errorf("read stdin: %w", readErr)
 	}
 	p.done()
-	return nil
+	return ctx.Err()
+}
+
+// readBatches calls batch with every size lines of r (and the rest at the
+// end) until it returns false.
+func readBatches(r io.Reader, size int, batch func([]lineText) bool) error {
+	in := bufio.NewScanner(r)
+	in.Buffer(make([]byte, 0, 64<<10), maxLine)
+	lines := make([]lineText, 0, size)
+	for in.Scan() {
+		lines = append(lines, parseLine(in.Bytes()))
+		if len(lines) == size {
+			if !batch(lines) {
+				return nil
+			}
+			lines = make([]lineText, 0, size)
+		}
+	}
+	if len(lines) > 0 {
+		batch(lines)
+	}
+	return in.Err()
+}
+
+// embedBatch is one batch of lines on its way through the engine; done
+// closes when buf holds its JSONL results or err is set.
+type embedBatch struct {
+	lines []lineText
+	buf   bytes.Buffer
+	err   error
+	done  chan struct{}
+}
+
+func (b *embedBatch) run(ctx context.Context, e *engine.Engine, want engine.Output, truncate bool) {
+	defer close(b.done)
+	b.err = embedLines(ctx, e, b.lines, want, truncate, json.NewEncoder(&b.buf))
 }
 
 // lineText is one input line: its text, or why it has none.
