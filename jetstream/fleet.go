@@ -21,9 +21,11 @@ import (
 // stop it with [Fleet.Stop].
 //
 // Goroutines: the watcher applies bucket changes to the state; the worker
-// does all engine work (pre-warms, idle compiles) and publishes shapes;
+// does the engine work (pre-warms, idle compiles) and publishes shapes;
 // the writer records wants, so [Fleet.Want] never waits on the server or
-// on a compile.
+// on a compile. [Fleet.Compile] runs on its caller's goroutine.
+//
+// Lock order: warmMu, then mu.
 type Fleet struct {
 	cfg    FleetConfig
 	js     natsjs.JetStream
@@ -34,6 +36,7 @@ type Fleet struct {
 	done   chan struct{}
 	wants  chan shape
 	kick   chan struct{} // the worker has pre-warms queued (capacity 1)
+	warmMu sync.Mutex    // held while pre-warming a shape
 
 	mu       sync.Mutex
 	shapes   map[shape]ShapeRecord // own model and SM, in the bucket
@@ -95,10 +98,9 @@ func StartFleet(ctx context.Context, js natsjs.JetStream, eng FleetEngine, cfg F
 		changed: make(chan struct{}),
 		tried:   map[shape]bool{},
 	}
-	m, sm := cfg.modelToken(), cfg.smToken()
-	f.w, err = kv.WatchFiltered(runCtx, []string{
-		m + "." + sm + ".>", lockPrefix + m + "." + sm + ".>", wantPrefix + m + "." + sm + ".>",
-	})
+	// One watch of the whole bucket, filtered in apply: the bucket is small
+	// (a key per shape, want and lock of each model and SM).
+	f.w, err = kv.WatchAll(runCtx)
 	if err != nil {
 		stop()
 		cancel()

@@ -60,20 +60,29 @@ func (f *Fleet) prewarmQueued(ctx context.Context) {
 		s := f.prewarm[0]
 		f.prewarm = f.prewarm[1:]
 		f.mu.Unlock()
-		if f.eng.ShapeWarmed(s.batch, s.seq) {
-			continue
+		if err := f.prewarmOne(ctx, s); err != nil && ctx.Err() == nil {
+			f.stats.errors.Add(1)
+			f.cfg.Logger.Warn("fleet: pre-warm failed", "shape", s.String(), "err", err)
 		}
-		start := time.Now()
-		if err := f.eng.WarmShape(ctx, s.batch, s.seq); err != nil {
-			if ctx.Err() == nil {
-				f.stats.errors.Add(1)
-				f.cfg.Logger.Warn("fleet: pre-warm failed", "shape", s.String(), "err", err)
-			}
-			continue
-		}
-		f.stats.prewarms.Add(1)
-		f.cfg.Logger.Info("fleet: pre-warmed a peer's shape", "shape", s.String(), "took", time.Since(start))
 	}
+}
+
+// prewarmOne warms a shape a peer built, unless the engine has it. The
+// worker and [Fleet.Compile] may both reach the same shape; warmMu makes
+// the second find it warmed instead of loading it again.
+func (f *Fleet) prewarmOne(ctx context.Context, s shape) error {
+	f.warmMu.Lock()
+	defer f.warmMu.Unlock()
+	if f.eng.ShapeWarmed(s.batch, s.seq) {
+		return nil
+	}
+	start := time.Now()
+	if err := f.eng.WarmShape(ctx, s.batch, s.seq); err != nil {
+		return fmt.Errorf("fleet: pre-warm %v: %w", s, err)
+	}
+	f.stats.prewarms.Add(1)
+	f.cfg.Logger.Info("fleet: pre-warmed a peer's shape", "shape", s.String(), "took", time.Since(start))
+	return nil
 }
 
 // publishRan puts every shape the engine ran (start-up warm-up, in-band
@@ -165,14 +174,7 @@ func (f *Fleet) Compile(ctx context.Context, batch, seq int) error {
 		f.mu.Unlock()
 		switch {
 		case built:
-			if f.eng.ShapeWarmed(batch, seq) {
-				return nil
-			}
-			if err := f.eng.WarmShape(ctx, batch, seq); err != nil {
-				return fmt.Errorf("fleet: pre-warm %v: %w", s, err)
-			}
-			f.stats.prewarms.Add(1)
-			return nil
+			return f.prewarmOne(ctx, s)
 		case !locked:
 			err := f.compileLocked(ctx, s)
 			if !errors.Is(err, errLockBusy) {
@@ -206,14 +208,7 @@ func (f *Fleet) compileLocked(ctx context.Context, s shape) error {
 	// has already published the shape: load it instead of building again.
 	if _, err := f.kv.Get(ctx, k.String()); err == nil {
 		f.release(k.Lock(), rev)
-		if f.eng.ShapeWarmed(s.batch, s.seq) {
-			return nil
-		}
-		if err := f.eng.WarmShape(ctx, s.batch, s.seq); err != nil {
-			return fmt.Errorf("fleet: pre-warm %v: %w", s, err)
-		}
-		f.stats.prewarms.Add(1)
-		return nil
+		return f.prewarmOne(ctx, s)
 	}
 
 	refreshCtx, stopRefresh := context.WithCancel(ctx)

@@ -149,7 +149,7 @@ const (
 // `nats kv get` shows them as they are.
 type ShapeRecord struct {
 	// By is the process that compiled it (host/pid).
-	By string `json:"by"`
+	By string    `json:"by"`
 	At time.Time `json:"at"`
 	// Via is [ViaLock] or [ViaRun].
 	Via string `json:"via"`

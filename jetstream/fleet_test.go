@@ -1,0 +1,304 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/jetstream"
+)
+
+// The fleet tests run several members in one process, each with its own
+// engine (the tiny model on ONNX Runtime, CPU) and its own NATS connection,
+// on one server: on CPU "compiling" a shape is its warm-up run.
+
+// guardedConfig is a CPU engine with the JIT guard on from seq 64 and a
+// warm-up grid that stops at 32, so a text of about 100 tokens is refused
+// until someone warms a longer shape.
+func guardedConfig() engine.Config {
+	return engine.Config{
+		Guard: true, GuardSeq: 64, MaxTokens: 512,
+		Warmup: []engine.Shape{{Batch: 1, Seq: 8}, {Batch: 1, Seq: 16}, {Batch: 1, Seq: 32}},
+	}
+}
+
+// hundredTokens is about 100 tokens long.
+var hundredTokens = strings.Repeat("word ", 98)
+
+// countingEngine counts WarmShape calls per shape, and holds them at gate
+// when it is set: a compile that takes as long as the test wants.
+type countingEngine struct {
+	*engine.Engine
+	gate chan struct{}
+
+	mu    sync.Mutex
+	warms map[engine.Shape]int
+}
+
+func newCounting(e *engine.Engine) *countingEngine {
+	return &countingEngine{Engine: e, warms: map[engine.Shape]int{}}
+}
+
+func (c *countingEngine) WarmShape(ctx context.Context, batch, seq int) error {
+	c.mu.Lock()
+	c.warms[engine.Shape{Batch: batch, Seq: seq}]++
+	c.mu.Unlock()
+	if c.gate != nil {
+		select {
+		case <-c.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return c.Engine.WarmShape(ctx, batch, seq)
+}
+
+func (c *countingEngine) warmed(batch, seq int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.warms[engine.Shape{Batch: batch, Seq: seq}]
+}
+
+// startMember joins the fleet with a connection of its own. Members tick
+// every 50ms and never compile wanted shapes unless edit lowers IdleQuiet.
+func startMember(t *testing.T, srv *server, eng jetstream.FleetEngine, model, name string, edit func(*jetstream.FleetConfig)) *jetstream.Fleet {
+	t.Helper()
+	js, err := natsjs.New(connect(t, srv.url))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := jetstream.FleetConfig{
+		Bucket: srv.cfg.Engines.Name, Model: model, SM: "cpu", Member: name,
+		Tick: 50 * time.Millisecond, IdleQuiet: time.Hour, LockTTL: 2 * time.Second,
+		Logger: testLogger(t).With("member", name),
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	f, err := jetstream.StartFleet(t.Context(), js, eng, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.Stop)
+	return f
+}
+
+func bucket(t *testing.T, srv *server) natsjs.KeyValue {
+	t.Helper()
+	kv, err := srv.js.KeyValue(context.Background(), srv.cfg.Engines.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+func shapeKey(model string, batch, seq int) jetstream.ShapeKey {
+	return jetstream.ShapeKey{Model: jetstream.KeyToken(model), SM: "cpu", Batch: batch, Seq: seq}
+}
+
+func refused(t *testing.T, e *engine.Engine, text string) bool {
+	t.Helper()
+	embs, _, err := e.Embed(context.Background(), []engine.Text{{Text: text, Outputs: engine.Dense, Truncate: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return embs[0].Err != nil
+}
+
+func TestFleetPrewarmsPeersShapes(t *testing.T) {
+	srv := newServer(t, nil)
+	var engs []*engine.Engine
+	var members []*jetstream.Fleet
+	for _, name := range []string{"a", "b", "c"} {
+		e := openEngine(t, guardedConfig())
+		engs = append(engs, e)
+		members = append(members, startMember(t, srv, e, e.ModelID(), name, nil))
+	}
+	model := engs[0].ModelID()
+	kv := bucket(t, srv)
+	ctx := context.Background()
+
+	// A TensorRT plan built on another SM must not be loaded here.
+	other := jetstream.ShapeKey{Model: jetstream.KeyToken(model), SM: "sm89", Batch: 1, Seq: 256}
+	if _, err := kv.Put(ctx, other.String(), []byte(`{"by":"gpu-host"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if !refused(t, engs[1], hundredTokens) {
+		t.Fatal("precondition: B's guard admits a 100-token text before any peer warmed its tier")
+	}
+
+	// A warms a shape past the guard (start-up, adaptive or in band: the
+	// engine ran it); B and C pre-warm it from the bucket.
+	start := time.Now()
+	if err := engs[0].WarmShape(ctx, 2, 128); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		for i, e := range engs[1:] {
+			if !e.ShapeWarmed(2, 128) || e.Coverage().Ceiling() < 128 {
+				return fmt.Errorf("member %d: 2x128 warmed %v, ceiling %d", i+1, e.ShapeWarmed(2, 128), e.Coverage().Ceiling())
+			}
+		}
+		return nil
+	})
+	t.Logf("2x128 warmed by A reached B and C in %v", time.Since(start))
+	for i, m := range members[1:] {
+		if st := m.Stats(); st.Prewarms != 1 || st.Compiles != 0 {
+			t.Errorf("member %d: %+v; want exactly one pre-warm (2x128), no compile", i+1, st)
+		}
+	}
+	e, err := kv.Get(ctx, shapeKey(model, 2, 128).String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := string(e.Value()); !strings.Contains(v, `"by":"a"`) || !strings.Contains(v, `"via":"run"`) {
+		t.Errorf("shape record %s: want by a, via run", v)
+	}
+	// The start-up grid is in the bucket once, whoever wrote it first.
+	for _, seq := range []int{8, 16, 32} {
+		if _, err := kv.Get(ctx, shapeKey(model, 1, seq).String()); err != nil {
+			t.Errorf("start-up shape 1x%d not published: %v", seq, err)
+		}
+	}
+	if refused(t, engs[1], hundredTokens) {
+		t.Error("B's guard still refuses the 100-token text after pre-warming 2x128")
+	}
+	for i, e := range engs[1:] {
+		if e.ShapeWarmed(1, 256) || e.Coverage().Ceiling() >= 256 {
+			t.Errorf("member %d pre-warmed a shape of another SM", i+1)
+		}
+	}
+}
+
+func TestFleetCompileLockOneBuilder(t *testing.T) {
+	srv := newServer(t, nil)
+	var engs []*countingEngine
+	var members []*jetstream.Fleet
+	for _, name := range []string{"a", "b", "c"} {
+		e := newCounting(openEngine(t, guardedConfig()))
+		engs = append(engs, e)
+		members = append(members, startMember(t, srv, e, e.ModelID(), name, nil))
+	}
+	model := engs[0].ModelID()
+	kv := bucket(t, srv)
+	lock := shapeKey(model, 4, 256).Lock()
+
+	// A's compile is held at the gate, with its lock taken.
+	engs[0].gate = make(chan struct{})
+	errs := make(chan error, 3)
+	go func() { errs <- members[0].Compile(context.Background(), 4, 256) }()
+	natstest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		_, err := kv.Get(context.Background(), lock)
+		return err
+	})
+	for _, m := range members[1:] {
+		go func() { errs <- m.Compile(context.Background(), 4, 256) }()
+	}
+	select {
+	case err := <-errs:
+		t.Fatalf("a Compile returned (%v) while A holds the lock", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if n := engs[1].warmed(4, 256) + engs[2].warmed(4, 256); n != 0 {
+		t.Fatalf("B and C ran 4x256 %d times while A compiled it", n)
+	}
+	close(engs[0].gate)
+	for range 3 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	compiles := 0
+	for i, m := range members {
+		st := m.Stats()
+		compiles += int(st.Compiles)
+		if !engs[i].ShapeWarmed(4, 256) || engs[i].warmed(4, 256) != 1 {
+			t.Errorf("member %d: 4x256 warmed %v, %d warm-ups; want one", i, engs[i].ShapeWarmed(4, 256), engs[i].warmed(4, 256))
+		}
+	}
+	if compiles != 1 || members[0].Stats().Compiles != 1 {
+		t.Errorf("%d compiles of 4x256 (A: %d); want exactly one, by A", compiles, members[0].Stats().Compiles)
+	}
+	if _, err := kv.Get(context.Background(), lock); !errors.Is(err, natsjs.ErrKeyDeleted) && !errors.Is(err, natsjs.ErrKeyNotFound) {
+		t.Errorf("lock after the compile: %v; want it released", err)
+	}
+	e, err := kv.Get(context.Background(), shapeKey(model, 4, 256).String())
+	if err != nil || !strings.Contains(string(e.Value()), `"via":"lock"`) {
+		t.Errorf("shape record %v, %v: want via lock", e, err)
+	}
+}
+
+func TestFleetLockFreedAfterHolderDies(t *testing.T) {
+	srv := newServer(t, nil)
+	e := newCounting(openEngine(t, guardedConfig()))
+	member := startMember(t, srv, e, e.ModelID(), "survivor", nil)
+
+	// A holder takes the lock and dies mid-compile: its connection closes,
+	// nobody deletes the lock, only its TTL frees it.
+	const ttl = 2 * time.Second
+	dead := connect(t, srv.url)
+	djs, err := natsjs.New(dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := djs.KeyValue(context.Background(), srv.cfg.Engines.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock := shapeKey(e.ModelID(), 1, 192).Lock()
+	if _, err := kv.Create(context.Background(), lock, []byte(`{"by":"dead"}`), natsjs.KeyTTL(ttl)); err != nil {
+		t.Fatal(err)
+	}
+	taken := time.Now()
+	dead.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := member.Compile(ctx, 1, 192); err != nil {
+		t.Fatal(err)
+	}
+	waited := time.Since(taken)
+	t.Logf("the survivor compiled 1x192 %v after the dead holder took the lock (ttl %v)", waited, ttl)
+	if waited < ttl-200*time.Millisecond {
+		t.Errorf("compiled after %v, before the dead holder's lock could expire (%v)", waited, ttl)
+	}
+	if st := member.Stats(); st.Compiles != 1 || !e.ShapeWarmed(1, 192) || e.warmed(1, 192) != 1 {
+		t.Errorf("stats %+v, warmed %v x%d; want one compile by the survivor", st, e.ShapeWarmed(1, 192), e.warmed(1, 192))
+	}
+}
+
+func TestFleetHourlyCap(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, guardedConfig())
+	member := startMember(t, srv, e, e.ModelID(), "capped", func(c *jetstream.FleetConfig) {
+		c.IdleQuiet = 100 * time.Millisecond
+		c.CompilesPerHour = 1
+	})
+	member.Want(1, 128)
+	member.Want(1, 256)
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if st := member.Stats(); st.Compiles != 1 {
+			return fmt.Errorf("stats %+v, want one compile", st)
+		}
+		return nil
+	})
+	// The longest wanted shape goes first: it raises the ceiling most.
+	if !e.ShapeWarmed(1, 256) || e.ShapeWarmed(1, 128) {
+		t.Errorf("warmed 1x256 %v, 1x128 %v; want the longer one compiled first", e.ShapeWarmed(1, 256), e.ShapeWarmed(1, 128))
+	}
+	time.Sleep(500 * time.Millisecond) // many idle ticks
+	if st := member.Stats(); st.Compiles != 1 || st.Wants != 1 {
+		t.Errorf("after more idle ticks: %+v; want the cap to hold the second compile and its want", st)
+	}
+	if _, err := bucket(t, srv).Get(context.Background(), shapeKey(e.ModelID(), 1, 128).Want()); err != nil {
+		t.Errorf("want of 1x128: %v; want it pending", err)
+	}
+}
