@@ -53,7 +53,11 @@ func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory
 	e.setCost(cfg.Cost)
 
 	var err error
-	if e.pool, err = newPool(cfg, factory, e.ran); err != nil {
+	var rewarm func() []RunInput
+	if cfg.Guard {
+		rewarm = e.rewarmInputs
+	}
+	if e.pool, err = newPool(cfg, factory, e.ran, rewarm); err != nil {
 		return nil, err
 	}
 	if err := e.warm(ctx, cfg.Warmup); err != nil {

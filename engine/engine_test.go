@@ -530,3 +530,41 @@ func TestStartWithSessionDown(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestReloadRewarms checks that with the guard on, a session reloaded by
+// the breaker runs the warmed shapes before it takes chunks again.
+func TestReloadRewarms(t *testing.T) {
+	runs := make(chan RunInput, 64)
+	var loads atomic.Int32
+	f := &factory{mk: func(int) *fakeRunner {
+		if loads.Add(1) == 1 {
+			return &fakeRunner{inRun: runs, fail: func() error { return errBoom }}
+		}
+		return &fakeRunner{inRun: runs}
+	}}
+	cfg := testConfig()
+	cfg.Guard, cfg.BreakerThreshold = true, 1
+	// A warm-up grid would fail on the first runner: the coverage says
+	// instead that the shapes were warmed (as the fleet would raise it).
+	cfg.Coverage = NewCoverage()
+	cfg.Coverage.Raise(1, 8)
+	cfg.Coverage.Raise(2, 16)
+	e := newTestEngine(t, cfg, f)
+	embs, _, _ := e.Embed(context.Background(), []Text{{Text: "a b"}})
+	if embs[0].Err == nil {
+		t.Fatal("first runner should fail")
+	}
+	var shapes []Shape
+	for len(runs) > 0 {
+		in := <-runs
+		shapes = append(shapes, Shape{in.Batch, in.Seq})
+	}
+	// The failed chunk (1x8), then the re-warm of both shapes.
+	if want := []Shape{{1, 8}, {1, 8}, {2, 16}}; !slices.Equal(shapes, want) {
+		t.Errorf("runs %v, want %v", shapes, want)
+	}
+	embs, _, _ = e.Embed(context.Background(), []Text{{Text: "a b"}})
+	if embs[0].Err != nil {
+		t.Errorf("after reload: %v", embs[0].Err)
+	}
+}

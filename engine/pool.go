@@ -32,8 +32,11 @@ var (
 //
 // Lock order: pool.mu, then pool.sched.
 type pool struct {
-	cfg      Config
-	factory  RunnerFactory
+	cfg     Config
+	factory RunnerFactory
+	// rewarm lists inputs a reloaded session runs before it takes chunks
+	// again; nil runs none.
+	rewarm   func() []RunInput
 	sessions []*session
 	wg       sync.WaitGroup
 
@@ -80,8 +83,8 @@ type session struct {
 // newPool starts the sessions and waits until each tried to load once. It
 // fails only if no session loaded: a pool with some sessions down still
 // serves while the rest retry.
-func newPool(cfg Config, factory RunnerFactory, onRun func(Shape)) (*pool, error) {
-	p := &pool{cfg: cfg, factory: factory}
+func newPool(cfg Config, factory RunnerFactory, onRun func(Shape), rewarm func() []RunInput) (*pool, error) {
+	p := &pool{cfg: cfg, factory: factory, rewarm: rewarm}
 	var errs []error
 	var mu sync.Mutex
 	var started sync.WaitGroup
@@ -123,6 +126,25 @@ func (s *session) reload(p *pool) error {
 	return nil
 }
 
+// reloaded counts a reload and re-runs the warmed shapes on the fresh
+// runner, so it does not compile them in band when chunks arrive. A
+// failure drops the session again; it retries after the backoff.
+func (s *session) reloaded(p *pool) {
+	s.reloads.Add(1)
+	if p.rewarm == nil {
+		return
+	}
+	for _, in := range p.rewarm() {
+		if _, err := s.runner.Run(context.Background(), in); err != nil {
+			s.errs.Add(1)
+			err = fmt.Errorf("session %d: re-warm %dx%d: %w", s.idx, in.Batch, in.Seq, err)
+			s.loadErr.Store(&err)
+			s.drop()
+			return
+		}
+	}
+}
+
 // drop closes the runner after the breaker tripped.
 func (s *session) drop() {
 	s.loaded.Store(false)
@@ -149,7 +171,7 @@ func (s *session) loop(p *pool, onRun func(Shape)) {
 		case <-retry:
 			retry = nil
 			if s.reload(p) == nil {
-				s.reloads.Add(1)
+				s.reloaded(p)
 			}
 		}
 	}
@@ -187,7 +209,7 @@ func (s *session) run(p *pool, t task, onRun func(Shape)) result {
 	if s.fails >= p.cfg.BreakerThreshold {
 		s.drop()
 		if s.reload(p) == nil {
-			s.reloads.Add(1)
+			s.reloaded(p)
 		}
 	}
 	return res

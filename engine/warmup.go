@@ -51,13 +51,25 @@ func (e *Engine) warm(ctx context.Context, shapes []Shape) error {
 	return nil
 }
 
-// runShape runs a synthetic chunk of the given shape (full rows of real
-// tokens, so no work is skipped) on session s, or the least-loaded one if
+// runShape runs a synthetic chunk of the given shape on session s, or the least-loaded one if
 // s < 0, and returns how long the run took.
 func (e *Engine) runShape(ctx context.Context, sh Shape, s int) (time.Duration, error) {
 	if sh.Seq > e.cfg.MaxTokens {
 		return 0, fmt.Errorf("%w: shape %v exceeds max tokens %d", ErrConfig, sh, e.cfg.MaxTokens)
 	}
+	in := e.synthetic(sh)
+	done := make(chan result, 1)
+	start := time.Now()
+	if err := e.pool.dispatch(task{ctx: ctx, in: in, load: e.load(sh.Batch, sh.Seq), done: done}, s); err != nil {
+		return 0, err
+	}
+	r := <-done
+	return time.Since(start), r.err
+}
+
+// synthetic is a chunk of the given shape: full rows of real tokens, so
+// no work is skipped.
+func (e *Engine) synthetic(sh Shape) RunInput {
 	c := e.model.Config
 	filler := int64(c.EOSID)
 	if c.VocabSize > 5 {
@@ -72,13 +84,24 @@ func (e *Engine) runShape(ctx context.Context, sh Shape, s int) (time.Duration, 
 		}
 		row[0], row[len(row)-1] = int64(c.BOSID), int64(c.EOSID)
 	}
-	done := make(chan result, 1)
-	start := time.Now()
-	if err := e.pool.dispatch(task{ctx: ctx, in: in, load: e.load(sh.Batch, sh.Seq), done: done}, s); err != nil {
-		return 0, err
+	return in
+}
+
+// rewarmInputs are the shapes a session reloaded by the breaker runs again
+// when the guard is on: the warmed shapes of a [ShapeSet] coverage, else
+// the configured grid.
+func (e *Engine) rewarmInputs() []RunInput {
+	shapes := e.cfg.Warmup
+	if ss, ok := e.cfg.Coverage.(*ShapeSet); ok {
+		shapes = ss.Shapes()
 	}
-	r := <-done
-	return time.Since(start), r.err
+	ins := make([]RunInput, 0, len(shapes))
+	for _, sh := range shapes {
+		if sh.Seq <= e.cfg.MaxTokens {
+			ins = append(ins, e.synthetic(sh))
+		}
+	}
+	return ins
 }
 
 // probeShapes are the shapes timed to fit the cost model: about the same
