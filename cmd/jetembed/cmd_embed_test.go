@@ -146,3 +146,25 @@ func TestWarmupCommand(t *testing.T) {
 		}
 	}
 }
+
+// TestEmbedCommandBatchInvariance embeds the same lines one at a time and
+// all together over two sessions: padding, packing and the concurrent
+// batches must not change a single byte of the output.
+func TestEmbedCommandBatchInvariance(t *testing.T) {
+	dir := tinyModel(t, "tiny-hidden")
+	var in strings.Builder
+	for i := 0; i < 40; i++ {
+		in.WriteString(`{"text":` + strconvQuote(strings.Repeat("word"+strings.Repeat("x", i%4)+" ", 1+i*i%90)) + "}\n")
+	}
+	var outs []string
+	for _, batch := range []string{"1", "40"} {
+		code, out, errOut := run(t, in.String(), "embed", "--model", dir, "--outputs", "dense,sparse,colbert", "--batch", batch, "--sessions", "2", "--threads", "1")
+		if code != 0 {
+			t.Fatalf("--batch %s: exit %d: %s", batch, code, errOut)
+		}
+		outs = append(outs, out)
+	}
+	if len(decodeItems(t, outs[0])) != 40 || outs[0] != outs[1] {
+		t.Error("output differs between --batch 1 and --batch 40")
+	}
+}
