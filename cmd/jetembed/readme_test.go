@@ -227,9 +227,26 @@ func TestReadmeConfigTable(t *testing.T) {
 	}
 	// Defaults and meanings too: the table is exactly what the code says.
 	if table != want {
-		t.Errorf("README configuration table is stale (defaults or meanings changed); regenerate it:\n"+
-			"  go test ./cmd/jetembed -run TestReadmeConfigTable -update-readme\nwant:\n%s", want)
+		t.Errorf("README configuration table is stale; regenerate it with\n"+
+			"  go test ./cmd/jetembed -run TestReadmeConfigTable -update-readme\n%s", lineDiff(table, want))
 	}
+}
+
+// lineDiff lists the lines only one of two texts has.
+func lineDiff(got, want string) string {
+	var b strings.Builder
+	gl, wl := strings.Split(got, "\n"), strings.Split(want, "\n")
+	for _, l := range gl {
+		if !slices.Contains(wl, l) {
+			fmt.Fprintf(&b, "- %s\n", l)
+		}
+	}
+	for _, l := range wl {
+		if !slices.Contains(gl, l) {
+			fmt.Fprintf(&b, "+ %s\n", l)
+		}
+	}
+	return b.String()
 }
 
 // TestReadmeCommands checks that the README has a section for every
