@@ -1,0 +1,128 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// keyLog records when keys first appeared in the engines bucket.
+type keyLog struct {
+	mu   sync.Mutex
+	seen map[string]time.Time
+}
+
+func watchKeys(t *testing.T, srv *server) *keyLog {
+	t.Helper()
+	w, err := bucket(t, srv).WatchAll(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &keyLog{seen: map[string]time.Time{}}
+	go func() {
+		for e := range w.Updates() {
+			if e == nil {
+				continue
+			}
+			l.mu.Lock()
+			if _, ok := l.seen[e.Key()]; !ok {
+				l.seen[e.Key()] = time.Now()
+			}
+			l.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { _ = w.Stop() })
+	return l
+}
+
+func (l *keyLog) first(prefix string) (string, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for k, at := range l.seen {
+		if strings.HasPrefix(k, prefix) {
+			return k, at
+		}
+	}
+	return "", time.Time{}
+}
+
+// TestFleetHealsRefusedJob runs the whole loop: a job too long for the
+// warmed shapes is refused by the serving member's JIT guard and NAKed, the
+// refusal becomes a want key, the idle member compiles the shape under the
+// lock, the serving member pre-warms it, and a later delivery succeeds.
+// The final shape_not_warmed result and dead letter after MaxDeliver are
+// covered by TestMaxDeliverGivesFinalErrorAndDeadLetter.
+func TestFleetHealsRefusedJob(t *testing.T) {
+	srv := newServer(t, func(c *jetstream.Config) { c.Consumer.MaxDeliver = 20 })
+	serving := openEngine(t, guardedConfig())
+	idle := openEngine(t, guardedConfig())
+	model := serving.ModelID()
+	// The serving member reports a backlog (Busy), as serve does from the
+	// jobs consumer's pending count, so it never counts as idle: the idle
+	// peer must build the shape for it.
+	fs := startMember(t, srv, serving, model, "serving", func(c *jetstream.FleetConfig) {
+		c.IdleQuiet = 300 * time.Millisecond
+		c.Busy = func() bool { return true }
+	})
+	fi := startMember(t, srv, idle, model, "idle", func(c *jetstream.FleetConfig) { c.IdleQuiet = 300 * time.Millisecond })
+	keys := watchKeys(t, srv)
+
+	var seen deliveries
+	startWorker(t, srv, consumer.WithWants(serving, fs), workerOptions{
+		cfg:  consumer.Config{NakBackoff: consumer.Backoff{Base: 200 * time.Millisecond, Max: 400 * time.Millisecond, Jitter: -1}},
+		sink: seen.wrap,
+	})
+	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("heal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	submitted := time.Now()
+	if _, err := c.Submit(context.Background(), schema.NewJob("long", hundredTokens)); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, c, "heal", []string{"long"})
+	done := time.Since(submitted)
+	checkResult(t, serving, got["long"], []string{hundredTokens}, nil)
+
+	want, wantAt := keys.first("want." + jetstream.KeyToken(model) + ".cpu.")
+	shape := strings.TrimPrefix(want, "want.")
+	_, shapeAt := keys.first(shape)
+	delivered := seen.of("long")
+	t.Logf("job delivered %d times; want %s after %v, shape compiled after %v, result after %v",
+		delivered, want, wantAt.Sub(submitted), shapeAt.Sub(submitted), done)
+	switch {
+	case want == "":
+		t.Fatal("no want key appeared for the refused job")
+	case shapeAt.IsZero() || shapeAt.Before(wantAt):
+		t.Errorf("shape key %s at %v, want it after the want key (%v)", shape, shapeAt, wantAt)
+	case delivered < 2:
+		t.Errorf("job delivered %d times; want a refusal (NAK) before the success", delivered)
+	}
+	if st, sti := fs.Stats(), fi.Stats(); st.Compiles != 0 || sti.Compiles != 1 || st.Prewarms != 1 {
+		t.Errorf("serving %+v, idle %+v; want one compile by the idle member, pre-warmed by the serving one", st, sti)
+	}
+	// Refusals are not session errors: the breaker saw none.
+	for _, s := range serving.Stats().Sessions {
+		if s.Errors != 0 || s.ConsecutiveErrors != 0 || s.Reloads != 0 || !s.Loaded {
+			t.Errorf("session %d after the refusals: %+v; want no errors, no reload", s.Index, s)
+		}
+	}
+	if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
+		t.Errorf("%d dead letters for a job that was healed", n)
+	}
+	// The satisfied want is dropped.
+	natstest.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+		if st := fs.Stats(); st.Wants != 0 {
+			return fmt.Errorf("serving member still sees %d wants", st.Wants)
+		}
+		return nil
+	})
+}
