@@ -57,9 +57,9 @@ type Config struct {
 	// keep it short) when this engine ran a shape for the first time, in
 	// warm-up or in band.
 	OnWarmed func(Shape)
-	// Sparse ids left out of sparse vectors, besides the model's bos, eos
-	// and pad; default the tokenizer's special ids when it reports them
-	// (see [SpecialTokenizer]), else XLM-R's unk (3).
+	// SparseSkip are the ids left out of sparse vectors besides the model's
+	// bos, eos and pad: the unk id, default XLM-R's 3. FlagEmbedding drops
+	// exactly these four, not other special tokens such as <mask>.
 	SparseSkip []int32
 }
 

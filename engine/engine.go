@@ -76,21 +76,13 @@ func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory
 func (e *Engine) sparseSkip() heads.Special {
 	c := e.model.Config
 	s := heads.Special{int32(c.BOSID), int32(c.EOSID), int32(c.PadID)}
-	switch {
-	case e.cfg.SparseSkip != nil:
+	if e.cfg.SparseSkip != nil {
 		s = append(s, e.cfg.SparseSkip...)
-	case asSpecial(e.tok) != nil:
-		s = append(s, asSpecial(e.tok).SpecialIDs()...)
-	default:
+	} else {
 		s = append(s, 3) // XLM-R <unk>
 	}
 	slices.Sort(s)
 	return slices.Compact(s)
-}
-
-func asSpecial(t Tokenizer) SpecialTokenizer {
-	st, _ := t.(SpecialTokenizer)
-	return st
 }
 
 // setCost installs a cost model in the packers (new packers pick it up).

@@ -16,13 +16,6 @@ type Tokenizer interface {
 	Encode(text string, maxTokens int) (ids []int32, count int)
 }
 
-// SpecialTokenizer is a [Tokenizer] that reports its special token ids;
-// the engine leaves them out of sparse vectors.
-type SpecialTokenizer interface {
-	Tokenizer
-	SpecialIDs() []int32
-}
-
 // TokenizerFunc adapts a function to [Tokenizer].
 type TokenizerFunc func(text string, maxTokens int) ([]int32, int)
 

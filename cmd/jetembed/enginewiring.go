@@ -133,6 +133,9 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 	if err != nil {
 		return nil, nil, err
 	}
+	if unk, ok := tok.t.TokenToID("<unk>"); ok {
+		cfg.SparseSkip = []int32{unk}
+	}
 	// The default warm-up seqs depend on the model's maximum.
 	if batches, _ := ints("warmup-batches", *f.warmBatches); len(batches) > 0 && *f.warmSq == "" {
 		limit := m.Config.MaxTokens
@@ -189,5 +192,3 @@ func (h hfTokenizer) Encode(text string, maxTokens int) ([]int32, int) {
 	enc := h.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
 	return enc.IDs, enc.Count
 }
-
-func (h hfTokenizer) SpecialIDs() []int32 { return h.t.SpecialIDs() }
