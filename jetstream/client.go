@@ -15,9 +15,14 @@ import (
 	"github.com/jetembed/jetembed/telemetry"
 )
 
-// ErrNoService means no process of the embed service answered a request:
-// nothing serves the endpoint.
-var ErrNoService = errors.New("no embed service answered")
+var (
+	// ErrNoService means no process of the embed service answered a
+	// request: nothing serves the endpoint.
+	ErrNoService = errors.New("no embed service answered")
+	// ErrBadResult means a stored result does not decode; [Client.Results]
+	// yields it and goes on.
+	ErrBadResult = errors.New("result does not decode")
+)
 
 // Client is the producer side of jetembed for Go programs: it queues jobs in
 // the jobs stream ([Client.Submit]), reads their results back from the
@@ -102,9 +107,9 @@ type StoredResult struct {
 // Results yields the results of run stored in the results stream, oldest
 // first, through an ordered consumer on embed.results.<run>.>, and then
 // waits for new ones until ctx ends (or, with [UntilCaughtUp], stops when
-// it has read what was stored). A result that does not decode is yielded as
-// an error and the iteration goes on; an error that ends it (ctx, the
-// stream) is yielded last.
+// it has read what was stored). A result that does not decode is yielded
+// with an error wrapping [ErrBadResult] and the iteration goes on; an error
+// that ends it (ctx, the stream) is yielded last.
 func (c *Client) Results(ctx context.Context, run string, opts ...ResultsOption) iter.Seq2[StoredResult, error] {
 	var o resultsOptions
 	for _, opt := range opts {
@@ -154,7 +159,7 @@ func (c *Client) Results(ctx context.Context, run string, opts ...ResultsOption)
 			}
 			res, err := schema.DecodeResult(m.Data(), schema.EncodingFor(m.Headers().Get(schema.HeaderContentType)))
 			if err != nil {
-				err = fmt.Errorf("result on %s (seq %d): %w", sr.Subject, sr.Sequence, err)
+				err = fmt.Errorf("%w: %s (seq %d): %w", ErrBadResult, sr.Subject, sr.Sequence, err)
 			}
 			sr.Result = res
 			if !yield(sr, err) {

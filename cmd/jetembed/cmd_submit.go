@@ -266,11 +266,17 @@ func (b *bulk) run(ctx context.Context, c *jetstream.Client, f submitFlags, outs
 		done    int
 	)
 	for sr, err := range c.Results(ctx, c.Run(), jetstream.UntilCaughtUp()) {
-		if err != nil && sr.Result == nil {
+		if errors.Is(err, jetstream.ErrBadResult) {
+			// The job runs again; its new result will be read.
+			log.Warn("stored result skipped", "err", err)
+			lastSeq = sr.Sequence
+			continue
+		}
+		if err != nil {
 			return err
 		}
 		lastSeq = sr.Sequence
-		if j := b.byID[sr.ID]; j != nil && err == nil && j.result == nil {
+		if j := b.byID[sr.ID]; j != nil && j.result == nil {
 			j.result = sr.Result
 			done++
 		}
@@ -315,13 +321,13 @@ func (b *bulk) run(ctx context.Context, c *jetstream.Client, f submitFlags, outs
 	go func() {
 		defer close(readerDone)
 		for sr, err := range c.Results(ctx, c.Run(), jetstream.AfterSequence(lastSeq)) {
-			if err != nil {
-				if sr.Result == nil {
-					cancel(err)
-					return
-				}
+			if errors.Is(err, jetstream.ErrBadResult) {
 				log.Warn("result skipped", "err", err)
 				continue
+			}
+			if err != nil {
+				cancel(err)
+				return
 			}
 			mu.Lock()
 			j := b.byID[sr.ID]

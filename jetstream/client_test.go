@@ -1,0 +1,62 @@
+package jetstream_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+func TestClientResultsAndSubjects(t *testing.T) {
+	srv := newServer(t, nil)
+	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("my run.1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Run() != "my_run_1" || c.JobSubject() != "embed.jobs.my_run_1" {
+		t.Errorf("run %q, job subject %q", c.Run(), c.JobSubject())
+	}
+	if got := c.ReplySubject("a.b"); got != "embed.results.my_run_1.~YS5i" {
+		t.Errorf("reply subject of id a.b: %q", got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Nothing stored: caught up at once.
+	for sr, err := range c.Results(ctx, c.Run(), jetstream.UntilCaughtUp()) {
+		t.Fatalf("empty run yielded %v, %v", sr, err)
+	}
+	good, _ := schema.EncodeResult(&schema.Result{V: 1, ID: "x"}, schema.EncodingMsgpack)
+	publishRaw(t, srv.js, c.ReplySubject("bad"), nil, []byte("\xc1"))
+	publishRaw(t, srv.js, c.ReplySubject("x"), nil, good)
+	publishRaw(t, srv.js, "embed.results.other.x", nil, good)
+	var ids []string
+	var bad int
+	var last uint64
+	for sr, err := range c.Results(ctx, c.Run(), jetstream.UntilCaughtUp()) {
+		switch {
+		case errors.Is(err, jetstream.ErrBadResult):
+			bad++
+		case err != nil:
+			t.Fatal(err)
+		default:
+			ids = append(ids, sr.ID)
+			last = sr.Sequence
+		}
+	}
+	if bad != 1 || len(ids) != 1 || ids[0] != "x" {
+		t.Errorf("yielded %v and %d undecodable, want [x] and 1", ids, bad)
+	}
+	// After the last one read there is nothing more of this run.
+	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	for sr, err := range c.Results(short, c.Run(), jetstream.AfterSequence(last)) {
+		if err == nil {
+			t.Errorf("after seq %d: yielded %s", last, sr.ID)
+		} else if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("after seq %d: %v", last, err)
+		}
+	}
+}
