@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jetembed/jetembed/telemetry"
 )
 
 // The README's configuration table is generated from the commands' own -h
@@ -404,6 +406,35 @@ func TestPrintConfigEveryFlag(t *testing.T) {
 	for _, f := range all["serve"] {
 		if secretFlag(f.Name) && strings.Contains(out, "v-"+f.Name) {
 			t.Errorf("print-config shows the value of --%s", f.Name)
+		}
+	}
+}
+
+// TestReadmeMetrics checks the README's metric names against the ones
+// telemetry exposes, both ways, so a renamed metric cannot leave the
+// operations section (and the alerts people copy from it) behind.
+func TestReadmeMetrics(t *testing.T) {
+	b, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mentioned := map[string]bool{}
+	for _, m := range regexp.MustCompile(`jetembed_[a-z_]+`).FindAllString(string(b), -1) {
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base := strings.TrimSuffix(m, suffix); base != m && slices.Contains(telemetry.MetricNames, base) {
+				m = base
+			}
+		}
+		mentioned[m] = true
+	}
+	for m := range mentioned {
+		if !slices.Contains(telemetry.MetricNames, m) {
+			t.Errorf("README mentions metric %s, which telemetry does not expose", m)
+		}
+	}
+	for _, m := range telemetry.MetricNames {
+		if !mentioned[m] {
+			t.Errorf("metric %s is not in the README", m)
 		}
 	}
 }
