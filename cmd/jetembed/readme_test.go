@@ -4,7 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
@@ -13,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/schema"
 	"github.com/jetembed/jetembed/telemetry"
 )
 
@@ -435,6 +440,78 @@ func TestReadmeMetrics(t *testing.T) {
 	for _, m := range telemetry.MetricNames {
 		if !mentioned[m] {
 			t.Errorf("metric %s is not in the README", m)
+		}
+	}
+}
+
+// schemaCodes returns the values of the Code constants declared in package
+// schema, read from its source so that a new code cannot be missed.
+func schemaCodes(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob("../../schema/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var codes []string
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range g.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Code" {
+					continue
+				}
+				for _, v := range vs.Values {
+					if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						s, _ := strconv.Unquote(lit.Value)
+						codes = append(codes, s)
+					}
+				}
+			}
+		}
+	}
+	if len(codes) < 10 {
+		t.Fatalf("found only %d error codes in schema: %v", len(codes), codes)
+	}
+	return codes
+}
+
+// TestReadmeErrorCodes checks the README's error code table against the
+// codes of package schema, both ways, and its Retriable column against
+// [schema.Code.Retriable].
+func TestReadmeErrorCodes(t *testing.T) {
+	b, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows := regexp.MustCompile("(?m)^\\| `([a-z_0-9]+)` \\| (job|item) \\| (yes|no) \\|").FindAllStringSubmatch(string(b), -1)
+	documented := map[string]bool{}
+	for _, r := range rows {
+		documented[r[1]] = true
+		if got, want := r[3] == "yes", schema.Code(r[1]).Retriable(); got != want {
+			t.Errorf("README says %s retriable=%s; schema says %v", r[1], r[3], want)
+		}
+	}
+	codes := schemaCodes(t)
+	for _, c := range codes {
+		if !documented[c] {
+			t.Errorf("error code %s is not in the README's table", c)
+		}
+	}
+	for c := range documented {
+		if !slices.Contains(codes, c) {
+			t.Errorf("README documents error code %s, which schema does not define", c)
 		}
 	}
 }
