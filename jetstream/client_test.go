@@ -3,8 +3,11 @@ package jetstream_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -58,5 +61,46 @@ func TestClientResultsAndSubjects(t *testing.T) {
 		} else if !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("after seq %d: %v", last, err)
 		}
+	}
+}
+
+func TestClientSubmitCarriesTraceContext(t *testing.T) {
+	srv := newServer(t, nil)
+	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("traced"), jetstream.WithJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled,
+	}))
+	if _, err := c.Submit(ctx, schema.NewJob("t1", "traced text")); err != nil {
+		t.Fatal(err)
+	}
+	st, err := srv.js.Stream(ctx, srv.cfg.Jobs.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := st.GetMsg(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := stored.Header
+	var parent string
+	for k, v := range h {
+		if strings.EqualFold(k, "traceparent") && len(v) > 0 {
+			parent = v[0]
+		}
+	}
+	if !strings.Contains(parent, "4bf92f3577b34da6a3ce929d0e0e4736") {
+		t.Errorf("job headers %v carry no traceparent of the caller's span", h)
+	}
+	if h.Get(schema.HeaderMsgID) != "t1" || h.Get(schema.HeaderContentType) != schema.MediaTypeJSON {
+		t.Errorf("job headers %v", h)
+	}
+	job, err := schema.DecodeJob(stored.Data, schema.EncodingJSON)
+	if err != nil || job.Reply != c.ReplySubject("t1") {
+		t.Errorf("stored job %+v (%v): want reply %s", job, err, c.ReplySubject("t1"))
 	}
 }
