@@ -20,8 +20,12 @@ const HeaderSubject = "Embed-Subject"
 // InProgress and Term already.
 func jsDelivery(m natsjs.Msg, received time.Time) consumer.Delivery {
 	var delivered uint64 = 1
-	if md, err := m.Metadata(); err == nil && md.NumDelivered > 0 {
-		delivered = md.NumDelivered
+	var stored time.Time
+	if md, err := m.Metadata(); err == nil {
+		if md.NumDelivered > 0 {
+			delivered = md.NumDelivered
+		}
+		stored = md.Timestamp
 	}
 	h := m.Headers()
 	if h == nil {
@@ -36,6 +40,7 @@ func jsDelivery(m natsjs.Msg, received time.Time) consumer.Delivery {
 		// m.Reply() is the ack subject, not an inbox: a stored job names
 		// its reply in the body or the Embed-Reply header.
 		Received: received,
+		Stored:   stored,
 	}
 }
 
