@@ -2,7 +2,10 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"iter"
+
+	"github.com/jetembed/jetembed/engine/pack"
 )
 
 // The methods in this file let the fleet (package jetstream, which must
@@ -54,4 +57,33 @@ func (e *Engine) Activity() (busy bool, runs int64) {
 		}
 	}
 	return busy, runs
+}
+
+// CostModel is the packing cost model in use: a*B*S + bq*B*S^2 seconds;
+// both zero when the engine schedules by tokens.
+func (e *Engine) CostModel() (a, bq float64) { return e.cfg.Cost.A, e.cfg.Cost.Bq }
+
+// Probe times the probe shapes and installs the fitted cost model, as New
+// does with Config.Probe, and returns it (zeros when too few shapes fit).
+// The fleet calls it, or [Engine.UseCost] with a peer's coefficients,
+// right after New and before the engine serves: neither may run
+// concurrently with Embed, which reads the cost model without a lock.
+func (e *Engine) Probe(ctx context.Context) (a, bq float64, err error) {
+	if err := e.probe(ctx); err != nil {
+		return 0, 0, err
+	}
+	a, bq = e.CostModel()
+	return a, bq, nil
+}
+
+// UseCost installs a cost model measured elsewhere (a peer with the same
+// model and hardware) instead of probing. See [Engine.Probe] for when it
+// may be called.
+func (e *Engine) UseCost(a, bq float64) error {
+	c := pack.Cost{A: a, Bq: bq}
+	if a < 0 || bq < 0 || a == 0 && bq == 0 {
+		return fmt.Errorf("%w: cost model %+v", ErrConfig, c)
+	}
+	e.setCost(c)
+	return nil
 }

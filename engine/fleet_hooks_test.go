@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -87,5 +88,40 @@ func TestWarmShapeBetweenRuns(t *testing.T) {
 	embs, _, err = e.Embed(context.Background(), []Text{{Text: strings.Repeat("w ", 40), Outputs: Dense, Truncate: true}})
 	if err != nil || embs[0].Err == nil || embs[0].Err.Code != schema.CodeShapeNotWarmed {
 		t.Fatalf("64-token tier above the ceiling: err %v, item %v; want shape_not_warmed", err, embs[0].Err)
+	}
+}
+
+func TestUseCostAndProbe(t *testing.T) {
+	f := &factory{}
+	e, err := New(context.Background(), Config{NoWarmup: true, MaxTokens: 512}, fakeTok{}, fakeModel(512), f.new)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if a, bq := e.CostModel(); a != 0 || bq != 0 {
+		t.Fatalf("cost model before any probe: %g %g, want none", a, bq)
+	}
+	if err := e.UseCost(0, 0); !errors.Is(err, ErrConfig) {
+		t.Errorf("UseCost(0, 0) = %v, want ErrConfig", err)
+	}
+	if err := e.UseCost(2e-9, 3e-12); err != nil {
+		t.Fatal(err)
+	}
+	if a, bq := e.CostModel(); a != 2e-9 || bq != 3e-12 {
+		t.Errorf("cost model after UseCost: %g %g", a, bq)
+	}
+	// The packer uses it: a chunk's modelled cost now bounds its size.
+	if got := e.load(4, 128); got != int64(e.cfg.Cost.Of(4, 128)*1e9) {
+		t.Errorf("scheduling load %d does not follow the installed cost model", got)
+	}
+	a, bq, err := e.Probe(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ca, cbq := e.CostModel(); ca != a || cbq != bq {
+		t.Errorf("Probe returned %g %g but installed %g %g", a, bq, ca, cbq)
+	}
+	if runs := e.Stats().Sessions[0].Runs; runs != 12 {
+		t.Errorf("the probe made %d runs, want 3 shapes x 4", runs)
 	}
 }
