@@ -22,6 +22,7 @@ type ackSink struct {
 	jobs      atomic.Uint64
 	mu        sync.Mutex
 	delivered map[uint64]int // NumDelivered -> count
+	badTimes  int            // deliveries without a store time before receipt
 }
 
 func (s *ackSink) Submit(ctx context.Context, d consumer.Delivery) error {
@@ -30,6 +31,9 @@ func (s *ackSink) Submit(ctx context.Context, d consumer.Delivery) error {
 		s.delivered = map[uint64]int{}
 	}
 	s.delivered[d.NumDelivered]++
+	if d.Stored.IsZero() || d.Stored.After(d.Received) || d.Msg == nil || len(d.Data) == 0 {
+		s.badTimes++
+	}
 	s.mu.Unlock()
 	if s.delay > 0 {
 		time.Sleep(s.delay)
@@ -110,6 +114,9 @@ func TestPullPrefetchGrowsWithThroughput(t *testing.T) {
 	defer sink.mu.Unlock()
 	if len(sink.delivered) != 1 {
 		t.Errorf("deliveries by count %v: resizing lost or redelivered messages", sink.delivered)
+	}
+	if sink.badTimes != 0 {
+		t.Errorf("%d deliveries without message, data, or a store time before their receipt", sink.badTimes)
 	}
 }
 
