@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jetembed/jetembed/jetstream"
+)
+
+func init() {
+	register(command{
+		name:    "fleet",
+		summary: "show the engines bucket: compiled shapes per model and SM, who built them, pending wants, locks, probes",
+		run:     runFleet,
+	})
+}
+
+func runFleet(ctx context.Context, args []string, io stdio) error {
+	fs := newFlagSet("fleet", io)
+	nf := addNATSFlags(fs)
+	bucket := fs.String("engines-bucket", jetstream.DefaultConfig().Engines.Name, "name of the engine-shapes KV bucket")
+	timeout := fs.Duration("timeout", 10*time.Second, "bound on connecting and reading the bucket")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	nc, err := jetstream.Connect(ctx, nf.options(slog.New(slog.NewTextHandler(io.err, nil))))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	tab, err := jetstream.ReadFleet(ctx, js, *bucket)
+	if err != nil {
+		return err
+	}
+	return tab.Write(io.out, time.Now())
+}

@@ -1,0 +1,217 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/ort"
+	"github.com/jetembed/jetembed/jetstream"
+)
+
+// fleetFlags are serve's flags for the fleet: shape propagation over the
+// engines bucket, the compile lock, wanted shapes and shared probes.
+type fleetFlags struct {
+	enabled  *bool
+	sm       *string
+	idle     *time.Duration
+	perHour  *int
+	lockTTL  *time.Duration
+	minSeq   *int
+	pollBusy *time.Duration
+}
+
+func addFleetFlags(fs *flagSet) *fleetFlags {
+	return &fleetFlags{
+		enabled:  fs.Bool("fleet", true, "share compiled shapes, wants and probe coefficients with the fleet through the engines bucket"),
+		sm:       fs.String("fleet-sm", "", `GPU compute capability for shape keys, e.g. "8.9" (default: "cpu" on CPU, else asked of nvidia-smi)`),
+		idle:     fs.Duration("fleet-idle", jetstream.DefaultIdleQuiet, "how long this process must be idle before it compiles shapes the fleet wants"),
+		perHour:  fs.Int("fleet-compiles-per-hour", jetstream.DefaultCompilesPerHour, "most wanted shapes this process compiles in an hour"),
+		lockTTL:  fs.Duration("fleet-lock-ttl", jetstream.DefaultLockTTL, "TTL of a compile lock: a crashed holder frees it after this long (renewed while compiling)"),
+		minSeq:   fs.Int("fleet-min-seq", 0, "leave shapes shorter than this out of the bucket (0: share every shape)"),
+		pollBusy: fs.Duration("fleet-poll", 2*time.Second, "how often the jobs backlog is read to tell idle from about to be busy"),
+	}
+}
+
+// startFleet opens the engine and joins the fleet. It defers the engine's
+// cost probe to take the coefficients a peer with the same model, SM and
+// hardware stored (or to store its own), then starts the shape
+// propagation. The returned Embedder reports guard refusals as wants; stop
+// leaves the fleet. With --fleet=false it only opens the engine.
+func startFleet(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *engineFlags, ff *fleetFlags, cfg jetstream.Config) (
+	e *engine.Engine, emb consumer.Embedder, stop func(), err error) {
+	if !*ff.enabled {
+		e, _, err = ef.open(ctx)
+		return e, e, func() {}, err
+	}
+	sm, err := ff.computeCapability(ctx, ef)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	probe := *ef.probe
+	*ef.probe = false // probed below, unless a peer already did
+	e, _, err = ef.open(ctx)
+	*ef.probe = probe
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	fail := func(err error) (*engine.Engine, consumer.Embedder, func(), error) {
+		e.Close()
+		return nil, nil, nil, err
+	}
+	member := memberName()
+	if probe {
+		if err := shareProbe(ctx, log, js, e, cfg.Engines.Name, sm, hardware(ctx, ef), member); err != nil {
+			return fail(err)
+		}
+	}
+
+	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	var backlog atomic.Bool
+	if jc, err := js.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name); err == nil {
+		go pollBacklog(bgCtx, jc, *ff.pollBusy, &backlog)
+	} else {
+		log.Warn("fleet: the jobs consumer is not readable; idleness ignores the backlog", "err", err)
+	}
+	fl, err := jetstream.StartFleet(ctx, js, e, jetstream.FleetConfig{
+		Bucket: cfg.Engines.Name, Model: e.ModelID(), SM: sm, Member: member,
+		EngineCacheDir: *ef.engineCache, LockTTL: *ff.lockTTL, IdleQuiet: *ff.idle,
+		CompilesPerHour: *ff.perHour, MinSeq: *ff.minSeq, Busy: backlog.Load, Logger: log,
+	})
+	if err != nil {
+		stopBG()
+		return fail(err)
+	}
+	return e, consumer.WithWants(e, fl), func() { fl.Stop(); stopBG() }, nil
+}
+
+// shareProbe installs the cost coefficients a peer stored for this model,
+// SM and hardware, or probes and stores them.
+func shareProbe(ctx context.Context, log *slog.Logger, js natsjs.JetStream, e *engine.Engine, bucket, sm, arch, member string) error {
+	rec, err := jetstream.LoadProbe(ctx, js, bucket, e.ModelID(), sm, arch)
+	if err == nil {
+		if err := e.UseCost(rec.A, rec.Bq); err == nil {
+			log.Info("fleet: cost model from a peer's probe", "by", rec.By, "a", rec.A, "bq", rec.Bq, "arch", arch)
+			return nil
+		}
+	} else if !errors.Is(err, jetstream.ErrNoProbe) {
+		log.Warn("fleet: reading shared probe coefficients", "err", err)
+	}
+	a, bq, err := e.Probe(ctx)
+	if err != nil {
+		return err
+	}
+	if a == 0 && bq == 0 {
+		return nil // too few probe shapes fit: scheduling by tokens
+	}
+	if err := jetstream.StoreProbe(ctx, js, bucket, e.ModelID(), sm, arch, member, a, bq); err != nil {
+		log.Warn("fleet: sharing probe coefficients", "err", err)
+	}
+	log.Info("fleet: probed the cost model", "a", a, "bq", bq, "arch", arch)
+	return nil
+}
+
+// pollBacklog keeps busy set while the jobs consumer has undelivered jobs:
+// a process with a backlog is about to work, not idle. Jobs waiting for a
+// NAK delay are not pending, so the refused jobs themselves do not keep
+// the fleet from compiling their shapes.
+func pollBacklog(ctx context.Context, jc natsjs.Consumer, every time.Duration, busy *atomic.Bool) {
+	t := time.NewTicker(max(every, 100*time.Millisecond))
+	defer t.Stop()
+	for {
+		if info, err := jc.Info(ctx); err == nil {
+			busy.Store(info.NumPending > 0)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// computeCapability is the SM of the shape keys: "cpu" for the CPU
+// provider, --fleet-sm if set, else what nvidia-smi says of the first GPU.
+func (f *fleetFlags) computeCapability(ctx context.Context, ef *engineFlags) (string, error) {
+	if ort.Kind(*ef.provider) == ort.CPU || *ef.provider == "" {
+		return "cpu", nil
+	}
+	if *f.sm != "" {
+		return *f.sm, nil
+	}
+	cc, err := nvidiaSMI(ctx, "compute_cap", *ef.device)
+	if err != nil {
+		return "", fmt.Errorf("%w: --fleet-sm is needed: %w", errUsage, err)
+	}
+	return cc, nil
+}
+
+// hardware names what the cost coefficients depend on besides the model
+// and SM: the provider, the CPU or GPU model, and the threads or precision.
+func hardware(ctx context.Context, ef *engineFlags) string {
+	kind := *ef.provider
+	if ort.Kind(kind) == ort.CPU || kind == "" {
+		return fmt.Sprintf("cpu-%s-%s-t%d", runtime.GOARCH, cpuModel(), *ef.threads)
+	}
+	gpu, err := nvidiaSMI(ctx, "name", *ef.device)
+	if err != nil {
+		gpu = "gpu"
+	}
+	prec := "fp32"
+	if *ef.fp16 {
+		prec = "fp16"
+	}
+	return kind + "-" + gpu + "-" + prec
+}
+
+func nvidiaSMI(ctx context.Context, field string, device int) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "nvidia-smi", "--query-gpu="+field, "--format=csv,noheader", "--id="+strconv.Itoa(device)).Output()
+	if err != nil {
+		return "", fmt.Errorf("nvidia-smi --query-gpu=%s: %w", field, err)
+	}
+	v := strings.TrimSpace(string(out))
+	if v == "" {
+		return "", fmt.Errorf("nvidia-smi --query-gpu=%s: empty answer", field)
+	}
+	return v, nil
+}
+
+// cpuModel is the CPU's model name from /proc/cpuinfo, or "unknown".
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.Join(strings.Fields(v), " ")
+		}
+	}
+	return "unknown"
+}
+
+// memberName names this process in the bucket's records: host/pid.
+func memberName() string {
+	host, _ := os.Hostname()
+	if host == "" {
+		host = "unknown"
+	}
+	return host + "/" + strconv.Itoa(os.Getpid())
+}
