@@ -188,13 +188,16 @@ func (f *Fleet) Want(batch, seq int) {
 	}
 }
 
-// watch applies live bucket changes until the watcher stops.
+// watch applies live bucket changes until the watcher stops. A watch that
+// ends by itself (the connection closed for good) ends the fleet too: a
+// member blind to the bucket would compile what peers already built.
 func (f *Fleet) watch() {
 	for e := range f.w.Updates() {
 		if e != nil {
 			f.apply(e)
 		}
 	}
+	f.cancel()
 }
 
 // apply records one bucket entry of this model and SM in the state and

@@ -115,7 +115,18 @@ func (f *Fleet) publishRan(ctx context.Context) {
 		}
 		f.mu.Lock()
 		f.tried[s] = true
+		wanted := f.wanted[s]
 		f.mu.Unlock()
+		if wanted {
+			f.dropWant(ctx, k)
+		}
+	}
+}
+
+// dropWant deletes the want of a shape the bucket now has.
+func (f *Fleet) dropWant(ctx context.Context, k ShapeKey) {
+	if err := f.kv.Delete(ctx, k.Want()); err != nil && ctx.Err() == nil {
+		f.cfg.Logger.Warn("fleet: dropping a satisfied want", "key", k.Want(), "err", err)
 	}
 }
 
@@ -143,15 +154,19 @@ func (f *Fleet) compileWanted(ctx context.Context) bool {
 		f.cfg.Logger.Debug("fleet: hourly compile cap reached", "cap", f.cfg.CompilesPerHour, "wanted", pick.String())
 		return false
 	}
+	built := f.stats.compiles.Load()
 	err := f.compileLocked(ctx, *pick)
 	if errors.Is(err, errLockBusy) {
 		return false // the holder's shape key will come; then it is pre-warmed
 	}
-	// Only the worker compiles wanted shapes, so the cap needs no lock
-	// across the compile.
-	f.mu.Lock()
-	f.compiles = append(f.compiles, time.Now())
-	f.mu.Unlock()
+	// A failed build took the sessions as long as a good one; a shape
+	// found built meanwhile took nothing. Only the worker compiles wanted
+	// shapes, so the cap needs no lock across the compile.
+	if err != nil || f.stats.compiles.Load() > built {
+		f.mu.Lock()
+		f.compiles = append(f.compiles, time.Now())
+		f.mu.Unlock()
+	}
 	if err != nil && ctx.Err() == nil {
 		f.stats.errors.Add(1)
 		f.cfg.Logger.Warn("fleet: compiling a wanted shape", "shape", pick.String(), "err", err)
@@ -208,6 +223,7 @@ func (f *Fleet) compileLocked(ctx context.Context, s shape) error {
 	// has already published the shape: load it instead of building again.
 	if _, err := f.kv.Get(ctx, k.String()); err == nil {
 		f.release(k.Lock(), rev)
+		f.dropWant(ctx, k)
 		return f.prewarmOne(ctx, s)
 	}
 
@@ -237,9 +253,7 @@ func (f *Fleet) compileLocked(ctx context.Context, s shape) error {
 	f.tried[s] = true
 	f.mu.Unlock()
 	f.release(k.Lock(), rev)
-	if err := f.kv.Delete(ctx, k.Want()); err != nil && ctx.Err() == nil {
-		f.cfg.Logger.Warn("fleet: dropping a satisfied want", "key", k.Want(), "err", err)
-	}
+	f.dropWant(ctx, k)
 	f.stats.compiles.Add(1)
 	f.cfg.Logger.Info("fleet: compiled", "shape", s.String(), "took", took, "files", len(rec.Files))
 	return nil

@@ -302,3 +302,58 @@ func TestFleetHourlyCap(t *testing.T) {
 		t.Errorf("want of 1x128: %v; want it pending", err)
 	}
 }
+
+// TestFleetMemberKilledMidCompile kills a real member while it builds: its
+// connection drops, so it can neither renew nor release its lock. A peer
+// that wants the same shape waits for the lock's TTL, then builds it.
+func TestFleetMemberKilledMidCompile(t *testing.T) {
+	srv := newServer(t, nil)
+	doomed := newCounting(openEngine(t, guardedConfig()))
+	doomed.gate = make(chan struct{}) // its compile never finishes
+	model := doomed.ModelID()
+	nc := connect(t, srv.url)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ttl = 2 * time.Second
+	victim, err := jetstream.StartFleet(t.Context(), js, doomed, jetstream.FleetConfig{
+		Bucket: srv.cfg.Engines.Name, Model: model, Member: "doomed", Tick: 50 * time.Millisecond,
+		IdleQuiet: time.Hour, LockTTL: ttl, Logger: testLogger(t).With("member", "doomed"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(victim.Stop)
+	survivorEng := newCounting(openEngine(t, guardedConfig()))
+	survivor := startMember(t, srv, survivorEng, model, "survivor", nil)
+
+	go func() { _ = victim.Compile(context.Background(), 2, 320) }()
+	lock := shapeKey(model, 2, 320).Lock()
+	kv := bucket(t, srv)
+	natstest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		_, err := kv.Get(context.Background(), lock)
+		return err
+	})
+	// Let the holder renew once, so the TTL runs from a renewal, then kill it.
+	time.Sleep(ttl/3 + 200*time.Millisecond)
+	killed := time.Now()
+	nc.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if err := survivor.Compile(ctx, 2, 320); err != nil {
+		t.Fatal(err)
+	}
+	waited := time.Since(killed)
+	t.Logf("the survivor built 2x320 %v after the holder died (lock ttl %v, renewed every %v)", waited, ttl, ttl/3)
+	if waited < ttl/3 {
+		t.Errorf("built %v after the kill: the dead holder's lock did not hold", waited)
+	}
+	if st := survivor.Stats(); st.Compiles != 1 || survivorEng.warmed(2, 320) != 1 || !survivorEng.ShapeWarmed(2, 320) {
+		t.Errorf("survivor %+v, %d warm-ups of 2x320; want one compile", st, survivorEng.warmed(2, 320))
+	}
+	if doomed.ShapeWarmed(2, 320) {
+		t.Error("the killed member finished its compile")
+	}
+}
