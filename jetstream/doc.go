@@ -4,7 +4,10 @@
 // ([Provision]), an embedded development server ([StartDevServer]), and the
 // NATS side of the job loop: the fetch loop feeding the consumer ([Pull]),
 // the result and dead-letter [Publisher], the request-reply micro service
-// ([StartService]) and the producer [Client].
+// ([StartService]) and the producer [Client]. The [Fleet] ([StartFleet])
+// shares compiled engine shapes, compile locks, wanted shapes and probe
+// coefficients through the engines bucket ([ReadFleet] shows it); it drives
+// the engine through the small [FleetEngine] interface.
 //
 // It is the only package of the project that imports nats.go (imported as
 // natsjs for its jetstream package, whose name this package shares) and
