@@ -28,6 +28,7 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	// No warm-up grid by default: up to 8192 tokens it takes a minute on
 	// CPU, and a development server should answer at once.
 	ef := addEngineFlags(fs, false)
+	ff := addFleetFlags(fs)
 	sf := addServeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -87,7 +88,7 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 		return fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
 	}
 	*sf.provision = false // done above, with the same config
-	err = serve(ctx, telemetry.NewLogger(io.err, level, *sf.logFormat), jetstream.Options{URLs: []string{url}, Name: "jetembed-dev", Logger: log}, cfg, ef, sf)
+	err = serve(ctx, telemetry.NewLogger(io.err, level, *sf.logFormat), jetstream.Options{URLs: []string{url}, Name: "jetembed-dev", Logger: log}, cfg, ef, ff, sf)
 	fmt.Fprintln(io.out, "stopping the dev server")
 	return err
 }

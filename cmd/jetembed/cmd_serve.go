@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +62,7 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 	nf := addNATSFlags(fs)
 	pf := addProvisionFlags(fs)
 	ef := addEngineFlags(fs, true)
+	ff := addFleetFlags(fs)
 	sf := addServeFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -81,7 +83,7 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
-	return serve(ctx, log, nf.options(log), cfg, ef, sf)
+	return serve(ctx, log, nf.options(log), cfg, ef, ff, sf)
 }
 
 // printConfig prints every flag's effective value (flag, environment, or
@@ -125,7 +127,7 @@ func (s *liveState) health() telemetry.Health {
 // (warm-up before ready), consumer, request-reply service and fetch loop.
 // It returns nil after a drain when ctx ends (SIGTERM), and an error when
 // something needed fails or the NATS connection closes for good.
-func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jetstream.Config, ef *engineFlags, sf *serveFlags) error {
+func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jetstream.Config, ef *engineFlags, ff *fleetFlags, sf *serveFlags) error {
 	shutdownTracing, err := telemetry.SetupTracing(ctx, "jetembed", version)
 	if err != nil {
 		return err
@@ -181,11 +183,15 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 		}
 	}
 
-	e, _, err := ef.open(ctx)
+	// The engine opens inside the fleet wiring: it takes a peer's probe
+	// coefficients, and emb reports the JIT guard's refusals as wants.
+	e, emb, stop, err := startFleet(ctx, log, js, ef, ff, cfg)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
+	stopFleet := sync.OnceFunc(stop)
+	defer stopFleet()
 	live.engine.Store(e)
 	live.loaded.Store(true)
 	live.warmed.Store(true)
@@ -206,7 +212,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 		MaxDeliver:     cfg.Consumer.MaxDeliver,
 		Logger:         log,
 		Metrics:        metrics,
-	}, e, pub)
+	}, emb, pub)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -288,6 +294,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 	err = drainAfter(log, cons, sf, cause)
 	<-loop.Closed()
 	<-runDone
+	stopFleet()
 	if derr := drainConn(nc); derr != nil {
 		log.Warn("nats drain", "err", derr)
 	}

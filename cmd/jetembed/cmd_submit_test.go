@@ -201,7 +201,7 @@ func TestSubmitEndToEndAndResume(t *testing.T) {
 		t.Fatalf("submit --text: exit %d: %s", code, errOut)
 	}
 	res, err := schema.DecodeResult([]byte(strings.TrimSpace(stdout)), schema.EncodingJSON)
-	if err != nil || len(res.Items) != 1 || len(res.Items[0].Dense) == 0 || res.Items[0].Sparse == nil {
+	if err != nil || len(res.Items) != 1 || len(res.Items[0].Dense) == 0 || res.Items[0].Sparse == nil || !strings.Contains(res.Model, "@") {
 		t.Errorf("submit --text printed %q (%v)", stdout, err)
 	}
 }
