@@ -214,3 +214,51 @@ func TestPullStopGivesBackBufferedMessages(t *testing.T) {
 		t.Errorf("%d of 19 jobs fetchable right after Stop", n)
 	}
 }
+
+// gateSink acknowledges deliveries, but holds the second one until open is
+// closed.
+type gateSink struct {
+	n       atomic.Int32
+	entered chan struct{}
+	open    chan struct{}
+}
+
+func (s *gateSink) Submit(ctx context.Context, d consumer.Delivery) error {
+	if s.n.Add(1) == 2 {
+		close(s.entered)
+		<-s.open
+	}
+	return d.Msg.Ack()
+}
+
+func TestPullDrainHandsOverBufferedMessages(t *testing.T) {
+	srv := newServer(t, nil)
+	queueJobs(t, srv, 20)
+	sink := &gateSink{entered: make(chan struct{}), open: make(chan struct{})}
+	loop, err := jetstream.Pull(context.Background(), jobsConsumer(t, srv), sink, jetstream.PrefetchLimits(8, 8), jetstream.PullLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-sink.entered
+	natstest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if info := consumerInfo(t, srv); info.NumAckPending < 5 {
+			return fmt.Errorf("%d ack pending", info.NumAckPending)
+		}
+		return nil
+	})
+	loop.Drain()
+	close(sink.open)
+	select {
+	case <-loop.Closed():
+	case <-time.After(10 * time.Second):
+		t.Fatal("loop not closed after Drain")
+	}
+	got := int(sink.n.Load())
+	info := consumerInfo(t, srv)
+	if got < 6 || got == 20 {
+		t.Errorf("sink got %d jobs: want the buffered ones, and no pulling after Drain", got)
+	}
+	if info.NumAckPending != 0 || int(info.NumPending) != 20-got {
+		t.Errorf("after Drain: %d ack pending, %d pending; the sink took %d of 20", info.NumAckPending, info.NumPending, got)
+	}
+}
