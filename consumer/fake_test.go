@@ -89,6 +89,7 @@ type fakePub struct {
 	mu      sync.Mutex
 	results []published
 	dlq     []DeadLetter
+	events  []string // "result" and "dlq", in order
 	fail    func(subject string) error
 	failDLQ error
 	delay   time.Duration
@@ -110,6 +111,7 @@ func (p *fakePub) PublishResult(ctx context.Context, subject, msgID string, head
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.results = append(p.results, published{subject, msgID, header, slices.Clone(data)})
+	p.events = append(p.events, "result")
 	return nil
 }
 
@@ -120,6 +122,7 @@ func (p *fakePub) PublishDLQ(ctx context.Context, reason DeadLetter, header map[
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.dlq = append(p.dlq, reason)
+	p.events = append(p.events, "dlq")
 	return nil
 }
 
@@ -127,6 +130,12 @@ func (p *fakePub) Results() []published {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return slices.Clone(p.results)
+}
+
+func (p *fakePub) Events() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.events)
 }
 
 func (p *fakePub) DLQ() []DeadLetter {

@@ -40,6 +40,8 @@ type outcome struct {
 	delay   time.Duration // NAK only
 	result  *schema.Result
 	dlq     bool
+	// dlqTried is set once the dead letter was sent (or failed).
+	dlqTried bool
 	// code is the job-level error code, empty on success; reason labels a
 	// NAK or TERM in metrics (a code or a Reason* condition).
 	code   schema.Code

@@ -246,6 +246,9 @@ func TestMaxDeliver(t *testing.T) {
 	if got := m.wait(t); !slices.Equal(got, []string{"term"}) {
 		t.Fatalf("calls %v, want [term]", got)
 	}
+	if ev := r.pub.Events(); !slices.Equal(ev, []string{"dlq", "result"}) {
+		t.Errorf("events %v: the dead letter must be stored before the result goes out", ev)
+	}
 	res, _ := r.resultFor(t, "j")
 	if res.Error == nil || res.Error.Code != schema.CodeShapeNotWarmed || !res.Error.Retriable {
 		t.Errorf("final result error %+v, want retriable shape_not_warmed", res.Error)
@@ -255,20 +258,30 @@ func TestMaxDeliver(t *testing.T) {
 	}
 }
 
-// TestDLQFailure: a TERM whose DLQ copy failed becomes a NAK, except on the
-// final delivery.
+// TestDLQFailure: a TERM whose DLQ copy failed becomes a NAK, with no
+// result sent, except on the final delivery; a request is answered anyway.
 func TestDLQFailure(t *testing.T) {
 	for _, tc := range []struct {
-		n    uint64
-		want string
-	}{{1, "nak+delay"}, {5, "term"}} {
+		n       uint64
+		respond bool
+		want    string
+		results int
+	}{{1, false, "nak+delay", 0}, {5, false, "term", 1}, {1, true, "term", 0}} {
 		r := newRig(t, Config{MaxDeliver: 5}, nil, &fakePub{failDLQ: errInjected})
-		d, m := delivery(t, &schema.Job{V: 1, ID: "j"}, schema.EncodingJSON, tc.n)
+		j := &schema.Job{V: 1, ID: "j", Reply: "r"}
+		d, m := delivery(t, j, schema.EncodingJSON, tc.n)
+		var answered bool
+		if tc.respond {
+			d.Respond = func(map[string][]string, []byte) error { answered = true; return nil }
+		}
 		if err := r.c.Submit(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}
 		if got := m.wait(t); !slices.Equal(got, []string{tc.want}) {
 			t.Errorf("delivery %d: calls %v, want %s", tc.n, got, tc.want)
+		}
+		if n := len(r.pub.Results()); n != tc.results || answered != tc.respond {
+			t.Errorf("delivery %d: %d results, answered %v", tc.n, n, answered)
 		}
 	}
 }

@@ -9,11 +9,13 @@ import (
 	"github.com/jetembed/jetembed/telemetry"
 )
 
-// settle carries out an outcome: send the result (if any), copy to the DLQ
-// (if asked), then ACK, NAK or TERM the message, record it and free the
-// job's budget. A result that cannot be sent turns an ACK into a NAK, so the
-// job runs again; a DLQ copy that cannot be stored turns a TERM into a NAK
-// until the final delivery, so no terminated job is lost unseen.
+// settle carries out an outcome: copy to the DLQ (if asked), send the
+// result (if any), then ACK, NAK or TERM the message, record it and free the
+// job's budget. The dead letter goes first so that whoever sees an error
+// result can find the job in the DLQ, and so that a DLQ copy that cannot be
+// stored turns the TERM into a NAK (until the final delivery) before any
+// result went out. A result that cannot be sent turns an ACK into a NAK, so
+// the job runs again.
 func (c *Consumer) settle(ctx context.Context, j *job, out outcome) {
 	defer c.release(j)
 	defer func() {
@@ -25,29 +27,45 @@ func (c *Consumer) settle(ctx context.Context, j *job, out outcome) {
 			c.ackMessage(j, outcome{verdict: verdictNak, delay: c.cfg.NakBackoff.Delay(j.d.NumDelivered)})
 		}
 	}()
+	out = c.deadLetter(ctx, j, out)
 	if out.result != nil {
 		out = c.sendResult(ctx, j, out)
-	}
-	if out.dlq && out.verdict == verdictTerm {
-		dl := DeadLetter{JobID: j.id, Code: string(out.code), NumDelivered: j.d.NumDelivered}
-		if out.err != nil {
-			dl.Message = out.err.Message
-		}
-		if out.reason == ReasonPublishFailed {
-			dl.Code, dl.Message = ReasonPublishFailed, "result not published on the final delivery"
-		}
-		if err := c.pub.PublishDLQ(ctx, dl, j.d.Header, j.d.Data); err != nil {
-			c.cfg.Logger.Error("dead letter not stored", "job", j.id, "code", out.code, "delivered", j.d.NumDelivered, "err", err)
-			if !c.cfg.finalDelivery(j.d.NumDelivered) {
-				out.verdict, out.reason = verdictNak, ReasonDLQFailed
-				out.delay = c.cfg.NakBackoff.Delay(j.d.NumDelivered)
-			}
-		}
+		// A result lost on the final delivery asks for a dead letter now.
+		out = c.deadLetter(ctx, j, out)
 	}
 	// Recorded first so that whoever sees the message settled also sees
 	// it counted.
 	c.record(ctx, j, out)
 	c.ackMessage(j, out)
+}
+
+// deadLetter stores the DLQ copy of a job the outcome terminates, once. When
+// that fails before the final delivery, the job is NAKed instead (with no
+// result sent), so no terminated job is lost unseen; a request-reply caller
+// is answered all the same, having no redelivery.
+func (c *Consumer) deadLetter(ctx context.Context, j *job, out outcome) outcome {
+	if !out.dlq || out.dlqTried || out.verdict != verdictTerm {
+		return out
+	}
+	out.dlqTried = true
+	dl := DeadLetter{JobID: j.id, Code: string(out.code), NumDelivered: j.d.NumDelivered}
+	if out.err != nil {
+		dl.Message = out.err.Message
+	}
+	if out.reason == ReasonPublishFailed {
+		dl.Code, dl.Message = ReasonPublishFailed, "result not published on the final delivery"
+	}
+	err := c.pub.PublishDLQ(ctx, dl, j.d.Header, j.d.Data)
+	if err == nil {
+		return out
+	}
+	c.cfg.Logger.Error("dead letter not stored", "job", j.id, "code", dl.Code, "delivered", j.d.NumDelivered, "err", err)
+	if c.cfg.finalDelivery(j.d.NumDelivered) || j.d.Respond != nil {
+		return out
+	}
+	out.verdict, out.reason, out.result = verdictNak, ReasonDLQFailed, nil
+	out.delay = c.cfg.NakBackoff.Delay(j.d.NumDelivered)
+	return out
 }
 
 // sendResult encodes and sends out.result to the job's reply, returning the
