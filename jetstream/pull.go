@@ -161,9 +161,10 @@ func (p *PullLoop) run(ctx context.Context) {
 				}
 				return
 			}
-			// Missed heartbeats and reconnects are reported here; the
-			// iterator keeps pulling by itself.
-			p.o.logger.Debug("pull", "err", err)
+			// The iterator keeps pulling by itself after a reconnect or a
+			// missed heartbeat; an error that ends it (the consumer was
+			// deleted) is followed by ErrMsgIteratorClosed.
+			p.o.logger.Warn("pull", "err", err)
 			continue
 		}
 		p.mu.Lock()
