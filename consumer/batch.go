@@ -130,9 +130,14 @@ func (c *Consumer) runBatch(ctx context.Context, b *batch) {
 		err  error
 	)
 	if len(texts) > 0 {
+		runCtx, span := startRun(ctx, b.jobs, len(texts))
 		start := c.cfg.Now()
-		embs, rep, err = c.embed(ctx, texts)
+		embs, rep, err = c.embed(runCtx, texts)
 		c.cfg.Metrics.Run(ctx, RunSession, c.cfg.Now().Sub(start))
+		endRun(span, rep, err)
+		for _, j := range b.jobs {
+			j.run = span.SpanContext()
+		}
 	}
 	if err == nil && len(embs) != len(texts) {
 		err = fmt.Errorf("consumer: embedder returned %d embeddings for %d texts", len(embs), len(texts))

@@ -6,6 +6,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -20,11 +22,12 @@ type job struct {
 	// items are the per-text validation errors (invalid_utf8), nil when
 	// every text may run.
 	items    []*schema.Error
-	deadline time.Time // zero: none
-	reply    string    // resolved reply subject; "" with Respond or none
-	tokens   int       // estimated tokens of the texts that will run
-	cost     int       // tokens charged to the in-flight budget
-	queued   time.Time // when it entered the queue
+	deadline time.Time         // zero: none
+	reply    string            // resolved reply subject; "" with Respond or none
+	tokens   int               // estimated tokens of the texts that will run
+	cost     int               // tokens charged to the in-flight budget
+	queued   time.Time         // when it entered the queue
+	run      trace.SpanContext // the span of the Embed call that served it
 
 	// mu orders an InProgress against the settlement, so that no
 	// heartbeat follows the final acknowledgement.

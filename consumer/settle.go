@@ -18,6 +18,8 @@ import (
 // the job runs again.
 func (c *Consumer) settle(ctx context.Context, j *job, out outcome) {
 	defer c.release(j)
+	ctx, span := j.startPublish(ctx)
+	defer func() { endPublish(span, out) }()
 	defer func() {
 		if p := recover(); p != nil {
 			// A bug while sending: give the message back rather than leave
@@ -99,6 +101,7 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 	if res.Error != nil {
 		h[schema.HeaderErrorCode] = []string{string(res.Error.Code)}
 	}
+	telemetry.InjectHeaders(ctx, h)
 	start := c.cfg.Now()
 	switch {
 	case j.d.Respond != nil:
