@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -228,6 +229,36 @@ func TestOpsPermissionsEndToEnd(t *testing.T) {
 		t.Errorf("producer-a hit a permission violation: %v", err)
 	default:
 	}
+
+	// The consumer joined the fleet within its allow-list too: the shapes
+	// its engine ran reach the engines bucket (read as an operator).
+	op, err := nats.Connect(url, nats.RootCAs(caFile), nats.UserInfo("provisioner", opsPassword("provisioner")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer op.Close()
+	ojs, err := natsjs.New(op)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kv, err := ojs.KeyValue(ctx, "EMBED_ENGINES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 15*time.Second, 100*time.Millisecond, func() error {
+		keys, err := kv.ListKeys(ctx)
+		if err != nil {
+			return err
+		}
+		var all []string
+		for k := range keys.Keys() {
+			if p := jetstream.ParseKey(k); p.Kind == jetstream.KindShape && p.Shape.SM == "cpu" && strings.HasPrefix(p.Shape.Model, "bge-m3_") {
+				return nil
+			}
+			all = append(all, k)
+		}
+		return fmt.Errorf("no shape of the model in the engines bucket; keys %v", all)
+	})
 	// The consumer stayed inside its allow-list the whole time (its
 	// connection logs every async error, violations included).
 	if l := strings.ToLower(s.log.String()); strings.Contains(l, "permission") || strings.Contains(l, "nats async error") {

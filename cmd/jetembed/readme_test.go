@@ -8,6 +8,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -513,5 +514,41 @@ func TestReadmeErrorCodes(t *testing.T) {
 		if !slices.Contains(codes, c) {
 			t.Errorf("README documents error code %s, which schema does not define", c)
 		}
+	}
+}
+
+// TestReadmeGoExample builds the Go program of the README's quick start
+// against the packages of this tree, so the documented client API cannot
+// drift from the real one.
+func TestReadmeGoExample(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds a program")
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	b, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```go\n(package main\n.*?)```").FindSubmatch(b)
+	if m == nil {
+		t.Fatal("README has no ```go block with a main package")
+	}
+	// Inside the module, so it builds against this tree's packages; the
+	// leading dot keeps ./... from seeing it.
+	dir, err := os.MkdirTemp("../..", ".readme-example-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.WriteFile(filepath.Join(dir, "main.go"), m[1], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(goBin, "build", "-o", os.DevNull, ".")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("the README's Go example does not build: %v\n%s", err, out)
 	}
 }
