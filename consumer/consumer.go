@@ -37,6 +37,7 @@ type Consumer struct {
 	queue        []*job
 	queuedTokens int
 	held         map[*job]struct{}
+	waiting      map[*job]struct{} // blocked in Submit for budget
 	heldTokens   int
 	space        chan struct{} // closed when held tokens drop
 	arrived      chan struct{} // a job was queued (capacity 1)
@@ -76,6 +77,7 @@ func New(cfg Config, emb Embedder, pub Publisher) (*Consumer, error) {
 		pub:      pub,
 		model:    cfg.Model,
 		held:     make(map[*job]struct{}),
+		waiting:  make(map[*job]struct{}),
 		space:    make(chan struct{}),
 		arrived:  make(chan struct{}, 1),
 		draining: make(chan struct{}),
@@ -141,16 +143,24 @@ func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 			c.settle(ctx, j, c.decide(j, nil, schema.Errorf(schema.CodeOverloaded, "consumer in-flight budget full")))
 			return ErrOverloaded
 		}
+		// Heartbeats keep it alive meanwhile: the wait can outlast AckWait.
 		space := c.space
+		c.waiting[j] = struct{}{}
 		c.mu.Unlock()
+		var done error
 		select {
 		case <-space:
 		case <-c.draining:
 		case <-ctx.Done():
-			c.settle(ctx, j, c.decide(j, nil, errShutdown))
-			return ctx.Err()
+			done = ctx.Err()
 		}
 		c.mu.Lock()
+		delete(c.waiting, j)
+		if done != nil {
+			c.mu.Unlock()
+			c.settle(ctx, j, c.decide(j, nil, errShutdown))
+			return done
+		}
 	}
 	c.heldTokens += j.cost
 	c.held[j] = struct{}{}
@@ -303,6 +313,9 @@ func (c *Consumer) heartbeats(ctx context.Context) {
 		c.mu.Lock()
 		due = due[:0]
 		for j := range c.held {
+			due = append(due, j)
+		}
+		for j := range c.waiting {
 			due = append(due, j)
 		}
 		c.mu.Unlock()

@@ -242,3 +242,28 @@ func TestBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestInProgressWhileWaiting: a delivery blocked in Submit by a full budget
+// is kept alive too.
+func TestInProgressWhileWaiting(t *testing.T) {
+	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
+	r := newRig(t, Config{InFlightTokens: 5, AckWait: 40 * time.Millisecond, InProgressFraction: 0.25}, emb, nil)
+	first, fm := delivery(t, schema.NewJob("first", "aaaaaaaaa"), schema.EncodingJSON, 1)
+	if err := r.c.Submit(context.Background(), first); err != nil {
+		t.Fatal(err)
+	}
+	<-emb.started
+	blocked, bm := delivery(t, schema.NewJob("blocked", "aaaaaaaaa"), schema.EncodingJSON, 1)
+	submitted := make(chan error, 1)
+	go func() { submitted <- r.c.Submit(context.Background(), blocked) }()
+	waitFor(t, func() bool { return slices.Contains(bm.Calls(), "progress") })
+	close(emb.block)
+	if err := <-submitted; err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*fakeMsg{fm, bm} {
+		if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+			t.Errorf("calls %v, want [ack]", got)
+		}
+	}
+}
