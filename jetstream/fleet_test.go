@@ -168,9 +168,21 @@ func TestFleetPrewarmsPeersShapes(t *testing.T) {
 			t.Errorf("start-up shape 1x%d not published: %v", seq, err)
 		}
 	}
-	if refused(t, engs[1], hundredTokens) {
-		t.Error("B's guard still refuses the 100-token text after pre-warming 2x128")
+	// B's run of the text is an in-band first run of its chunk's shape:
+	// it reaches A and C too.
+	embs, rep, err := engs[1].Embed(ctx, []engine.Text{{Text: hundredTokens, Outputs: engine.Dense, Truncate: true}})
+	if err != nil || embs[0].Err != nil {
+		t.Fatalf("B's guard still refuses the 100-token text after pre-warming 2x128: %v %v", err, embs[0].Err)
 	}
+	inBand := rep.Chunks[0]
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		for i, e := range []*engine.Engine{engs[0], engs[2]} {
+			if !e.ShapeWarmed(inBand.Batch, inBand.Seq) {
+				return fmt.Errorf("member %d lacks B's in-band shape %dx%d", 2*i, inBand.Batch, inBand.Seq)
+			}
+		}
+		return nil
+	})
 	for i, e := range engs[1:] {
 		if e.ShapeWarmed(1, 256) || e.Coverage().Ceiling() >= 256 {
 			t.Errorf("member %d pre-warmed a shape of another SM", i+1)
