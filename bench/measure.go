@@ -1,0 +1,145 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/tokenizer"
+)
+
+// Rate is one throughput measurement over a set of texts.
+type Rate struct {
+	Texts   int
+	Elapsed time.Duration
+	// Tokens are the real tokens run and Padded the tokens run including
+	// padding, when the contender reports them.
+	Tokens, Padded int
+}
+
+// PerSecond is texts per second.
+func (r Rate) PerSecond() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return float64(r.Texts) / r.Elapsed.Seconds()
+}
+
+// Fill is the share of the tokens run that were real, not padding.
+func (r Rate) Fill() float64 {
+	if r.Padded == 0 {
+		return 0
+	}
+	return float64(r.Tokens) / float64(r.Padded)
+}
+
+// engineCallTexts is how many texts one bare-engine call holds: about what
+// the consumer gathers into one batch from a backlog of mixed jobs.
+const engineCallTexts = 256
+
+// bareEngine embeds texts directly with e, in calls of engineCallTexts made
+// by two callers at once (the consumer keeps two batches in flight), and
+// fails if any item fails.
+func bareEngine(ctx context.Context, e *engine.Engine, texts []string) (Rate, error) {
+	in := make([]engine.Text, len(texts))
+	for i, t := range texts {
+		in[i] = engine.Text{Text: t, Outputs: engine.Dense, Truncate: true}
+	}
+	var (
+		next           atomic.Int64
+		mu             sync.Mutex
+		tokens, padTok int
+		firstErr       error
+		wg             sync.WaitGroup
+	)
+	ctx = engine.WithAdmissionWait(ctx)
+	start := time.Now()
+	for range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				lo := int(next.Add(engineCallTexts)) - engineCallTexts
+				if lo >= len(in) {
+					return
+				}
+				embs, rep, err := e.Embed(ctx, in[lo:min(lo+engineCallTexts, len(in))])
+				if err == nil {
+					for i := range embs {
+						if embs[i].Err != nil {
+							err = fmt.Errorf("text %d: %w", lo+i, embs[i].Err)
+							break
+						}
+					}
+				}
+				mu.Lock()
+				tokens += rep.Tokens
+				padTok += rep.PaddedTokens
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return Rate{Texts: len(texts), Elapsed: time.Since(start), Tokens: tokens, Padded: padTok}, firstErr
+}
+
+// arrivalBatch is the batch size of arrival-order batching.
+const arrivalBatch = 32
+
+// arrivalOrder embeds texts the way a batcher without packing does: fixed
+// batches of arrivalBatch texts in arrival order, each padded to its own
+// longest text, one goroutine per session. Tokenizing is inside the timing,
+// as it is inside the engine's.
+func arrivalOrder(ctx context.Context, s *stack, pool *runnerPool, texts []string) (Rate, error) {
+	var (
+		next           atomic.Int64
+		mu             sync.Mutex
+		tokens, padTok int
+		firstErr       error
+		wg             sync.WaitGroup
+	)
+	start := time.Now()
+	for range len(pool.all) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := <-pool.free
+			defer func() { pool.free <- r }()
+			for {
+				lo := int(next.Add(arrivalBatch)) - arrivalBatch
+				if lo >= len(texts) {
+					return
+				}
+				batch := texts[lo:min(lo+arrivalBatch, len(texts))]
+				ids := make([][]int32, len(batch))
+				real := 0
+				for i, t := range batch {
+					ids[i] = s.tok.Encode(t, tokenizer.Options{AddSpecialTokens: true, MaxTokens: s.m.Config.MaxTokens}).IDs
+					real += len(ids[i])
+				}
+				in := padded(ids, int64(s.m.Config.PadID))
+				out, err := r.Run(ctx, in)
+				if err == nil {
+					for b := range in.Batch {
+						_ = clsDense(out, b, in.Seq)
+					}
+				}
+				mu.Lock()
+				tokens += real
+				padTok += in.Batch * in.Seq
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return Rate{Texts: len(texts), Elapsed: time.Since(start), Tokens: tokens, Padded: padTok}, firstErr
+}

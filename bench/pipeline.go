@@ -1,0 +1,201 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// natsEnv is one embedded nats-server with the jetembed streams provisioned
+// and a producer client on it. Handles of nats.go types stay inside
+// closures, so this package never names them.
+type natsEnv struct {
+	cfg    jetstream.Config
+	client *jetstream.Client
+	// results returns how many results the results stream holds.
+	results func(ctx context.Context) (uint64, error)
+	// startWorker runs a consumer on emb like serve does: fetch loop,
+	// publisher and request-reply service. stop drains it.
+	startWorker func(ctx context.Context, emb consumer.Embedder, cc consumer.Config) (stop func(), err error)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// withNATS starts a fresh embedded server in a temporary directory, runs f
+// and tears everything down.
+func withNATS(ctx context.Context, f func(env *natsEnv) error) error {
+	dir, err := os.MkdirTemp("", "jetembed-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := jetstream.StartDevServer(jetstream.DevOptions{Listen: "127.0.0.1:0", DataDir: dir})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}()
+	opts := jetstream.Options{URLs: []string{srv.ClientURL()}, Name: "jetembed-bench", Logger: quiet}
+	nc, err := jetstream.Connect(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cfg := jetstream.DefaultConfig()
+	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
+		return fmt.Errorf("provision: %w", err)
+	}
+	client, err := jetstream.NewClient(nc, jetstream.WithRun("bench"))
+	if err != nil {
+		return err
+	}
+	env := &natsEnv{cfg: cfg, client: client}
+	env.results = func(ctx context.Context) (uint64, error) {
+		s, err := js.Stream(ctx, cfg.Results.Name)
+		if err != nil {
+			return 0, err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return info.State.Msgs, nil
+	}
+	env.startWorker = func(ctx context.Context, emb consumer.Embedder, cc consumer.Config) (func(), error) {
+		// The worker has its own connection, as a serve process would.
+		wnc, err := jetstream.Connect(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		pub, err := jetstream.NewPublisher(wnc, cfg)
+		if err != nil {
+			wnc.Close()
+			return nil, err
+		}
+		cc.AckWait, cc.MaxDeliver, cc.Logger = cfg.Consumer.AckWait, cfg.Consumer.MaxDeliver, quiet
+		cons, err := consumer.New(cc, emb, pub)
+		if err != nil {
+			wnc.Close()
+			return nil, err
+		}
+		runDone := make(chan error, 1)
+		go func() { runDone <- cons.Run(context.WithoutCancel(ctx)) }()
+		wjs, err := jetstream.New(wnc)
+		if err != nil {
+			wnc.Close()
+			return nil, err
+		}
+		svc, err := jetstream.StartService(ctx, wnc, cons, jetstream.ServiceOptions{Version: "0.0.0-bench", Logger: quiet})
+		if err != nil {
+			wnc.Close()
+			return nil, err
+		}
+		jc, err := wjs.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name)
+		if err != nil {
+			_ = svc.Stop()
+			wnc.Close()
+			return nil, err
+		}
+		loop, err := jetstream.Pull(context.WithoutCancel(ctx), jc, cons, jetstream.PullLogger(quiet),
+			jetstream.PullAckWait(cfg.Consumer.AckWait))
+		if err != nil {
+			_ = svc.Stop()
+			wnc.Close()
+			return nil, err
+		}
+		return func() {
+			loop.Stop()
+			_ = svc.Stop()
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = cons.Drain(dctx)
+			cancel()
+			<-loop.Closed()
+			<-runDone
+			_ = wnc.Drain()
+		}, nil
+	}
+	return f(env)
+}
+
+// queue submits every job; ids are "<prefix>-<index>".
+func (env *natsEnv) queue(ctx context.Context, prefix string, jobs [][]string) error {
+	for i, texts := range jobs {
+		if _, err := env.client.Submit(ctx, schema.NewJob(fmt.Sprintf("%s-%d", prefix, i), texts...)); err != nil {
+			return fmt.Errorf("submit job %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// waitResults polls until the results stream holds n results.
+func (env *natsEnv) waitResults(ctx context.Context, n uint64) error {
+	for {
+		got, err := env.results(ctx)
+		if err != nil {
+			return err
+		}
+		if got >= n {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d results: %w", got, n, ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// Bulk is one bulk run through NATS.
+type Bulk struct {
+	Rate
+	Jobs int
+	// PeakRSS is the process's VmHWM during the run (reset at its start),
+	// and BaseRSS its VmRSS just before, in bytes; zero when unknown.
+	PeakRSS, BaseRSS int64
+}
+
+// bulkRun queues jobs on a fresh server, then starts a worker on emb and
+// times it from start to the last result stored. The queue is filled first
+// so that the worker never waits for the producer.
+func bulkRun(ctx context.Context, emb consumer.Embedder, cc consumer.Config, jobs [][]string) (Bulk, error) {
+	var b Bulk
+	b.Jobs = len(jobs)
+	for _, j := range jobs {
+		b.Texts += len(j)
+	}
+	err := withNATS(ctx, func(env *natsEnv) error {
+		if err := env.queue(ctx, "bulk", jobs); err != nil {
+			return err
+		}
+		b.BaseRSS = rss("VmRSS")
+		resetPeakRSS()
+		start := time.Now()
+		stop, err := env.startWorker(ctx, emb, cc)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+		defer cancel()
+		if err := env.waitResults(rctx, uint64(len(jobs))); err != nil {
+			return err
+		}
+		b.Elapsed = time.Since(start)
+		b.PeakRSS = rss("VmHWM")
+		return nil
+	})
+	return b, err
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# bench.sh is `make bench`: it builds jetembed, generates the MiniLM-size
+# `small` model into .deps/models/small-hidden if absent, installs the
+# transformers.js peer (scripts/peer, pinned in its package.json) into
+# .deps/peer with npm --ignore-scripts (onnxruntime-node's install script
+# never runs; the peer uses the CPU libonnxruntime bundled in the
+# onnxruntime-node package, the same ONNX Runtime version as .deps), runs the
+# whole suite in one `jetembed bench` run and writes BENCHMARKS.md with the
+# results, the machine and the exact command.
+#
+# Environment: BENCH_TEXTS, BENCH_PEER_TEXTS, BENCH_REQUESTS, BENCH_SESSIONS,
+# BENCH_THREADS size the run; BENCH_OUT is the file written (BENCHMARKS.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+deps=$root/.deps
+bin=$root/bin/jetembed
+out=${BENCH_OUT:-BENCHMARKS.md}
+texts=${BENCH_TEXTS:-500}
+peer_texts=${BENCH_PEER_TEXTS:-100}
+requests=${BENCH_REQUESTS:-200}
+sessions=${BENCH_SESSIONS:-1}
+threads=${BENCH_THREADS:-0}
+export JETEMBED_ORT_LIB=${JETEMBED_ORT_LIB:-$deps/onnxruntime/libonnxruntime.so.1}
+
+[ -x "$bin" ] || go build -o "$bin" ./cmd/jetembed
+
+model=$deps/models/small-hidden
+if [ ! -f "$model/model.onnx" ]; then
+  echo "bench: generating the small model into $model"
+  "$bin" genmodel --size small --layout hidden --out "$model"
+fi
+
+peer_args=()
+if command -v node >/dev/null && command -v npm >/dev/null; then
+  peer=$deps/peer
+  mkdir -p "$peer"
+  if ! cmp -s scripts/peer/package.json "$peer/package.json" || [ ! -d "$peer/node_modules/@huggingface/transformers" ]; then
+    echo "bench: installing the transformers.js peer into $peer"
+    cp scripts/peer/package.json "$peer/package.json"
+    (cd "$peer" && npm install --ignore-scripts --no-audit --no-fund --loglevel=error)
+  fi
+  cp scripts/peer/peer.js "$peer/peer.js"
+  peer_args=(--peer "$peer" --peer-texts "$peer_texts")
+else
+  echo "bench: node/npm not found; the transformers.js peer is skipped" >&2
+fi
+
+cmd=("$bin" bench --model "$model" --texts "$texts" --requests "$requests" --sessions "$sessions" --threads "$threads" "${peer_args[@]}")
+printable="JETEMBED_ORT_LIB=.deps/onnxruntime/libonnxruntime.so.1 ${cmd[*]}"
+printable=${printable//$root\//}
+echo "bench: $printable"
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+table=$("${cmd[@]}")
+load_after=$(cut -d' ' -f1-3 /proc/loadavg)
+
+{
+  echo "# Benchmarks"
+  echo
+  echo "Written by \`make bench\` (scripts/bench.sh) on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')."
+  echo "Every figure below comes from this one run on this one machine; ratios compare measurements taken minutes apart in the same process."
+  echo
+  echo "Machine: $(nproc) CPU(s), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr), Go $(go env GOVERSION), ONNX Runtime from $(basename "$(readlink -f "$JETEMBED_ORT_LIB")"), node $(node --version 2>/dev/null || echo none)."
+  echo "Load average (1, 5, 15 min) before / after the run: $load_before / $load_after."
+  echo
+  echo "Command:"
+  echo
+  echo '```'
+  echo "$printable"
+  echo '```'
+  echo
+  echo "$table"
+} > "$out"
+echo "bench: wrote $out"
