@@ -130,13 +130,13 @@ func (c *Consumer) runBatch(ctx context.Context, b *batch) {
 		err  error
 	)
 	if len(texts) > 0 {
-		runCtx, span := startRun(ctx, b.jobs, len(texts))
+		runCtx, runSpan := startRun(ctx, b.jobs, len(texts))
 		start := c.cfg.Now()
 		embs, rep, err = c.embed(runCtx, texts)
 		c.cfg.Metrics.Run(ctx, RunSession, c.cfg.Now().Sub(start))
-		endRun(span, rep, err)
+		endRun(runSpan, rep, err)
 		for _, j := range b.jobs {
-			j.run = span.SpanContext()
+			j.run = runSpan.SpanContext()
 		}
 	}
 	if err == nil && len(embs) != len(texts) {
