@@ -16,6 +16,14 @@ type Weights struct {
 	ColBERTDim int
 	ColBERTW   []float32 // ColBERTDim x Dim, row-major (torch Linear layout)
 	ColBERTB   []float32 // ColBERTDim
+
+	// Workers is how many goroutines [Weights.ColBERT] splits its tokens
+	// over. Zero or one (the default) keeps it on the calling goroutine:
+	// on CPU hosts the ONNX Runtime sessions already use every core, and
+	// a head that fans out would only compete with them. GPU hosts, whose
+	// CPU is mostly idle, may set it to the number of spare cores; each
+	// call then starts Workers-1 goroutines (a few small allocations).
+	Workers int
 }
 
 // ErrShape reports head weights whose sizes do not agree.
@@ -77,42 +85,6 @@ func (w *Weights) TokenWeights(dst, hidden []float32) []float32 {
 	return dst
 }
 
-// ColBERT appends colbert_linear(h_t), L2-normalized, for each of the rows
-// of hidden (rows x w.Dim) to dst. The caller passes only the rows to keep:
-// the real tokens after CLS.
-//
-// Four tokens share each pass over the weight matrix (4 MB for BGE-M3,
-// larger than most L2 caches), which cuts the memory traffic that bounds a
-// plain matrix-vector loop.
-func (w *Weights) ColBERT(dst, hidden []float32) []float32 {
-	d, c := w.Dim, w.ColBERTDim
-	rows := len(hidden) / d
-	start := len(dst)
-	dst = slices.Grow(dst, rows*c)[:start+rows*c]
-	out := dst[start:]
-	r := 0
-	for ; r+4 <= rows; r += 4 {
-		h0, h1 := hidden[r*d:(r+1)*d], hidden[(r+1)*d:(r+2)*d]
-		h2, h3 := hidden[(r+2)*d:(r+3)*d], hidden[(r+3)*d:(r+4)*d]
-		for k := 0; k < c; k++ {
-			b0, b1, b2, b3 := dot4(w.ColBERTW[k*d:(k+1)*d], h0, h1, h2, h3)
-			bias := w.ColBERTB[k]
-			out[r*c+k], out[(r+1)*c+k] = b0+bias, b1+bias
-			out[(r+2)*c+k], out[(r+3)*c+k] = b2+bias, b3+bias
-		}
-	}
-	for ; r < rows; r++ {
-		h := hidden[r*d : (r+1)*d]
-		for k := 0; k < c; k++ {
-			out[r*c+k] = dot(w.ColBERTW[k*d:(k+1)*d], h) + w.ColBERTB[k]
-		}
-	}
-	for r := 0; r < rows; r++ {
-		Normalize(out[r*c : (r+1)*c])
-	}
-	return dst
-}
-
 // ColBERTRows appends rows (rows x dim, e.g. colbert_vecs of a three-head
 // export) to dst, each L2-normalized. Exports normalize already; doing it
 // again is idempotent and protects against exports that do not.
@@ -123,18 +95,6 @@ func ColBERTRows(dst, rows []float32, dim int) []float32 {
 		Normalize(dst[start:])
 	}
 	return dst
-}
-
-// dot4 returns the inner products of w with four vectors at once.
-func dot4(w, h0, h1, h2, h3 []float32) (s0, s1, s2, s3 float32) {
-	h0, h1, h2, h3 = h0[:len(w)], h1[:len(w)], h2[:len(w)], h3[:len(w)]
-	for i, x := range w {
-		s0 += x * h0[i]
-		s1 += x * h1[i]
-		s2 += x * h2[i]
-		s3 += x * h3[i]
-	}
-	return s0, s1, s2, s3
 }
 
 // dot is the inner product, accumulated in float32 four lanes wide so the

@@ -148,8 +148,8 @@ func BenchmarkHeads(b *testing.B) {
 	b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
 }
 
-// TestColBERTBlocked checks the four-token blocked path against the plain
-// one-token path for row counts around the block size.
+// TestColBERTBlocked checks rows computed together against the same rows
+// one at a time, so no row's result depends on its neighbours.
 func TestColBERTBlocked(t *testing.T) {
 	w := &Weights{Dim: 6, SparseW: make([]float32, 6), ColBERTDim: 3, ColBERTW: make([]float32, 18), ColBERTB: []float32{0.5, -1, 2}}
 	for i := range w.ColBERTW {
@@ -163,7 +163,7 @@ func TestColBERTBlocked(t *testing.T) {
 		got := w.ColBERT(nil, hidden)
 		var want []float32
 		for r := 0; r < rows; r++ {
-			one := w.ColBERT(nil, hidden[r*6:(r+1)*6]) // a single row never takes the blocked path
+			one := w.ColBERT(nil, hidden[r*6:(r+1)*6])
 			want = append(want, one...)
 		}
 		if !near(got, want, 1e-6) {
