@@ -3,7 +3,10 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -265,5 +268,72 @@ func TestInProgressWhileWaiting(t *testing.T) {
 		if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
 			t.Errorf("calls %v, want [ack]", got)
 		}
+	}
+}
+
+// TestStress submits a mix of good, bad, refused, expired, unpublishable
+// and request-reply jobs from several goroutines, then drains: every
+// delivery is settled exactly once and the budget returns to zero.
+func TestStress(t *testing.T) {
+	emb := &fakeEmb{refuse: func(text string) *schema.Error {
+		if strings.HasPrefix(text, "cold") {
+			return schema.Errorf(schema.CodeShapeNotWarmed, "x")
+		}
+		return nil
+	}}
+	pub := &fakePub{fail: func(subject string) error {
+		if subject == "broken" {
+			return errInjected
+		}
+		return nil
+	}}
+	r := newRig(t, Config{Patience: 500 * time.Microsecond, MaxBatchJobs: 16, InFlightTokens: 400, Batches: 2}, emb, pub)
+	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	const workers, perWorker = 4, 150
+	msgs := make([][]*fakeMsg, workers)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range perWorker {
+				id := fmt.Sprintf("w%d-%d", w, i)
+				j := schema.NewJob(id, "text "+id, "more "+id)
+				j.Reply = "ok"
+				switch i % 6 {
+				case 1:
+					j.Texts = nil // empty_job
+				case 2:
+					j.Texts[1] = "cold " + id
+				case 3:
+					j.Deadline = past
+				case 4:
+					j.Reply = "broken"
+				}
+				d, m := delivery(t, j, schema.Encoding(i%2), 1)
+				if i%6 == 5 {
+					d.Respond = func(map[string][]string, []byte) error { return nil }
+				}
+				_ = r.c.Submit(context.Background(), d) // ErrOverloaded is settled too
+				msgs[w] = append(msgs[w], m)
+			}
+		})
+	}
+	wg.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.c.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, ms := range msgs {
+		for _, m := range ms {
+			m.mu.Lock()
+			n, calls := m.settled, slices.Clone(m.calls)
+			m.mu.Unlock()
+			if n != 1 {
+				t.Fatalf("a message settled %d times: %v", n, calls)
+			}
+		}
+	}
+	if s := r.c.Stats(); s.Held != 0 || s.HeldTokens != 0 || s.Queued != 0 || s.Jobs != workers*perWorker {
+		t.Errorf("stats after drain %+v", s)
 	}
 }
