@@ -7,12 +7,13 @@
 // consumer knows no NATS and no ONNX Runtime type: it defines the small
 // interfaces it needs ([Message], [Publisher], [Embedder]) and is tested with
 // fakes; package jetstream adapts nats.go to them. It may import engine (for
-// the Text and Embedding types, not to run sessions), schema and telemetry
-// (for the outcome labels of [Metrics]).
+// the Text and Embedding types, not to run sessions), schema, telemetry (the
+// outcome labels of [Metrics], span names and trace propagation) and the
+// OpenTelemetry trace API.
 //
 // The outcome of every delivery is decided in one place (decide, in
 // outcome.go) and carried out in one place (settle.go): success is ACKed only
-// after its result is confirmed; bad input gets an error result, a DLQ copy
+// after its result is confirmed; bad input gets a DLQ copy, an error result
 // and a TERM; retriable refusals are NAKed with a delay grown from the
 // delivery count until MaxDeliver makes them final.
 package consumer

@@ -8,7 +8,8 @@ import (
 )
 
 // Message is the acknowledgement side of one delivery. nats.go's
-// jetstream.Msg satisfies it; request-reply deliveries use a no-op twin.
+// jetstream.Msg satisfies it; request-reply deliveries have none (a nil
+// Delivery.Msg), or a no-op twin.
 type Message interface {
 	Ack() error
 	Nak() error
