@@ -108,19 +108,24 @@ func (c *Consumer) runBatch(ctx context.Context, b *batch) {
 		return
 	}
 	now := c.cfg.Now()
-	var texts []engine.Text
+	n := 0
+	for _, j := range b.jobs {
+		n += len(j.job.Texts)
+	}
+	texts, idx := make([]engine.Text, 0, n), make([]int, 0, n)
 	spans := make([]span, len(b.jobs))
 	for k, j := range b.jobs {
 		c.cfg.Metrics.QueueWait(ctx, now.Sub(j.since()))
-		out := j.outputs()
+		out, truncate := j.outputs(), j.job.Truncates()
 		spans[k].at = len(texts)
 		for i, t := range j.job.Texts {
 			if i < len(j.items) && j.items[i] != nil {
 				continue
 			}
-			spans[k].idx = append(spans[k].idx, i)
-			texts = append(texts, engine.Text{Text: t, Outputs: out, Truncate: j.job.Truncates()})
+			idx = append(idx, i)
+			texts = append(texts, engine.Text{Text: t, Outputs: out, Truncate: truncate})
 		}
+		spans[k].idx = idx[spans[k].at:len(idx):len(idx)]
 	}
 	c.cfg.Metrics.BatchTexts(ctx, len(texts))
 

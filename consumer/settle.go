@@ -193,6 +193,13 @@ func (c *Consumer) record(ctx context.Context, j *job, out outcome) {
 	}
 	c.jobs.Add(1)
 
+	level := slog.LevelDebug
+	if out.code != "" || out.reason != "" {
+		level = slog.LevelWarn
+	}
+	if !c.cfg.Logger.Enabled(ctx, level) {
+		return // the debug line per job costs nothing when off
+	}
 	attrs := []any{"job", j.id, "verdict", out.verdict.String(), "delivered", j.d.NumDelivered, "texts", texts}
 	if out.code != "" {
 		attrs = append(attrs, "code", out.code)
@@ -202,10 +209,6 @@ func (c *Consumer) record(ctx context.Context, j *job, out outcome) {
 	}
 	if out.delay > 0 {
 		attrs = append(attrs, "delay", out.delay)
-	}
-	level := slog.LevelDebug
-	if out.code != "" || out.reason != "" {
-		level = slog.LevelWarn
 	}
 	c.cfg.Logger.Log(ctx, level, "job settled", attrs...)
 }
