@@ -127,6 +127,9 @@ func StartFleet(ctx context.Context, js natsjs.JetStream, eng FleetEngine, cfg F
 			return nil, ctx.Err()
 		}
 	}
+	// Logged before the goroutines start: from then on the state is theirs.
+	cfg.Logger.Info("fleet joined", "bucket", cfg.Bucket, "model", cfg.Model, "sm", cfg.smToken(),
+		"shapes", len(f.shapes), "wants", len(f.wanted), "locks", len(f.locked))
 	var wg sync.WaitGroup
 	wg.Go(f.watch)
 	wg.Go(func() { f.work(runCtx) })
@@ -138,8 +141,6 @@ func StartFleet(ctx context.Context, js natsjs.JetStream, eng FleetEngine, cfg F
 		stop()
 		close(f.done)
 	}()
-	cfg.Logger.Info("fleet joined", "bucket", cfg.Bucket, "model", cfg.Model, "sm", cfg.smToken(),
-		"shapes", len(f.shapes), "wants", len(f.wanted), "locks", len(f.locked))
 	return f, nil
 }
 

@@ -43,6 +43,12 @@ func watchKeys(t *testing.T, srv *server) *keyLog {
 	return l
 }
 
+func (l *keyLog) at(key string) time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seen[key]
+}
+
 func (l *keyLog) first(prefix string) (string, time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -94,7 +100,7 @@ func TestFleetHealsRefusedJob(t *testing.T) {
 
 	want, wantAt := keys.first("want." + jetstream.KeyToken(model) + ".cpu.")
 	shape := strings.TrimPrefix(want, "want.")
-	_, shapeAt := keys.first(shape)
+	shapeAt := keys.at(shape)
 	delivered := seen.of("long")
 	t.Logf("job delivered %d times; want %s after %v, shape compiled after %v, result after %v",
 		delivered, want, wantAt.Sub(submitted), shapeAt.Sub(submitted), done)

@@ -146,6 +146,11 @@ func TestFleetPrewarmsPeersShapes(t *testing.T) {
 			if !e.ShapeWarmed(2, 128) || e.Coverage().Ceiling() < 128 {
 				return fmt.Errorf("member %d: 2x128 warmed %v, ceiling %d", i+1, e.ShapeWarmed(2, 128), e.Coverage().Ceiling())
 			}
+			// The coverage rises with the first session's run; the
+			// pre-warm is counted when it returns.
+			if members[i+1].Stats().Prewarms == 0 {
+				return fmt.Errorf("member %d: pre-warm not finished", i+1)
+			}
 		}
 		return nil
 	})
