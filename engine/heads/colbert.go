@@ -3,9 +3,6 @@ package heads
 import (
 	"slices"
 	"sync"
-
-	"gonum.org/v1/gonum/blas"
-	"gonum.org/v1/gonum/blas/gonum"
 )
 
 // Tile sizes of the ColBERT GEMM. A tile of tileCols weight rows (64 KB at
@@ -75,10 +72,4 @@ func (w *Weights) colbertTile(out, hidden []float32, t int) {
 	for r := range m {
 		Normalize(o[r*c : (r+1)*c])
 	}
-}
-
-// gemmNT adds a (m x k) times b (n x k) transposed to c (m x n, row stride
-// ldc).
-func gemmNT(m, n, k int, a, b, c []float32, ldc int) {
-	gonum.Implementation{}.Sgemm(blas.NoTrans, blas.Trans, m, n, k, 1, a, k, b, k, 1, c, ldc)
 }

@@ -123,26 +123,40 @@ func TestColBERTReference(t *testing.T) {
 		{1, 1, 1}, {7, 5, 3}, {33, 17, 65}, {64, 16, 64}, {100, 40, 129},
 		{384, 384, 70}, {1024, 1024, 5}, {1024, 96, 200},
 	}
-	for _, s := range shapes {
-		for _, workers := range []int{0, 1, 3} {
-			t.Run(fmt.Sprintf("%dx%d/rows=%d/workers=%d", s.dim, s.cdim, s.rows, workers), func(t *testing.T) {
-				w, hidden := randomHead(rng, s.dim, s.cdim, s.rows)
-				w.Workers = workers
-				prefix := []float32{42}
-				got := w.ColBERT(prefix, hidden)
-				if got[0] != 42 {
-					t.Fatalf("ColBERT overwrote dst's existing value: %v", got[0])
-				}
-				got = got[1:]
-				if d := maxDiff(t, got, colbertReference(w, hidden)); d > 1e-5 {
-					t.Errorf("max difference from the float64 reference %g, want <= 1e-5", d)
-				}
-				if d := maxDiff(t, got, colbertPerToken(w, nil, hidden)); d > 1e-5 {
-					t.Errorf("max difference from the per-token head %g, want <= 1e-5", d)
-				}
-			})
+	for _, kernel := range kernels(t) {
+		useKernel = kernel
+		for _, s := range shapes {
+			for _, workers := range []int{0, 1, 3} {
+				t.Run(fmt.Sprintf("kernel=%v/%dx%d/rows=%d/workers=%d", kernel, s.dim, s.cdim, s.rows, workers), func(t *testing.T) {
+					w, hidden := randomHead(rng, s.dim, s.cdim, s.rows)
+					w.Workers = workers
+					prefix := []float32{42}
+					got := w.ColBERT(prefix, hidden)
+					if got[0] != 42 {
+						t.Fatalf("ColBERT overwrote dst's existing value: %v", got[0])
+					}
+					got = got[1:]
+					if d := maxDiff(t, got, colbertReference(w, hidden)); d > 1e-5 {
+						t.Errorf("max difference from the float64 reference %g, want <= 1e-5", d)
+					}
+					if d := maxDiff(t, got, colbertPerToken(w, nil, hidden)); d > 1e-5 {
+						t.Errorf("max difference from the per-token head %g, want <= 1e-5", d)
+					}
+				})
+			}
 		}
 	}
+}
+
+// kernels lists the GEMM paths this machine can run (the assembly kernel
+// and gonum, or gonum alone) and restores the default when the test ends.
+func kernels(tb testing.TB) []bool {
+	v := useKernel
+	tb.Cleanup(func() { useKernel = v })
+	if hasKernel {
+		return []bool{true, false}
+	}
+	return []bool{false}
 }
 
 // TestColBERTNoAllocs checks that a call with a grown dst allocates
@@ -156,25 +170,32 @@ func TestColBERTNoAllocs(t *testing.T) {
 }
 
 // BenchmarkColBERT measures the ColBERT head at BGE-M3's size (1024) and a
-// small model's (384), for a short text and a long one: "gemm" is
-// [Weights.ColBERT], "per-token" the head it replaced.
+// small model's (384), for a short text and a long one: "kernel" and
+// "gonum" are [Weights.ColBERT] on each GEMM path, "per-token" the head it
+// replaced.
 func BenchmarkColBERT(b *testing.B) {
+	paths := kernels(b)
 	for _, dim := range []int{384, 1024} {
 		for _, tokens := range []int{128, 2048} {
 			w, hidden := randomHead(rand.New(rand.NewPCG(5, 6)), dim, dim, tokens)
-			for _, impl := range []struct {
-				name string
-				f    func(dst, hidden []float32) []float32
-			}{{"gemm", w.ColBERT}, {"per-token", func(dst, h []float32) []float32 { return colbertPerToken(w, dst, h) }}} {
-				b.Run(fmt.Sprintf("dim=%d/tokens=%d/%s", dim, tokens, impl.name), func(b *testing.B) {
-					dst := impl.f(nil, hidden)
+			run := func(name string, f func(dst, hidden []float32) []float32) {
+				b.Run(fmt.Sprintf("dim=%d/tokens=%d/%s", dim, tokens, name), func(b *testing.B) {
+					dst := f(nil, hidden)
 					b.ReportAllocs()
 					for b.Loop() {
-						dst = impl.f(dst[:0], hidden)
+						dst = f(dst[:0], hidden)
 					}
 					b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
 				})
 			}
+			for _, kernel := range paths {
+				name := "gonum"
+				if kernel {
+					name = "kernel"
+				}
+				run(name, func(dst, h []float32) []float32 { useKernel = kernel; return w.ColBERT(dst, h) })
+			}
+			run("per-token", func(dst, h []float32) []float32 { return colbertPerToken(w, dst, h) })
 		}
 	}
 }
