@@ -1,8 +1,10 @@
 package jetstream
 
 import (
+	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
@@ -17,8 +19,9 @@ const HeaderSubject = "Embed-Subject"
 
 // jsDelivery adapts a JetStream message to the consumer. The message itself
 // is the [consumer.Message]: nats.go's Msg has Ack, Nak, NakWithDelay,
-// InProgress and Term already.
-func jsDelivery(m natsjs.Msg, received time.Time) consumer.Delivery {
+// InProgress and Term already; on a consumer with BackOff it is wrapped so
+// that a NAK delay means what it says (see [backoffMsg]).
+func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) consumer.Delivery {
 	var delivered uint64 = 1
 	var stored time.Time
 	if md, err := m.Metadata(); err == nil {
@@ -32,8 +35,12 @@ func jsDelivery(m natsjs.Msg, received time.Time) consumer.Delivery {
 		h = make(map[string][]string, 1)
 	}
 	h[HeaderSubject] = []string{m.Subject()}
+	var msg consumer.Message = m
+	if t.skewed() {
+		msg = backoffMsg{Msg: m, t: t, delivered: delivered}
+	}
 	return consumer.Delivery{
-		Msg:          m,
+		Msg:          msg,
 		Data:         m.Data(),
 		Header:       h,
 		NumDelivered: delivered,
@@ -42,6 +49,45 @@ func jsDelivery(m natsjs.Msg, received time.Time) consumer.Delivery {
 		Received: received,
 		Stored:   stored,
 	}
+}
+
+// nakTiming is what the server mixes into a NAK delay: the consumer's
+// AckWait and BackOff, and the connection to send a corrected NAK on.
+type nakTiming struct {
+	ackWait time.Duration
+	backoff []time.Duration
+	nc      *nats.Conn
+}
+
+func (t nakTiming) skewed() bool { return len(t.backoff) > 0 && t.ackWait > 0 && t.nc != nil }
+
+// backoffMsg corrects NakWithDelay on a consumer with BackOff. nats-server
+// (checked in 2.15.2, consumer.go processNak and checkPending) stores a NAK
+// delay d as "delivered at now - AckWait + d" but then expires the message
+// after BackOff[n-1] for delivery n, not after AckWait: from the second
+// delivery on, the wait becomes d + BackOff[n-1] - AckWait, a minute or more
+// with the default doubling backoff. Asking for d - (BackOff[n-1] - AckWait)
+// instead, negative if need be (the server takes it as is), makes the job
+// come back after d.
+type backoffMsg struct {
+	natsjs.Msg
+	t         nakTiming
+	delivered uint64
+}
+
+// NakWithDelay NAKs the message so that it is redelivered after delay.
+func (m backoffMsg) NakWithDelay(delay time.Duration) error {
+	i := min(int(max(m.delivered, 1))-1, len(m.t.backoff)-1)
+	extra := m.t.backoff[i] - m.t.ackWait
+	if extra <= 0 || delay <= 0 {
+		return m.Msg.NakWithDelay(delay)
+	}
+	if d := delay - extra; d > 0 {
+		return m.Msg.NakWithDelay(d)
+	}
+	// nats.go sends no delay at or below zero, so this NAK is written by
+	// hand, as nats.go writes it.
+	return m.t.nc.Publish(m.Reply(), fmt.Appendf(nil, `-NAK {"delay": %d}`, (delay-extra).Nanoseconds()))
 }
 
 // requestDelivery adapts a micro request. It has no JetStream message to

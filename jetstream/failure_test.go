@@ -336,3 +336,68 @@ func TestMaxDeliverGivesFinalErrorAndDeadLetter(t *testing.T) {
 		return nil
 	})
 }
+
+// nakSink NAKs every delivery with a fixed delay and records when each
+// delivery arrived.
+type nakSink struct {
+	delay time.Duration
+	mu    sync.Mutex
+	at    []time.Time
+}
+
+func (s *nakSink) Submit(_ context.Context, d consumer.Delivery) error {
+	s.mu.Lock()
+	s.at = append(s.at, d.Received)
+	s.mu.Unlock()
+	return d.Msg.NakWithDelay(s.delay)
+}
+
+func TestNakDelayIsExactWithBackOff(t *testing.T) {
+	for _, conn := range []bool{true, false} {
+		t.Run(fmt.Sprint("conn=", conn), func(t *testing.T) {
+			// The default shape of the consumer: a backoff doubling from
+			// AckWait, here 1s, 4s, 16s.
+			srv := newServer(t, func(c *jetstream.Config) {
+				c.Consumer.AckWait, c.Consumer.MaxDeliver = time.Second, 6
+				c.Consumer.BackOff = []time.Duration{time.Second, 4 * time.Second, 16 * time.Second}
+			})
+			publishRaw(t, srv.js, "embed.jobs.nak", nil, []byte("job"))
+			sink := &nakSink{delay: 300 * time.Millisecond}
+			opts := []jetstream.PullOption{jetstream.PullLogger(testLogger(t))}
+			if conn {
+				opts = append(opts, jetstream.PullConn(srv.nc))
+			}
+			loop, err := jetstream.Pull(context.Background(), jobsConsumer(t, srv), sink, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer loop.Stop()
+			if !conn {
+				// What nats-server does without the correction: the third
+				// delivery waits the 4s backoff step, not 300ms.
+				time.Sleep(2 * time.Second)
+				sink.mu.Lock()
+				defer sink.mu.Unlock()
+				if len(sink.at) != 2 {
+					t.Errorf("%d deliveries in 2s; the server no longer adds the backoff to NAK delays?", len(sink.at))
+				}
+				return
+			}
+			natstest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+				sink.mu.Lock()
+				defer sink.mu.Unlock()
+				if len(sink.at) < 5 {
+					return fmt.Errorf("%d deliveries", len(sink.at))
+				}
+				return nil
+			})
+			sink.mu.Lock()
+			defer sink.mu.Unlock()
+			for i := 1; i < len(sink.at); i++ {
+				if gap := sink.at[i].Sub(sink.at[i-1]); gap < 250*time.Millisecond || gap > 900*time.Millisecond {
+					t.Errorf("delivery %d came %v after the NAK of the one before, want about 300ms", i+1, gap)
+				}
+			}
+		})
+	}
+}

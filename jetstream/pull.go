@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/consumer"
@@ -43,7 +44,8 @@ type PullLoop struct {
 	stopping bool // Stop or Drain was called: do not reopen
 	nak      bool // Stop: give buffered messages back instead of submitting
 
-	rate rateMeter
+	rate   rateMeter
+	timing nakTiming
 }
 
 // Pull starts the fetch loop of the durable pull consumer cons: it pulls
@@ -68,15 +70,18 @@ func Pull(ctx context.Context, cons natsjs.Consumer, sink Sink, opts ...PullOpti
 	if o.min < 1 || o.max < o.min {
 		return nil, fmt.Errorf("pull: prefetch limits %d..%d: want 1 <= min <= max", o.min, o.max)
 	}
+	var timing nakTiming
+	if info := cons.CachedInfo(); info != nil {
+		timing = nakTiming{ackWait: info.Config.AckWait, backoff: info.Config.BackOff, nc: o.nc}
+	}
 	if o.ackWait <= 0 {
-		if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
-			o.ackWait = info.Config.AckWait
-		} else {
-			o.ackWait = DefaultConfig().Consumer.AckWait
-		}
+		o.ackWait = timing.ackWait
+	}
+	if o.ackWait <= 0 {
+		o.ackWait = DefaultConfig().Consumer.AckWait
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	p := &PullLoop{cons: cons, sink: sink, o: o, cancel: cancel, done: make(chan struct{})}
+	p := &PullLoop{cons: cons, sink: sink, o: o, cancel: cancel, done: make(chan struct{}), timing: timing}
 	it, err := p.open(o.min)
 	if err != nil {
 		cancel()
@@ -178,7 +183,7 @@ func (p *PullLoop) run(ctx context.Context) {
 		}
 		// The consumer owns the delivery from here, whatever Submit says:
 		// a refused one is already NAKed.
-		_ = p.sink.Submit(ctx, jsDelivery(m, p.o.now()))
+		_ = p.sink.Submit(ctx, jsDelivery(m, p.o.now(), p.timing))
 		p.adapt()
 	}
 }
@@ -271,6 +276,7 @@ func (r *rateMeter) observe(now time.Time, st consumer.Stats, every time.Duratio
 type PullOption func(*pullOptions)
 
 type pullOptions struct {
+	nc       *nats.Conn
 	min, max int
 	maxBytes int
 	ackWait  time.Duration
@@ -316,6 +322,14 @@ func PullAckWait(d time.Duration) PullOption {
 // PullMeasureEvery sets the throughput measurement interval (default 2s).
 func PullMeasureEvery(d time.Duration) PullOption {
 	return func(o *pullOptions) { o.every = d }
+}
+
+// PullConn gives the loop the connection of the consumer, which it needs
+// to keep NAK delays exact on a consumer with BackOff (nats-server adds the
+// backoff step to the delay otherwise; see delivery.go). Without it, NAK
+// delays are sent as asked.
+func PullConn(nc *nats.Conn) PullOption {
+	return func(o *pullOptions) { o.nc = nc }
 }
 
 // PullLogger sets the logger of the loop (default slog.Default()).

@@ -211,7 +211,7 @@ func startWorker(t testing.TB, srv *server, emb consumer.Embedder, o workerOptio
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.loop, err = jetstream.Pull(ctx, jc, sink, append([]jetstream.PullOption{jetstream.PullLogger(cfg.Logger)}, o.pull...)...)
+	w.loop, err = jetstream.Pull(ctx, jc, sink, append([]jetstream.PullOption{jetstream.PullLogger(cfg.Logger), jetstream.PullConn(nc)}, o.pull...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -233,7 +233,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 		return drainAfter(log, cons, sf, fmt.Errorf("jobs consumer %s/%s: %w", cfg.Jobs.Name, cfg.Consumer.Name, err))
 	}
 	loop, err := jetstream.Pull(context.WithoutCancel(ctx), jc, cons,
-		jetstream.PullLogger(log), jetstream.PullAckWait(cfg.Consumer.AckWait),
+		jetstream.PullLogger(log), jetstream.PullAckWait(cfg.Consumer.AckWait), jetstream.PullConn(nc),
 		jetstream.PrefetchLimits(min(jetstream.DefaultPrefetchMin, max(*sf.prefetchMax, 1)), max(*sf.prefetchMax, 1)))
 	if err != nil {
 		_ = svc.Stop()
