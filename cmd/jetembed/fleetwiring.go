@@ -102,7 +102,7 @@ func startFleet(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *
 	})
 	if err != nil {
 		stopBG()
-		return fail(err)
+		return fail(fmt.Errorf("%w (provision the bucket, or serve with --fleet=false)", err))
 	}
 	return e, consumer.WithWants(e, fl), func() { fl.Stop(); stopBG() }, nil
 }
