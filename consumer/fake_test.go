@@ -316,10 +316,18 @@ func newRig(tb testing.TB, cfg Config, emb *fakeEmb, pub *fakePub) *rig {
 	if emb == nil {
 		emb = &fakeEmb{}
 	}
+	r := newRigWith(tb, cfg, emb, pub)
+	r.emb = emb
+	return r
+}
+
+// newRigWith is newRig around any Embedder.
+func newRigWith(tb testing.TB, cfg Config, emb Embedder, pub *fakePub) *rig {
+	tb.Helper()
 	if pub == nil {
 		pub = &fakePub{}
 	}
-	r := &rig{emb: emb, pub: pub, met: &fakeMetrics{}, log: &syncBuffer{}, run: make(chan error, 1)}
+	r := &rig{pub: pub, met: &fakeMetrics{}, log: &syncBuffer{}, run: make(chan error, 1)}
 	if cfg.Patience == 0 {
 		cfg.Patience = time.Millisecond
 	}

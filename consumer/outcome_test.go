@@ -457,3 +457,52 @@ func TestPublisherPanic(t *testing.T) {
 		t.Error("the panic was not logged")
 	}
 }
+
+// TestEmbedderContract: an Embedder that breaks its contract (a wrong
+// number of embeddings, a non-schema error) is an internal failure: NAKed
+// with backoff, never a crash or a result with missing items.
+func TestEmbedderContract(t *testing.T) {
+	for name, fail := range map[string]func([]engine.Text) error{
+		"short": nil,
+		"error": func([]engine.Text) error { return errInjected },
+	} {
+		t.Run(name, func(t *testing.T) {
+			emb := &fakeEmb{callErr: fail}
+			var e Embedder = emb
+			if fail == nil {
+				e = shortEmb{emb}
+			}
+			r := newRigWith(t, Config{}, e, &fakePub{})
+			j := schema.NewJob("j", "a", "b")
+			j.Reply = "r"
+			if got := r.submit(t, j, schema.EncodingJSON); !slices.Equal(got, []string{"nak+delay"}) {
+				t.Errorf("calls %v, want [nak+delay]", got)
+			}
+			if r.met.get("nak internal") != 1 || len(r.pub.Results()) != 0 {
+				t.Errorf("metrics %v, %d results", r.met, len(r.pub.Results()))
+			}
+		})
+	}
+}
+
+// shortEmb drops the last embedding.
+type shortEmb struct{ *fakeEmb }
+
+func (s shortEmb) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+	embs, rep, err := s.fakeEmb.Embed(ctx, texts)
+	return embs[:len(embs)-1], rep, err
+}
+
+// TestAckError: a failed ACK is logged, not retried or panicked on.
+func TestAckError(t *testing.T) {
+	r := newRig(t, Config{}, nil, nil)
+	d, m := delivery(t, schema.NewJob("j", "a"), schema.EncodingJSON, 1)
+	m.ackErr = errInjected
+	if err := r.c.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+		t.Errorf("calls %v", got)
+	}
+	waitFor(t, func() bool { return strings.Contains(r.log.String(), "message not settled") })
+}
