@@ -196,6 +196,11 @@ func BenchmarkColBERT(b *testing.B) {
 				run(name, func(dst, h []float32) []float32 { useKernel = kernel; return w.ColBERT(dst, h) })
 			}
 			run("per-token", func(dst, h []float32) []float32 { return colbertPerToken(w, dst, h) })
+			// Two workers, on this machine's cores, for hosts whose CPU is
+			// idle (GPU hosts); it allocates a goroutine per call.
+			w2 := *w
+			w2.Workers = 2
+			run("kernel-workers=2", func(dst, h []float32) []float32 { useKernel = hasKernel; return w2.ColBERT(dst, h) })
 		}
 	}
 }
