@@ -35,6 +35,7 @@ type submitFlags struct {
 	out         *string
 	text        *string
 	timeout     *time.Duration
+	results     *string
 }
 
 func runSubmit(ctx context.Context, args []string, io stdio) error {
@@ -50,6 +51,7 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 		out:         fs.String("out", "-", "output JSONL file (- for stdout)"),
 		text:        fs.String("text", "", "embed this one text now through the request-reply endpoint and print the JSON result"),
 		timeout:     fs.Duration("timeout", 30*time.Second, "with --text: how long to wait for the answer"),
+		results:     fs.String("results-stream", jetstream.DefaultConfig().Results.Name, "name of the results stream, where a run's results are read back"),
 	}
 	fs.FlagSet.StringVar(f.out, "o", *f.out, "shorthand for --out")
 	// Flags may follow the input file (submit in.jsonl -o out.jsonl); the
@@ -106,7 +108,9 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer nc.Close()
-	opts := []jetstream.ClientOption{jetstream.WithRun(*f.run)}
+	streams := jetstream.DefaultConfig()
+	streams.Results.Name = *f.results
+	opts := []jetstream.ClientOption{jetstream.WithRun(*f.run), jetstream.WithStreams(streams)}
 	if *f.json {
 		opts = append(opts, jetstream.WithJSON())
 	}
