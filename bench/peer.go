@@ -72,6 +72,10 @@ func hfLayout(dir, modelDir, onnxPath, tokenizerPath string) error {
 // @huggingface/transformers) on texts.
 func runPeer(ctx context.Context, peerDir, hfDir string, texts []string, threads int, batches []int) (Peer, error) {
 	var p Peer
+	peerDir, err := filepath.Abs(peerDir)
+	if err != nil {
+		return p, err
+	}
 	f, err := os.CreateTemp("", "jetembed-peer-*.jsonl")
 	if err != nil {
 		return p, err

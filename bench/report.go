@@ -106,9 +106,24 @@ func (r *Report) Markdown(w io.Writer) error {
 				r.Peer.Version, pr.Batch, r.Peer.Threads, r.Peer.Texts, pr.Seconds, pr.TextsPerS)
 		}
 	}
-	p("\nLatency: %d sequential requests of %q each; engine p50 %s (bare Embed), request p50 %s / p99 %s idle, %s / %s at 50%% load (%d results of the background bulk stored meanwhile).\n",
-		r.Idle.Requests, shortText, ms(r.Idle.Engine), ms(r.Idle.P50), ms(r.Idle.P99), ms(r.Loaded.P50), ms(r.Loaded.P99), r.Loaded.LoadDone)
+	p("\nLatency: %d sequential requests of %q each; engine p50 %s (bare Embed), request p50 %s / p99 %s idle, %s / %s at 50%% load, where the bare p50 was %s (the background producer queued %d jobs, of which %d were done when the requests ended).\n",
+		r.Idle.Requests, shortText, ms(r.Idle.Engine), ms(r.Idle.P50), ms(r.Idle.P99), ms(r.Loaded.P50), ms(r.Loaded.P99), ms(r.Loaded.Engine), r.Loaded.LoadJobs, r.Loaded.LoadDone)
 	p("\nMemory: peak RSS %d MiB during the bulk run, %d MiB just before it (the process also holds the embedded nats-server and the producer); in-flight budgets: consumer %d estimated tokens, engine %d tokens. The no-op run peaked at %d MiB, the naive run at %d MiB.\n",
 		r.Pipeline.PeakRSS>>20, r.Pipeline.BaseRSS>>20, r.InFlightTokens, r.EngineInflightTokens, r.Noop.PeakRSS>>20, r.Naive.PeakRSS>>20)
+	p("\n%s", method)
 	return nil
 }
+
+// method says how each figure is made, under the table it explains.
+const method = `How each figure is made (package bench):
+
+- Corpus: synthetic English-word texts with a fixed seed, 25% of 3-12 words, 30% of 13-40, 35% of 41-160, 10% of 161-320; cut in order into jobs of which two in five hold one text and the others 2-32 texts.
+- Bare engine: Engine.Embed on the whole corpus in calls of 256 texts from two callers (as the consumer keeps two batches in flight), after an untimed warm pass; the engine is the one serve builds (sessions, packer, cost probe, heads).
+- Pipeline: a fresh embedded nats-server, the streams provisioned with the defaults, every job queued first, then a consumer like serve's (fetch loop, consumer, publisher, micro service) is started and timed until the last result is stored in EMBED_RESULTS.
+- No-op loop: the same pipeline and engine (tokenizer, packer, scheduler, heads) on sessions that return zeros at once; its time per text, divided by the real engine's time per text, is the overhead.
+- Naive baseline: the same pipeline with one job per Embed call and one session run per job, padded to the job's longest text, no packing across jobs (dense only).
+- Arrival-order batching: fixed batches of 32 texts in arrival order on bare sessions, each padded to its longest text, tokenizing inside the timing.
+- Latency: sequential request-reply calls of one short text through the micro service, each preceded by a bare Embed of the same text; the added latency is the request percentile minus the bare p50. Under load a producer queues corpus jobs at half the measured pipeline rate meanwhile.
+- Peer: @huggingface/transformers feature-extraction (CLS pooling, normalized) on onnxruntime-node's bundled CPU ONNX Runtime, the same model.onnx and tokenizer.json through symlinks, intra-op threads = sessions x threads, every batch size warmed once and then timed over the same texts; jetembed's bare engine is timed on those texts too.
+- Peak RSS: /proc/self/status VmHWM, reset through /proc/self/clear_refs right before the bulk run. The process also holds the embedded nats-server, the producer and, during the bulk run, the stored jobs and results.
+`
