@@ -93,7 +93,7 @@ func (f *Fleet) publishRan(ctx context.Context) {
 	f.mu.Lock()
 	for b, sq := range f.eng.WarmedShapes() {
 		s := shape{b, sq}
-		if sq >= f.cfg.MinSeq && !f.tried[s] {
+		if !f.tried[s] {
 			fresh = append(fresh, s)
 		}
 	}

@@ -70,8 +70,13 @@ type FleetConfig struct {
 	// Tick is how often the member checks for idleness and publishes the
 	// shapes its engine ran; default one second.
 	Tick time.Duration
-	// MinSeq leaves shapes shorter than this out of the bucket (neither
-	// published nor pre-warmed); 0 shares every shape.
+	// MinSeq is the shortest peer shape this member pre-warms, and the
+	// shortest refused shape it asks the fleet for; 0 means every shape.
+	// Shapes its own engine ran are published whatever their length, so
+	// the bucket shows the whole fleet's coverage. On CPU, where a run
+	// needs no warming and only the JIT guard's ceiling matters, set it to
+	// the guard seq: pre-warming every peer's short shapes would only
+	// repeat their runs.
 	MinSeq int
 	// Busy, when set, says whether work waits outside the engine (the
 	// jobs consumer's pending count): an idle engine with a backlog is

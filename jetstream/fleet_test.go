@@ -374,3 +374,44 @@ func TestFleetMemberKilledMidCompile(t *testing.T) {
 		t.Error("the killed member finished its compile")
 	}
 }
+
+// TestFleetMinSeq checks the CPU setting: a member pre-warms only peers'
+// shapes from MinSeq on, and wants no shorter shape, while every shape
+// that ran is still published.
+func TestFleetMinSeq(t *testing.T) {
+	srv := newServer(t, nil)
+	a := openEngine(t, guardedConfig())
+	b := openEngine(t, guardedConfig())
+	startMember(t, srv, a, a.ModelID(), "a", nil)
+	mb := startMember(t, srv, b, b.ModelID(), "b", func(c *jetstream.FleetConfig) { c.MinSeq = 64 })
+
+	if err := a.Warm(context.Background(), []engine.Shape{{Batch: 2, Seq: 48}, {Batch: 2, Seq: 96}}); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if !b.ShapeWarmed(2, 96) || mb.Stats().Prewarms != 1 {
+			return fmt.Errorf("b: 2x96 warmed %v, %+v", b.ShapeWarmed(2, 96), mb.Stats())
+		}
+		return nil
+	})
+	// 2x48 was published before 2x96 and queued before it, had it been.
+	if b.ShapeWarmed(2, 48) {
+		t.Error("b pre-warmed 2x48, below its MinSeq")
+	}
+	if _, err := bucket(t, srv).Get(context.Background(), shapeKey(a.ModelID(), 2, 48).String()); err != nil {
+		t.Errorf("2x48 not published: %v", err)
+	}
+	// Wants are written in order: once the long one is in, the short one
+	// would have been too.
+	mb.Want(1, 48)
+	mb.Want(1, 200)
+	natstest.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
+		if st := mb.Stats(); st.Wanted < 1 {
+			return fmt.Errorf("b: %+v, want the 1x200 want", st)
+		}
+		return nil
+	})
+	if st := mb.Stats(); st.Wanted != 1 {
+		t.Errorf("b: %+v; want only 1x200 wanted, not 1x48 below its MinSeq", st)
+	}
+}

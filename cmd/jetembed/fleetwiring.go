@@ -41,7 +41,7 @@ func addFleetFlags(fs *flagSet) *fleetFlags {
 		idle:     fs.Duration("fleet-idle", jetstream.DefaultIdleQuiet, "how long this process must be idle before it compiles shapes the fleet wants"),
 		perHour:  fs.Int("fleet-compiles-per-hour", jetstream.DefaultCompilesPerHour, "most wanted shapes this process compiles in an hour"),
 		lockTTL:  fs.Duration("fleet-lock-ttl", jetstream.DefaultLockTTL, "TTL of a compile lock: a crashed holder frees it after this long (renewed while compiling)"),
-		minSeq:   fs.Int("fleet-min-seq", -1, "leave shapes shorter than this out of the bucket (-1: the guard seq on CPU, where only the guard needs shared shapes; every shape on GPUs)"),
+		minSeq:   fs.Int("fleet-min-seq", -1, "shortest peer shape to pre-warm (-1: the guard seq on CPU, where only the guard needs shared shapes; every shape on GPUs)"),
 		pollBusy: fs.Duration("fleet-poll", 2*time.Second, "how often the jobs backlog is read to tell idle from about to be busy"),
 	}
 }
@@ -90,8 +90,8 @@ func startFleet(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *
 	if minSeq < 0 {
 		minSeq = 0
 		if sm == "cpu" {
-			// A CPU run needs no warming: sharing short shapes would only
-			// make every peer repeat every other's runs.
+			// A CPU run needs no warming: pre-warming short shapes would
+			// only make every peer repeat every other's runs.
 			minSeq = *ef.guardSeq
 		}
 	}
