@@ -27,11 +27,12 @@ func BenchmarkSparseHead(b *testing.B) {
 				tw := w.TokenWeights(nil, hidden)
 				sids, sws := s.Sparse(nil, nil, ids, tw)
 				b.ReportAllocs()
+				cpu := cpuTime()
 				for b.Loop() {
 					tw = w.TokenWeights(tw[:0], hidden)
 					sids, sws = s.Sparse(sids[:0], sws[:0], ids, tw)
 				}
-				b.ReportMetric(float64(tokens*b.N)/b.Elapsed().Seconds(), "tokens/s")
+				reportTokens(b, tokens, cpuTime()-cpu)
 			})
 		}
 	}
