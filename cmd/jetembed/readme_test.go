@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"go/ast"
@@ -536,18 +537,26 @@ func TestReadmeGoExample(t *testing.T) {
 	if m == nil {
 		t.Fatal("README has no ```go block with a main package")
 	}
-	// Inside the module, so it builds against this tree's packages; the
-	// leading dot keeps ./... from seeing it.
-	dir, err := os.MkdirTemp("../..", ".readme-example-")
+	// The program builds inside the module, against this tree's packages,
+	// through an overlay: nothing is written into the shared work tree.
+	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(dir)
-	if err := os.WriteFile(filepath.Join(dir, "main.go"), m[1], 0o644); err != nil {
+	tmp := t.TempDir()
+	src, overlay := filepath.Join(tmp, "main.go"), filepath.Join(tmp, "overlay.json")
+	if err := os.WriteFile(src, m[1], 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(goBin, "build", "-o", os.DevNull, ".")
-	cmd.Dir = dir
+	ov, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, ".readme-example", "main.go"): src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(overlay, ov, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(goBin, "build", "-overlay", overlay, "-o", os.DevNull, "./.readme-example")
+	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Errorf("the README's Go example does not build: %v\n%s", err, out)
 	}
