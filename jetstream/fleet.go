@@ -44,8 +44,9 @@ type Fleet struct {
 	locked   map[shape]bool
 	changed  chan struct{} // closed and replaced on every change
 	prewarm  []shape
-	tried    map[shape]bool // shapes this member published (or found published)
-	compiles []time.Time    // idle compiles within the last hour
+	tried    map[shape]bool      // shapes this member published (or found published)
+	compiles []time.Time         // idle compiles within the last hour
+	failed   map[shape]time.Time // wanted shapes this member failed to build, when
 
 	stats fleetCounters
 }
@@ -97,6 +98,7 @@ func StartFleet(ctx context.Context, js natsjs.JetStream, eng FleetEngine, cfg F
 		locked:  map[shape]bool{},
 		changed: make(chan struct{}),
 		tried:   map[shape]bool{},
+		failed:  map[shape]time.Time{},
 	}
 	// One watch of the whole bucket, filtered in apply: the bucket is small
 	// (a key per shape, want and lock of each model and SM).

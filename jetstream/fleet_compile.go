@@ -134,16 +134,16 @@ func (f *Fleet) dropWant(ctx context.Context, k ShapeKey) {
 // is building, within the hourly cap. It reports whether it ran the engine.
 func (f *Fleet) compileWanted(ctx context.Context) bool {
 	f.mu.Lock()
+	hour := time.Now().Add(-time.Hour)
 	var pick *shape
 	for s := range f.wanted {
-		if _, done := f.shapes[s]; done || f.locked[s] {
+		if _, done := f.shapes[s]; done || f.locked[s] || f.failed[s].After(hour) {
 			continue
 		}
 		if pick == nil || s.seq > pick.seq || s.seq == pick.seq && s.batch > pick.batch {
 			pick = &s
 		}
 	}
-	hour := time.Now().Add(-time.Hour)
 	f.compiles = slices.DeleteFunc(f.compiles, func(t time.Time) bool { return t.Before(hour) })
 	capped := len(f.compiles) >= f.cfg.CompilesPerHour
 	f.mu.Unlock()
@@ -168,6 +168,12 @@ func (f *Fleet) compileWanted(ctx context.Context) bool {
 		f.mu.Unlock()
 	}
 	if err != nil && ctx.Err() == nil {
+		// This member may be unable to build it (a peer with a larger
+		// token limit wanted it): leave it to others for an hour rather
+		// than spend the cap on it again.
+		f.mu.Lock()
+		f.failed[*pick] = time.Now()
+		f.mu.Unlock()
 		f.stats.errors.Add(1)
 		f.cfg.Logger.Warn("fleet: compiling a wanted shape", "shape", pick.String(), "err", err)
 	}

@@ -415,3 +415,27 @@ func TestFleetMinSeq(t *testing.T) {
 		t.Errorf("b: %+v; want only 1x200 wanted, not 1x48 below its MinSeq", st)
 	}
 }
+
+// TestFleetUnbuildableWant: a wanted shape this member cannot build (longer
+// than its token limit) fails once, stays wanted for peers, and is not
+// retried, so it does not eat the hourly cap.
+func TestFleetUnbuildableWant(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, guardedConfig()) // max tokens 512
+	m := startMember(t, srv, e, e.ModelID(), "small", func(c *jetstream.FleetConfig) {
+		c.IdleQuiet = 100 * time.Millisecond
+		c.CompilesPerHour = 3
+	})
+	m.Want(1, 1024)
+	m.Want(1, 128)
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if !e.ShapeWarmed(1, 128) {
+			return fmt.Errorf("1x128 not built; %+v", m.Stats())
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond) // idle ticks that could retry 1x1024
+	if st := m.Stats(); st.Errors != 1 || st.Compiles != 1 || st.Wants != 1 {
+		t.Errorf("stats %+v; want one failed build of 1x1024, not retried, still wanted; one compile of 1x128", st)
+	}
+}
