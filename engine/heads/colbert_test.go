@@ -207,19 +207,25 @@ func BenchmarkColBERT(b *testing.B) {
 	}
 }
 
-// TestColBERTRowIndependent checks that a row's output does not depend on
-// the rows computed with it, bit for bit, on every path: the engine
-// promises byte-identical vectors whatever the batch a text lands in.
+// TestColBERTRowIndependent checks that a row's output depends neither on
+// the rows computed with it nor on Workers, bit for bit, on every path:
+// the engine promises byte-identical vectors whatever the batch a text
+// lands in.
 func TestColBERTRowIndependent(t *testing.T) {
-	w, hidden := randomHead(rand.New(rand.NewPCG(11, 12)), 100, 37, 71)
+	const dim, cdim, rows = 100, 37, 71
+	w, hidden := randomHead(rand.New(rand.NewPCG(11, 12)), dim, cdim, rows)
 	for _, kernel := range kernels(t) {
 		useKernel = kernel
-		for _, workers := range []int{1, 2} {
+		w.Workers = 1
+		want := w.ColBERT(nil, hidden)
+		for _, workers := range []int{1, 2, 3, 8} {
 			w.Workers = workers
-			all := w.ColBERT(nil, hidden)
-			for r := range 71 {
-				one := w.ColBERT(nil, hidden[r*100:(r+1)*100])
-				if !slices.Equal(one, all[r*37:(r+1)*37]) {
+			if all := w.ColBERT(nil, hidden); !slices.Equal(all, want) {
+				t.Errorf("kernel=%v workers=%d: batch differs from one worker's", kernel, workers)
+			}
+			for r := range rows {
+				one := w.ColBERT(nil, hidden[r*dim:(r+1)*dim])
+				if !slices.Equal(one, want[r*cdim:(r+1)*cdim]) {
 					t.Errorf("kernel=%v workers=%d: row %d alone differs from row %d of the batch", kernel, workers, r, r)
 				}
 			}

@@ -17,12 +17,13 @@ type Weights struct {
 	ColBERTW   []float32 // ColBERTDim x Dim, row-major (torch Linear layout)
 	ColBERTB   []float32 // ColBERTDim
 
-	// Workers is how many goroutines [Weights.ColBERT] splits its tokens
-	// over. Zero or one (the default) keeps it on the calling goroutine:
-	// on CPU hosts the ONNX Runtime sessions already use every core, and
-	// a head that fans out would only compete with them. GPU hosts, whose
-	// CPU is mostly idle, may set it to the number of spare cores; each
-	// call then starts Workers-1 goroutines (a few small allocations).
+	// Workers is how many goroutines [Weights.ColBERT] splits its output
+	// columns over. Zero or one (the default) keeps it on the calling
+	// goroutine: on CPU hosts the ONNX Runtime sessions already use every
+	// core, and a head that fans out would only compete with them. GPU
+	// hosts, whose CPU is mostly idle, may set it to the number of spare
+	// cores; each call then starts Workers-1 goroutines (a few small
+	// allocations). Results are the same, bit for bit, either way.
 	Workers int
 }
 
