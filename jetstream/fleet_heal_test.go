@@ -132,3 +132,55 @@ func TestFleetHealsRefusedJob(t *testing.T) {
 		return nil
 	})
 }
+
+func TestFleetHourlyCap(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, guardedConfig())
+	member := startMember(t, srv, e, e.ModelID(), "capped", func(c *jetstream.FleetConfig) {
+		c.IdleQuiet = 100 * time.Millisecond
+		c.CompilesPerHour = 1
+	})
+	member.Want(1, 128)
+	member.Want(1, 256)
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if st := member.Stats(); st.Compiles != 1 {
+			return fmt.Errorf("stats %+v, want one compile", st)
+		}
+		return nil
+	})
+	// The longest wanted shape goes first: it raises the ceiling most.
+	if !e.ShapeWarmed(1, 256) || e.ShapeWarmed(1, 128) {
+		t.Errorf("warmed 1x256 %v, 1x128 %v; want the longer one compiled first", e.ShapeWarmed(1, 256), e.ShapeWarmed(1, 128))
+	}
+	time.Sleep(500 * time.Millisecond) // many idle ticks
+	if st := member.Stats(); st.Compiles != 1 || st.Wants != 1 {
+		t.Errorf("after more idle ticks: %+v; want the cap to hold the second compile and its want", st)
+	}
+	if _, err := bucket(t, srv).Get(context.Background(), shapeKey(e.ModelID(), 1, 128).Want()); err != nil {
+		t.Errorf("want of 1x128: %v; want it pending", err)
+	}
+}
+
+// TestFleetUnbuildableWant: a wanted shape this member cannot build (longer
+// than its token limit) fails once, stays wanted for peers, and is not
+// retried, so it does not eat the hourly cap.
+func TestFleetUnbuildableWant(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, guardedConfig()) // max tokens 512
+	m := startMember(t, srv, e, e.ModelID(), "small", func(c *jetstream.FleetConfig) {
+		c.IdleQuiet = 100 * time.Millisecond
+		c.CompilesPerHour = 3
+	})
+	m.Want(1, 1024)
+	m.Want(1, 128)
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if !e.ShapeWarmed(1, 128) {
+			return fmt.Errorf("1x128 not built; %+v", m.Stats())
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond) // idle ticks that could retry 1x1024
+	if st := m.Stats(); st.Errors != 1 || st.Compiles != 1 || st.Wants != 1 {
+		t.Errorf("stats %+v; want one failed build of 1x1024, not retried, still wanted; one compile of 1x128", st)
+	}
+}
