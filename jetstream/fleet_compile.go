@@ -13,8 +13,14 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// errLockBusy means a peer holds the compile lock of a shape.
-var errLockBusy = errors.New("fleet: compile lock held by a peer")
+var (
+	// ErrFleetStopped is returned by [Fleet.Compile] when the fleet stops
+	// while it waits for a peer's compile.
+	ErrFleetStopped = errors.New("fleet stopped")
+
+	// errLockBusy means a peer holds the compile lock of a shape.
+	errLockBusy = errors.New("fleet: compile lock held by a peer")
+)
 
 // work is the worker: it pre-warms queued shapes as soon as they arrive,
 // and on every tick publishes the shapes the engine ran and, once the
@@ -207,6 +213,8 @@ func (f *Fleet) Compile(ctx context.Context, batch, seq int) error {
 		case <-changed:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-f.done:
+			return ErrFleetStopped // nothing updates the state any more
 		}
 	}
 }

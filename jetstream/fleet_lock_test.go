@@ -167,3 +167,41 @@ func TestFleetMemberKilledMidCompile(t *testing.T) {
 		t.Error("the killed member finished its compile")
 	}
 }
+
+// TestFleetCompileEndsWithTheFleet: a Compile waiting for a peer's lock
+// returns when the member leaves the fleet, instead of waiting for news
+// that can no longer come.
+func TestFleetCompileEndsWithTheFleet(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, guardedConfig())
+	m := startMember(t, srv, e, e.ModelID(), "leaving", nil)
+	lock := shapeKey(e.ModelID(), 1, 160).Lock()
+	if _, err := bucket(t, srv).Create(context.Background(), lock, []byte(`{"by":"peer"}`), natsjs.KeyTTL(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- m.Compile(context.Background(), 1, 160) }()
+	natstest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if m.Stats().Locks != 1 {
+			return errors.New("the member has not seen the peer's lock")
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("Compile returned %v while a peer holds the lock", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	m.Stop()
+	select {
+	case err := <-done:
+		if !errors.Is(err, jetstream.ErrFleetStopped) {
+			t.Errorf("Compile after Stop: %v, want ErrFleetStopped", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Compile still waiting after the fleet stopped")
+	}
+	if e.ShapeWarmed(1, 160) {
+		t.Error("the leaving member built the shape a peer holds the lock of")
+	}
+}
