@@ -172,9 +172,10 @@ func checkVectors(t *testing.T, res *schema.Result, texts int) {
 	}
 }
 
-// TestOpsMetrics runs jobs through serve and checks that /metrics moved by
-// exactly the jobs, texts and tokens sent, the tokens counted here with
-// the tokenizer apart from the service.
+// TestOpsMetrics runs good, partly failing and refused jobs through serve
+// and checks that /metrics moved by exactly what was sent: jobs and texts
+// by outcome and code, TERMs by reason, and the tokens run, counted here
+// with the tokenizer apart from the service.
 func TestOpsMetrics(t *testing.T) {
 	srv := natstest.RunServer(t)
 	s := startOps(t, srv.ClientURL())
@@ -202,59 +203,93 @@ func TestOpsMetrics(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	var texts []string
+	var good []string
 	for i, j := range jobs {
-		texts = append(texts, j...)
+		good = append(good, j...)
 		if _, err := c.Submit(ctx, schema.NewJob(fmt.Sprint("job-", i), j...)); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// One text too long with truncate=false fails alone; its sibling runs.
+	long := strings.Repeat("lorem ipsum dolor sit amet ", 2500)
+	mixed := schema.NewJob("mixed", "a short sibling", long)
+	no := false
+	mixed.Truncate = &no
+	if _, err := c.Submit(ctx, mixed); err != nil {
+		t.Fatal(err)
+	}
+	good = append(good, "a short sibling")
+	// A job refused as a whole (TERM, error result, dead letter), as a
+	// producer outside Go would send it.
+	bad := &nats.Msg{Subject: "embed.jobs.ops", Header: nats.Header{"Content-Type": {"application/json"}},
+		Data: []byte(`{"id":"bad","texts":["a","b"],"outputs":["nope"],"reply":"embed.results.ops.bad"}`)}
+	if err := nc.PublishMsg(bad); err != nil {
+		t.Fatal(err)
+	}
+
 	usage := 0
-	for range jobs {
+	for range len(jobs) + 2 {
 		m, err := results.NextMsg(20 * time.Second)
 		if err != nil {
 			t.Fatalf("waiting for results: %v", err)
 		}
 		res := decodeMsg(t, m)
-		n, _ := strconv.Atoi(strings.TrimPrefix(res.ID, "job-"))
-		checkVectors(t, res, len(jobs[n]))
+		switch res.ID {
+		case "bad":
+			if res.Error == nil || res.Error.Code != schema.CodeUnknownOutput {
+				t.Errorf("bad job: error %v, want unknown_output", res.Error)
+			}
+		case "mixed":
+			if len(res.Items) != 2 || res.Items[1].Error == nil || res.Items[1].Error.Code != schema.CodeTextTooLong {
+				t.Fatalf("mixed job: %+v, want the long text to fail with text_too_long", res)
+			}
+			checkVectors(t, &schema.Result{ID: res.ID, Items: res.Items[:1]}, 1)
+		default:
+			n, _ := strconv.Atoi(strings.TrimPrefix(res.ID, "job-"))
+			checkVectors(t, res, len(jobs[n]))
+		}
 		usage += res.Usage.Tokens
 	}
 
-	wantTokens := tokenCount(t, texts...)
+	wantTokens := tokenCount(t, good...)
 	if usage != wantTokens {
-		t.Errorf("results report %d tokens, the tokenizer makes %d", usage, wantTokens)
+		t.Errorf("results report %d tokens, the tokenizer makes %d of the texts that ran", usage, wantTokens)
+	}
+	want := map[string]float64{
+		`jetembed_jobs_total{code="none",outcome="ok"}`:              float64(len(jobs) + 1),
+		`jetembed_jobs_total{code="unknown_output",outcome="term"}`:  1,
+		`jetembed_texts_total{code="none",outcome="ok"}`:             float64(len(good)),
+		`jetembed_texts_total{code="text_too_long",outcome="error"}`: 1,
+		`jetembed_texts_total{code="unknown_output",outcome="term"}`: 2,
+		`jetembed_terms_total{reason="unknown_output"}`:              1,
+		`jetembed_tokens_total`:                                      float64(wantTokens),
 	}
 	delta := func(after map[string]float64, series string) float64 { return after[series] - before[series] }
 	var after map[string]float64
-	// Metrics are recorded after the ACK, which follows the publish the
-	// test saw: poll until the job counter caught up.
+	// Metrics are recorded after the ACK or TERM, which follow the publish
+	// the test saw: poll until the job counters caught up.
 	natstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		after = scrape(t, addr)
-		if d := delta(after, `jetembed_jobs_total{code="none",outcome="ok"}`); d < float64(len(jobs)) {
-			return fmt.Errorf("jobs ok moved by %g", d)
+		for _, series := range []string{`jetembed_jobs_total{code="none",outcome="ok"}`, `jetembed_jobs_total{code="unknown_output",outcome="term"}`} {
+			if d := delta(after, series); d < want[series] {
+				return fmt.Errorf("%s moved by %g", series, d)
+			}
 		}
 		return nil
 	})
-	for _, c := range []struct {
-		series string
-		want   float64
-	}{
-		{`jetembed_jobs_total{code="none",outcome="ok"}`, float64(len(jobs))},
-		{`jetembed_texts_total{code="none",outcome="ok"}`, float64(len(texts))},
-		{`jetembed_tokens_total`, float64(wantTokens)},
-		{`jetembed_publish_seconds_count`, float64(len(jobs))},
-	} {
-		if got := delta(after, c.series); got != c.want {
-			t.Errorf("%s moved by %g, want %g", c.series, got, c.want)
+	for series, w := range want {
+		if got := delta(after, series); got != w {
+			t.Errorf("%s moved by %g, want %g", series, got, w)
 		}
 	}
 	if p := delta(after, "jetembed_padded_tokens_total"); p < float64(wantTokens) {
 		t.Errorf("padded tokens moved by %g, fewer than the %d real ones", p, wantTokens)
 	}
 	for series, v := range after {
-		if strings.HasPrefix(series, "jetembed_jobs_total") && !strings.Contains(series, `outcome="ok"`) && v != before[series] {
-			t.Errorf("%s moved by %g: a job did not succeed", series, v-before[series])
+		family := series[:strings.IndexAny(series+"{", "{")]
+		if _, expected := want[series]; !expected && v != before[series] &&
+			(family == "jetembed_jobs_total" || family == "jetembed_texts_total" || family == "jetembed_terms_total" || family == "jetembed_naks_total") {
+			t.Errorf("%s moved by %g, want 0", series, v-before[series])
 		}
 	}
 }
