@@ -151,7 +151,11 @@ func configRows(all map[string][]usageFlag) []configRow {
 	return out
 }
 
-func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+// cell escapes what Markdown would take for table syntax or HTML (a
+// usage's "embed.jobs.<run>" would vanish as an unknown tag).
+func cell(s string) string {
+	return strings.NewReplacer("|", `\|`, "<", "&lt;", ">", "&gt;").Replace(s)
+}
 
 func mono(s string) string {
 	if s == "" {
