@@ -60,8 +60,10 @@ func SMToken(capability string) string {
 // ShapeKey names one engine shape of one model on one SM. Model and SM
 // are key tokens (see [KeyToken]).
 type ShapeKey struct {
-	Model, SM  string
-	Batch, Seq int
+	Model string `json:"model"`
+	SM    string `json:"sm"`
+	Batch int    `json:"batch"`
+	Seq   int    `json:"seq"`
 }
 
 // String is the shape key: "<model>.<sm>.b<B>.s<S>".

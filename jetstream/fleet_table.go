@@ -16,31 +16,33 @@ import (
 
 // FleetTable is the content of the engines bucket, for operators.
 type FleetTable struct {
-	Shapes []FleetShape
-	Wants  []FleetKey
-	Locks  []FleetKey
-	Probes []FleetProbe
+	Shapes []FleetShape `json:"shapes"`
+	Wants  []FleetKey   `json:"wants"`
+	Locks  []FleetKey   `json:"locks"`
+	Probes []FleetProbe `json:"probes"`
 	// Unknown are keys of no known layout.
-	Unknown []string
+	Unknown []string `json:"unknown,omitempty"`
 }
 
 // FleetShape is one compiled shape.
 type FleetShape struct {
-	Key ShapeKey
+	Key ShapeKey `json:"key"`
 	ShapeRecord
 }
 
 // FleetKey is one want or lock: whose and since when. A live holder
 // renews its lock, so a lock's age is how long its compile has run.
 type FleetKey struct {
-	Key ShapeKey
-	By  string
-	At  time.Time
+	Key ShapeKey  `json:"key"`
+	By  string    `json:"by"`
+	At  time.Time `json:"at"`
 }
 
 // FleetProbe is one set of probe coefficients.
 type FleetProbe struct {
-	Model, SM, Arch string
+	Model string `json:"model"`
+	SM    string `json:"sm"`
+	Arch  string `json:"arch"`
 	ProbeRecord
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
@@ -22,6 +23,7 @@ func runFleet(ctx context.Context, args []string, io stdio) error {
 	nf := addNATSFlags(fs)
 	bucket := fs.String("engines-bucket", jetstream.DefaultConfig().Engines.Name, "name of the engine-shapes KV bucket")
 	timeout := fs.Duration("timeout", 10*time.Second, "bound on connecting and reading the bucket")
+	asJSON := fs.Bool("json", false, "print the bucket as one JSON object (shapes, wants, locks, probes) instead of tables")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -42,6 +44,11 @@ func runFleet(ctx context.Context, args []string, io stdio) error {
 	tab, err := jetstream.ReadFleet(ctx, js, *bucket)
 	if err != nil {
 		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(io.out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(tab)
 	}
 	return tab.Write(io.out, time.Now())
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -53,6 +54,14 @@ func TestFleetCommand(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("fleet output lacks %q:\n%s", want, out)
 		}
+	}
+	code, out, errOut = runCmd(t, ctx, "fleet", "--nats", s.ClientURL(), "--json")
+	var tab jetstream.FleetTable
+	if err := json.Unmarshal([]byte(out), &tab); code != 0 || err != nil {
+		t.Fatalf("fleet --json: exit %d, %v: %s%s", code, err, errOut, out)
+	}
+	if len(tab.Shapes) != 1 || tab.Shapes[0].Key != k || tab.Shapes[0].CompileMS != 95000 || len(tab.Wants) != 1 || tab.Wants[0].By != "gpu-3/9" {
+		t.Errorf("fleet --json = %+v", tab)
 	}
 	if code, _, _ := runCmd(t, ctx, "fleet", "--nats", s.ClientURL(), "extra"); code != 2 {
 		t.Errorf("fleet with an argument: exit %d, want 2", code)
