@@ -29,6 +29,10 @@ type Health struct {
 	WarmedUp func() bool
 	// NATSConnected reports that the NATS connection is up.
 	NATSConnected func() bool
+	// Draining reports that the process is shutting down: it is then not
+	// ready, so load balancers and Kubernetes stop routing to it while it
+	// finishes its work.
+	Draining func() bool
 	// Canary embeds a known text end to end for /readyz?deep=1 and returns
 	// an error when the result is missing or wrong.
 	Canary func(ctx context.Context) error
@@ -39,7 +43,8 @@ type Health struct {
 // Readiness is the JSON body of /readyz.
 type Readiness struct {
 	Ready bool `json:"ready"`
-	// NotReady names the unmet conditions: models, warmup, nats, canary.
+	// NotReady names the unmet conditions: models, warmup, nats, draining,
+	// canary.
 	NotReady []string `json:"not_ready,omitempty"`
 	// Error is the canary's error, on a failed deep check.
 	Error string `json:"error,omitempty"`
@@ -82,6 +87,9 @@ func (h Health) ready() Readiness {
 		if c.ok != nil && !c.ok() {
 			rd.NotReady = append(rd.NotReady, c.name)
 		}
+	}
+	if h.Draining != nil && h.Draining() {
+		rd.NotReady = append(rd.NotReady, "draining")
 	}
 	rd.Ready = len(rd.NotReady) == 0
 	return rd

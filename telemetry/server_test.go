@@ -30,8 +30,8 @@ func get(t *testing.T, h http.Handler, target string) (int, Readiness) {
 }
 
 func TestReadyz(t *testing.T) {
-	var models, warm, nats atomic.Bool
-	h := Handler(Health{ModelsLoaded: models.Load, WarmedUp: warm.Load, NATSConnected: nats.Load}, nil)
+	var models, warm, nats, draining atomic.Bool
+	h := Handler(Health{ModelsLoaded: models.Load, WarmedUp: warm.Load, NATSConnected: nats.Load, Draining: draining.Load}, nil)
 
 	if code, _ := get(t, h, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz while loading = %d, want 200", code)
@@ -62,6 +62,12 @@ func TestReadyz(t *testing.T) {
 	}
 	if code, _ := get(t, h, "/healthz"); code != http.StatusOK {
 		t.Errorf("/healthz after disconnect = %d, want 200", code)
+	}
+	// A draining process stops taking traffic while it finishes its work.
+	nats.Store(true)
+	draining.Store(true)
+	if code, rd := get(t, h, "/readyz"); code != 503 || !slices.Equal(rd.NotReady, []string{"draining"}) {
+		t.Errorf("/readyz while draining = %d %+v", code, rd)
 	}
 }
 
