@@ -26,7 +26,7 @@ type engineFlags struct {
 	maxBatchTokens      *int
 	maxBatch            *int
 	tiers               *string
-	inflight            *int
+	admission           *int
 	guard               *string
 	guardSeq            *int
 	breaker             *int
@@ -57,7 +57,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		maxBatchTokens: fs.Int("max-batch-tokens", 0, "padded tokens (batch x seq) per session run (0: 16384)"),
 		maxBatch:       fs.Int("max-batch", 0, "texts per session run (0: 64)"),
 		tiers:          fs.String("tiers", "", "padded sequence tiers, comma separated (default: 4 per octave from 8 to max tokens)"),
-		inflight:       fs.Int("inflight-tokens", 0, "admission budget: tokens of calls in progress (0: 8 x max-batch-tokens x sessions)"),
+		admission:      fs.Int("engine-admission-tokens", 0, "engine admission budget: tokens of embed calls in progress; beyond it a call is refused as overloaded (0: 8 x max-batch-tokens x sessions)"),
 		guard:          fs.String("guard", "auto", "JIT guard refusing unwarmed long shapes: auto (on for tensorrt), on or off"),
 		guardSeq:       fs.Int("guard-seq", 4096, "sequence length from which the JIT guard applies"),
 		breaker:        fs.Int("breaker-threshold", 3, "consecutive run errors that drop and reload a session"),
@@ -79,7 +79,7 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	}
 	cfg = engine.Config{
 		Sessions: *f.sessions, MaxTokens: *f.maxTokens, MaxBatchTokens: *f.maxBatchTokens,
-		MaxBatch: *f.maxBatch, InflightTokens: *f.inflight, GuardSeq: *f.guardSeq,
+		MaxBatch: *f.maxBatch, InflightTokens: *f.admission, GuardSeq: *f.guardSeq,
 		BreakerThreshold: *f.breaker, Probe: *f.probe,
 	}
 	switch *f.guard {
