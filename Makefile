@@ -8,6 +8,7 @@ LDFLAGS := -X main.version=$(VERSION)
 DEPS := $(CURDIR)/.deps
 export JETEMBED_ORT_LIB ?= $(DEPS)/onnxruntime/libonnxruntime.so.1
 export JETEMBED_NATS_SERVER_BIN ?= $(DEPS)/bin/nats-server
+export JETEMBED_NATS_CLI ?= $(DEPS)/bin/nats
 export JETEMBED_HF_ORACLE ?= $(DEPS)/hf-oracle
 STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
 TEST_TIMEOUT ?= 14m

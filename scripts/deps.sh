@@ -41,6 +41,14 @@ if [ ! -x "$deps/bin/nats-server" ] || ! "$deps/bin/nats-server" --version 2>/de
   GOBIN="$deps/bin" go install "github.com/nats-io/nats-server/v2@$NATS_SERVER_VERSION"
 fi
 
+# nats CLI, so tests and users can drive the service the way operators do
+# (`nats req embed.v1.embed ...`).
+NATSCLI_VERSION=v0.5.0
+if [ ! -x "$deps/bin/nats" ] || ! "$deps/bin/nats" --version 2>/dev/null | grep -qx "$NATSCLI_VERSION"; then
+  echo "deps: go install natscli@$NATSCLI_VERSION" >&2
+  GOBIN="$deps/bin" go install "github.com/nats-io/natscli/nats@$NATSCLI_VERSION"
+fi
+
 # HuggingFace tokenizers (Rust, through its Node binding) as the parity oracle
 # and benchmark peer. Optional: skipped when Node is not installed.
 if command -v node >/dev/null && [ ! -d "$deps/hf-oracle/node_modules/tokenizers" ]; then
