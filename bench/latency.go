@@ -12,8 +12,12 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// maxLatencyRun bounds one latency measurement.
-const maxLatencyRun = time.Minute
+// maxLatencyRun bounds one latency measurement; requestEvery paces its
+// requests.
+const (
+	maxLatencyRun = time.Minute
+	requestEvery  = 200 * time.Millisecond
+)
 
 // shortText is the one short text of the latency measurements.
 const shortText = "how do I reset my password?"
@@ -95,10 +99,15 @@ func requestLatency(ctx context.Context, e *engine.Engine, cc consumer.Config, n
 		// Under load a request may wait behind bulk batches; the run is
 		// bounded in time and reports how many requests it made.
 		deadline := time.Now().Add(maxLatencyRun)
+		next := time.Now()
 		for range n {
 			if time.Now().After(deadline) {
 				break
 			}
+			// Paced, so that the loaded run lasts long enough for the
+			// background bulk to matter.
+			time.Sleep(time.Until(next))
+			next = time.Now().Add(requestEvery)
 			b, err := engineOnce(ctx, e)
 			if err != nil {
 				reqErr = fmt.Errorf("bare call: %w", err)

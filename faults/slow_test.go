@@ -102,7 +102,7 @@ func (l *deliveryLog) maxDelivered() (worst uint64) {
 // highest delivery count any job saw and the run's bulk for verification.
 func runSlow(t *testing.T, heartbeats bool) (uint64, *bulk) {
 	srv := natstest.RunServer(t)
-	const ackWait = time.Second
+	const ackWait = 2 * time.Second
 	cfg := faultConfig(1, ackWait)
 	b := newBulk(t, srv.ClientURL(), cfg, "slow")
 	b.submit(40)
