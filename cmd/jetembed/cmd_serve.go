@@ -101,14 +101,18 @@ func printConfig(fs *flagSet, io stdio) {
 // liveState is what /readyz asks while the process starts and runs.
 type liveState struct {
 	loaded, warmed atomic.Bool
-	connected      atomic.Pointer[func() bool]
-	engine         atomic.Pointer[engine.Engine]
+	// draining turns /readyz to 503 from the first moment of a shutdown,
+	// so load balancers and Kubernetes route no new work here meanwhile.
+	draining  atomic.Bool
+	connected atomic.Pointer[func() bool]
+	engine    atomic.Pointer[engine.Engine]
 }
 
 func (s *liveState) health() telemetry.Health {
 	return telemetry.Health{
 		ModelsLoaded: s.loaded.Load,
 		WarmedUp:     s.warmed.Load,
+		Draining:     s.draining.Load,
 		NATSConnected: func() bool {
 			f := s.connected.Load()
 			return f != nil && (*f)()
@@ -287,6 +291,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 		cause = fmt.Errorf("the consumer stopped: %v", err)
 		log.Error("stopping", "err", cause)
 	}
+	live.draining.Store(true)
 	loop.Stop()
 	if err := svc.Stop(); err != nil {
 		log.Warn("micro service stop", "err", err)

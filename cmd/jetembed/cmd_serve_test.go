@@ -133,6 +133,11 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 		}
 		return nil
 	})
+	// /readyz is polled from before the SIGTERM until the HTTP server is
+	// gone: the drain (batches of long texts to finish, the connection to
+	// drain) must show as 503 naming draining, never as ready.
+	readiness := make(chan readinessSeen, 1)
+	go func() { readiness <- pollReadiness("http://" + addr + "/readyz") }()
 	s.cancel() // SIGTERM
 	select {
 	case code := <-s.done:
@@ -142,6 +147,9 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 		s.done <- code
 	case <-time.After(30 * time.Second):
 		t.Fatal("serve did not exit after SIGTERM")
+	}
+	if seen := <-readiness; seen.draining == 0 || seen.readyAfter > 0 {
+		t.Errorf("/readyz during the drain: %d answers 503 naming draining, then %d ready; want some, then none", seen.draining, seen.readyAfter)
 	}
 	results, left := count("EMBED_RESULTS"), count("EMBED_JOBS")
 	t.Logf("at SIGTERM: %d jobs done, %d given back", results, left)
@@ -179,6 +187,34 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	}
 	if !strings.Contains(s.log.String(), `"msg":"stopped"`) {
 		t.Errorf("no stopped line: %s", s.log.String())
+	}
+}
+
+// readinessSeen is what pollReadiness saw of /readyz.
+type readinessSeen struct {
+	draining   int // 503 naming draining
+	readyAfter int // 200 after a draining 503: readiness came back
+}
+
+// pollReadiness polls url every millisecond until it stops answering (the
+// HTTP server shut down).
+func pollReadiness(url string) readinessSeen {
+	var seen readinessSeen
+	client := &http.Client{Timeout: 5 * time.Second}
+	for {
+		resp, err := client.Get(url)
+		if err != nil {
+			return seen
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode == http.StatusServiceUnavailable && strings.Contains(string(body), "draining"):
+			seen.draining++
+		case resp.StatusCode == http.StatusOK && seen.draining > 0:
+			seen.readyAfter++
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
