@@ -83,17 +83,25 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 	if *f.jobSize < 1 || *f.maxInFlight < 1 {
 		return fmt.Errorf("%w: --job-size and --max-inflight must be positive", errUsage)
 	}
-	in, err := readInput(files[0], io.in)
-	if err != nil {
-		return err
+	// A file is read twice, streaming: once for the run id and the size of
+	// the run, once to submit it. stdin is read once.
+	sum := inputSummary{jobs: -1, texts: -1}
+	if files[0] != "-" {
+		if sum, err = summarize(files[0], f); err != nil {
+			return err
+		}
 	}
 	if *f.run == "" {
 		if files[0] == "-" {
 			return fmt.Errorf("%w: input from stdin needs --run (a resumed run must find its results)", errUsage)
 		}
-		*f.run = deriveRun(in, f)
+		*f.run = sum.run
 	}
-	b := newBulk(in, *f.jobSize, *f.run)
+	r, closeIn, err := openInput(files[0], io.in)
+	if err != nil {
+		return err
+	}
+	defer closeIn()
 	w := io.out
 	if *f.out != "-" {
 		file, err := os.Create(*f.out)
@@ -118,7 +126,12 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
-	err = b.run(ctx, c, f, outs, w, io.err, log)
+	b, err := newBulk(c, *f.run, f, outs, log)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+	err = b.run(ctx, newInputReader(r), sum, w, io.err)
 	if ferr := nc.Drain(); err == nil && ferr != nil {
 		err = ferr
 	}
@@ -167,52 +180,93 @@ type inputLine struct {
 	err  *schema.Error
 }
 
-func readInput(path string, stdin io.Reader) ([]inputLine, error) {
-	r := stdin
-	if path != "-" {
-		f, err := os.Open(path)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		r = f
-	}
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
-	var lines []inputLine
-	for sc.Scan() {
-		var v struct {
-			ID   any     `json:"id"`
-			Text *string `json:"text"`
-		}
-		l := inputLine{id: strconv.Itoa(len(lines) + 1)}
-		switch err := json.Unmarshal(sc.Bytes(), &v); {
-		case err != nil:
-			l.err = schema.Errorf(schema.CodeBadPayload, "line is not a JSON object: %v", err)
-		case v.Text == nil:
-			l.err = schema.Errorf(schema.CodeBadPayload, `line has no "text" string`)
-		default:
-			l.text = *v.Text
-		}
-		if v.ID != nil {
-			l.id = fmt.Sprint(v.ID)
-		}
-		lines = append(lines, l)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return lines, nil
+// inputReader reads the input one line at a time, so a run of millions of
+// texts never holds more of it than the jobs in flight.
+type inputReader struct {
+	sc *bufio.Scanner
+	n  int // lines read
 }
 
-// deriveRun names a run after its input and the settings that shape its
-// jobs: the same command on the same file resumes, a changed one does not
-// mix with it.
-func deriveRun(in []inputLine, f submitFlags) string {
+func newInputReader(r io.Reader) *inputReader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), maxLine)
+	return &inputReader{sc: sc}
+}
+
+// next returns the next line; ok is false at the end or on an error (see
+// Err).
+func (r *inputReader) next() (l inputLine, ok bool) {
+	if !r.sc.Scan() {
+		return inputLine{}, false
+	}
+	r.n++
+	var v struct {
+		ID   any     `json:"id"`
+		Text *string `json:"text"`
+	}
+	l.id = strconv.Itoa(r.n)
+	switch err := json.Unmarshal(r.sc.Bytes(), &v); {
+	case err != nil:
+		l.err = schema.Errorf(schema.CodeBadPayload, "line is not a JSON object: %v", err)
+	case v.Text == nil:
+		l.err = schema.Errorf(schema.CodeBadPayload, `line has no "text" string`)
+	default:
+		l.text = *v.Text
+	}
+	if v.ID != nil {
+		l.id = fmt.Sprint(v.ID)
+	}
+	return l, true
+}
+
+func (r *inputReader) Err() error { return r.sc.Err() }
+
+// openInput opens the input file, or stdin for "-".
+func openInput(path string, stdin io.Reader) (io.Reader, func(), error) {
+	if path == "-" {
+		return stdin, func() {}, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	return f, func() { f.Close() }, nil
+}
+
+// inputSummary is what a first pass over an input file learns: the run id
+// it derives and the size of the run, for the progress bar.
+type inputSummary struct {
+	run         string
+	jobs, texts int
+}
+
+// summarize reads the input file once, streaming. The run id names a run
+// after its input and the settings that shape its jobs: the same command
+// on the same file resumes, a changed one does not mix with it.
+func summarize(path string, f submitFlags) (inputSummary, error) {
+	r, closeIn, err := openInput(path, nil)
+	if err != nil {
+		return inputSummary{}, err
+	}
+	defer closeIn()
 	h := sha256.New()
 	fmt.Fprintf(h, "v1 job-size=%d outputs=%s truncate=%v\n", *f.jobSize, *f.outputs, !*f.noTruncate)
-	for _, l := range in {
+	in := newInputReader(r)
+	var sum inputSummary
+	for {
+		l, ok := in.next()
+		if !ok {
+			break
+		}
 		fmt.Fprintf(h, "%q %q %v\n", l.id, l.text, l.err != nil)
+		if l.err == nil {
+			sum.texts++
+		}
 	}
-	return "r" + hex.EncodeToString(h.Sum(nil))[:16]
+	if err := in.Err(); err != nil {
+		return inputSummary{}, fmt.Errorf("read %s: %w", path, err)
+	}
+	sum.jobs = (in.n + *f.jobSize - 1) / *f.jobSize
+	sum.run = "r" + hex.EncodeToString(h.Sum(nil))[:16]
+	return sum, nil
 }

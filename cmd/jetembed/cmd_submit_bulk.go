@@ -3,24 +3,32 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
-	"os"
+	"strconv"
+	"strings"
 	"sync"
-	"time"
-
-	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
 // This file is the bulk half of `jetembed submit`: jobs out, results back
-// in input order, resumable from the results stream.
+// in input order, resumable from the results stream. The input is streamed:
+// memory holds the input lines (ids, not texts) of the jobs between the
+// first one not yet written and the last one submitted, at most
+// windowFactor x --max-inflight jobs; results that arrive before the jobs
+// ahead of them wait in a spool file.
+
+// windowFactor bounds how far submission runs ahead of the oldest
+// unwritten job, in multiples of --max-inflight: far enough that one slow
+// job does not stall the run, near enough that the lines kept for it stay
+// small.
+const windowFactor = 8
 
 // outputLine is one line of the output: the input's id and its item.
 type outputLine struct {
@@ -28,247 +36,314 @@ type outputLine struct {
 	schema.Item
 }
 
+// lineMeta is what is kept of an input line until its result is written.
+type lineMeta struct {
+	id  string
+	err *schema.Error
+}
+
 // bulkJob is one job of a bulk run: the input lines it covers.
 type bulkJob struct {
-	id     string
-	lines  []int // indexes into in
-	texts  int   // lines with a text
-	result *schema.Result
-	// written: its lines are out and its result freed.
-	written bool
+	lines []lineMeta
+	texts int // lines with a text
 }
 
 type bulk struct {
-	in   []inputLine
-	jobs []*bulkJob
-	byID map[string]*bulkJob
+	c       *jetstream.Client
+	prefix  string // job ids are prefix + job number
+	f       submitFlags
+	outs    []schema.Output
+	log     *slog.Logger
+	window  int
+	changed chan struct{} // a job was written or answered (capacity 1)
+
+	mu        sync.Mutex
+	jobs      map[int]*bulkJob // read, not yet written
+	submitted map[int]bool     // submitted, not yet answered
+	spool     *spool
+	next      int // first job not yet written
+	enc       *json.Encoder
+	bar       *bar
+	err       error // the first write error
 }
 
-func newBulk(in []inputLine, size int, run string) *bulk {
-	b := &bulk{in: in, byID: map[string]*bulkJob{}}
-	for start := 0; start < len(in); start += size {
-		j := &bulkJob{id: fmt.Sprintf("%s-%d", run, len(b.jobs))}
-		for i := start; i < min(start+size, len(in)); i++ {
-			j.lines = append(j.lines, i)
-			if in[i].err == nil {
-				j.texts++
-			}
-		}
-		b.jobs = append(b.jobs, j)
-		b.byID[j.id] = j
+func newBulk(c *jetstream.Client, run string, f submitFlags, outs []schema.Output, log *slog.Logger) (*bulk, error) {
+	sp, err := newSpool()
+	if err != nil {
+		return nil, err
 	}
-	return b
+	return &bulk{
+		c: c, prefix: run + "-", f: f, outs: outs, log: log,
+		window:  windowFactor * *f.maxInFlight,
+		changed: make(chan struct{}, 1),
+		jobs:    map[int]*bulkJob{}, submitted: map[int]bool{}, spool: sp,
+	}, nil
 }
 
-// run resumes what the results stream already holds, submits the other
-// jobs with at most --max-inflight unanswered, and writes every line in
-// input order as soon as the jobs before it are done.
-func (b *bulk) run(ctx context.Context, c *jetstream.Client, f submitFlags, outs []schema.Output, w io.Writer, errw io.Writer, log *slog.Logger) error {
-	var (
-		mu      sync.Mutex
-		lastSeq uint64
-		done    int
-	)
-	for sr, err := range c.Results(ctx, c.Run(), jetstream.UntilCaughtUp()) {
-		if errors.Is(err, jetstream.ErrBadResult) {
-			// The job runs again; its new result will be read.
-			log.Warn("stored result skipped", "err", err)
-			lastSeq = sr.Sequence
-			continue
+func (b *bulk) close() { _ = b.spool.Close() }
+
+// jobNumber parses the number of one of this run's job ids.
+func (b *bulk) jobNumber(id string) (int, bool) {
+	s, ok := strings.CutPrefix(id, b.prefix)
+	if !ok {
+		return 0, false
+	}
+	k, err := strconv.Atoi(s)
+	return k, err == nil && k >= 0
+}
+
+// jobOfSubject finds the job whose result subject is subject, for a result
+// whose body does not decode (so has no id).
+func (b *bulk) jobOfSubject(subject string) (int, bool) {
+	tok := subject[strings.LastIndexByte(subject, '.')+1:]
+	if enc, ok := strings.CutPrefix(tok, "~"); ok {
+		id, err := base64.RawURLEncoding.DecodeString(enc)
+		if err != nil {
+			return 0, false
+		}
+		tok = string(id)
+	}
+	return b.jobNumber(tok)
+}
+
+// take records one stored result. A result that does not decode is turned
+// into an internal error for its job's lines: resubmitting the job would
+// not help, since the stream's duplicate window drops a second result with
+// the same job id, and the run would wait for it forever.
+func (b *bulk) take(sr jetstream.StoredResult, err error) error {
+	var k int
+	var ok bool
+	res := sr.Result
+	switch {
+	case errors.Is(err, jetstream.ErrBadResult):
+		k, ok = b.jobOfSubject(sr.Subject)
+		b.log.Warn("stored result does not decode: its lines get an internal error", "subject", sr.Subject, "err", err)
+		res = schema.ErrorResult("", schema.Errorf(schema.CodeInternal, "stored result does not decode: %v", err))
+	case err != nil:
+		return err
+	default:
+		k, ok = b.jobNumber(sr.ID)
+	}
+	if !ok {
+		return nil // another run's, or an older input's
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if k < b.next || b.spool.Has(k) {
+		return nil // a duplicate
+	}
+	if b.submitted[k] {
+		delete(b.submitted, k)
+		if j := b.jobs[k]; j != nil {
+			b.bar.add(j.texts)
+		}
+	}
+	if err := b.spool.Put(k, res); err != nil {
+		return err
+	}
+	b.flush()
+	b.notify()
+	return b.err
+}
+
+func (b *bulk) notify() {
+	select {
+	case b.changed <- struct{}{}:
+	default:
+	}
+}
+
+// flush writes the jobs at the head whose results are in; b.mu held.
+func (b *bulk) flush() {
+	for b.err == nil {
+		j := b.jobs[b.next]
+		if j == nil || j.texts > 0 && !b.spool.Has(b.next) {
+			return
+		}
+		res, err := b.spool.Take(b.next)
+		if err == nil {
+			err = b.write(j, res)
 		}
 		if err != nil {
+			b.err = err
+			return
+		}
+		delete(b.jobs, b.next)
+		b.next++
+	}
+}
+
+// run resumes what the results stream already holds, then reads the input
+// and submits the other jobs, at most --max-inflight unanswered and at most
+// the window ahead of the first unwritten one, and writes every line in
+// input order as soon as the jobs before it are done.
+func (b *bulk) run(ctx context.Context, in *inputReader, sum inputSummary, w, errw io.Writer) error {
+	var lastSeq uint64
+	for sr, err := range b.c.Results(ctx, b.c.Run(), jetstream.UntilCaughtUp()) {
+		if err := b.take(sr, err); err != nil {
 			return err
 		}
 		lastSeq = sr.Sequence
-		if j := b.byID[sr.ID]; j != nil && j.result == nil {
-			j.result = sr.Result
-			done++
-		}
 	}
-	total := 0
-	for _, j := range b.jobs {
-		if j.result == nil {
-			total += j.texts
-		}
+	if done := b.spool.Len(); done > 0 && sum.jobs >= 0 {
+		fmt.Fprintf(errw, "resuming run %s: %d of %d jobs already done\n", b.c.Run(), done, sum.jobs)
+	} else if done > 0 {
+		fmt.Fprintf(errw, "resuming run %s: %d jobs already done\n", b.c.Run(), done)
 	}
-	if done > 0 {
-		fmt.Fprintf(errw, "resuming run %s: %d of %d jobs already done\n", c.Run(), done, len(b.jobs))
-	}
-	bar := newBar(errw, total)
 	out := bufio.NewWriter(w)
-	enc := json.NewEncoder(out)
-	next := 0
-	// flush writes the lines of the finished jobs at the head; mu held.
-	flush := func() error {
-		for next < len(b.jobs) && (b.jobs[next].result != nil || b.jobs[next].texts == 0) {
-			if err := b.write(enc, b.jobs[next]); err != nil {
-				return err
-			}
-			b.jobs[next].result, b.jobs[next].written = nil, true
-			next++
-		}
-		return nil
-	}
-	mu.Lock()
-	err := flush()
-	mu.Unlock()
-	if err != nil {
-		return err
-	}
+	b.enc = json.NewEncoder(out)
+	b.bar = newBar(errw, sum.texts)
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	slots := make(chan struct{}, *f.maxInFlight)
-	submitted := map[string]bool{}
-	allDone := make(chan struct{})
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		for sr, err := range c.Results(ctx, c.Run(), jetstream.AfterSequence(lastSeq)) {
-			if errors.Is(err, jetstream.ErrBadResult) {
-				log.Warn("result skipped", "err", err)
-				continue
-			}
-			if err != nil {
-				cancel(err)
+		for sr, err := range b.c.Results(ctx, b.c.Run(), jetstream.AfterSequence(lastSeq)) {
+			if ctx.Err() != nil {
 				return
 			}
-			mu.Lock()
-			j := b.byID[sr.ID]
-			if j == nil || j.result != nil || j.written {
-				mu.Unlock()
-				continue
-			}
-			j.result = sr.Result
-			if submitted[j.id] {
-				delete(submitted, j.id)
-				<-slots
-			}
-			bar.add(j.texts)
-			err = flush()
-			finished := next == len(b.jobs)
-			mu.Unlock()
-			if err != nil {
+			if err := b.take(sr, err); err != nil {
 				cancel(err)
-				return
-			}
-			if finished {
-				close(allDone)
 				return
 			}
 		}
 	}()
-	for _, j := range b.jobs {
-		mu.Lock()
-		skip := j.result != nil || j.texts == 0 || j.written
-		mu.Unlock()
-		if skip {
-			continue
-		}
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-			return b.stopped(ctx, readerDone, out, bar)
-		}
-		mu.Lock()
-		submitted[j.id] = true
-		mu.Unlock()
-		if _, err := c.Submit(ctx, b.job(j, outs, *f.noTruncate)); err != nil {
-			cancel(err)
-			return b.stopped(ctx, readerDone, out, bar)
-		}
-	}
-	mu.Lock()
-	finished := next == len(b.jobs)
-	mu.Unlock()
-	if !finished {
-		select {
-		case <-allDone:
-		case <-ctx.Done():
-			return b.stopped(ctx, readerDone, out, bar)
-		}
+	err := b.submitAll(ctx, in)
+	if err == nil {
+		err = b.waitFor(ctx, func() bool { return len(b.jobs) == 0 })
 	}
 	cancel(nil)
 	<-readerDone
-	bar.finish()
-	return out.Flush()
-}
-
-// stopped ends an interrupted run: what is written stays, and the error
-// says how to resume.
-func (b *bulk) stopped(ctx context.Context, readerDone <-chan struct{}, out *bufio.Writer, bar *bar) error {
-	<-readerDone
-	bar.finish()
-	_ = out.Flush()
-	err := context.Cause(ctx)
-	if errors.Is(err, context.Canceled) {
-		return fmt.Errorf("interrupted: run the same command again to resume")
+	b.bar.finish()
+	ferr := out.Flush()
+	b.mu.Lock()
+	werr := b.err
+	b.mu.Unlock()
+	switch {
+	case werr != nil:
+		return fmt.Errorf("%w (run the same command again to resume)", werr)
+	case err != nil:
+		if errors.Is(err, context.Canceled) {
+			return errors.New("interrupted: run the same command again to resume")
+		}
+		return fmt.Errorf("%w (run the same command again to resume)", err)
 	}
-	return fmt.Errorf("%w (run the same command again to resume)", err)
+	return ferr
 }
 
-func (b *bulk) job(j *bulkJob, outs []schema.Output, noTruncate bool) *schema.Job {
-	sj := &schema.Job{V: schema.Version, ID: j.id, Outputs: outs}
-	if noTruncate {
+// submitAll reads the input job by job and submits every job the results
+// stream does not answer already.
+func (b *bulk) submitAll(ctx context.Context, in *inputReader) error {
+	size := *b.f.jobSize
+	for k := 0; ; k++ {
+		j := &bulkJob{lines: make([]lineMeta, 0, size)}
+		var texts []string
+		for len(j.lines) < size {
+			l, ok := in.next()
+			if !ok {
+				break
+			}
+			j.lines = append(j.lines, lineMeta{id: l.id, err: l.err})
+			if l.err == nil {
+				texts = append(texts, l.text)
+			}
+		}
+		if err := in.Err(); err != nil {
+			return fmt.Errorf("read input: %w", err)
+		}
+		if len(j.lines) == 0 {
+			return nil
+		}
+		j.texts = len(texts)
+		if err := b.waitFor(ctx, func() bool { return k-b.next < b.window }); err != nil {
+			return err
+		}
+		b.mu.Lock()
+		b.jobs[k] = j
+		resumed := b.spool.Has(k)
+		if resumed || j.texts == 0 {
+			b.bar.skip(j.texts)
+			b.flush()
+		}
+		b.mu.Unlock()
+		if resumed || j.texts == 0 {
+			continue
+		}
+		if err := b.waitFor(ctx, func() bool { return len(b.submitted) < *b.f.maxInFlight }); err != nil {
+			return err
+		}
+		b.mu.Lock()
+		// Its result may be in already: an earlier run submitted it and it
+		// was stored after the resume read the stream.
+		answered := b.spool.Has(k) || k < b.next
+		if !answered {
+			b.submitted[k] = true
+		}
+		b.mu.Unlock()
+		if answered {
+			continue
+		}
+		if _, err := b.c.Submit(ctx, b.job(k, texts)); err != nil {
+			return err
+		}
+	}
+}
+
+// waitFor waits until cond (called with b.mu held) is true, a write failed
+// or ctx ends.
+func (b *bulk) waitFor(ctx context.Context, cond func() bool) error {
+	for {
+		b.mu.Lock()
+		ok, err := cond(), b.err
+		b.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-b.changed:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+func (b *bulk) job(k int, texts []string) *schema.Job {
+	sj := &schema.Job{V: schema.Version, ID: b.prefix + strconv.Itoa(k), Outputs: b.outs, Texts: texts}
+	if *b.f.noTruncate {
 		no := false
 		sj.Truncate = &no
-	}
-	for _, i := range j.lines {
-		if b.in[i].err == nil {
-			sj.Texts = append(sj.Texts, b.in[i].text)
-		}
 	}
 	return sj
 }
 
 // write writes one line per input line of j: its item, the job's error, or
-// the line's own error.
-func (b *bulk) write(enc *json.Encoder, j *bulkJob) error {
+// the line's own error. b.mu held.
+func (b *bulk) write(j *bulkJob, res *schema.Result) error {
 	k := 0
-	for _, i := range j.lines {
-		l := b.in[i]
+	for _, l := range j.lines {
 		line := outputLine{ID: l.id}
 		switch {
 		case l.err != nil:
 			line.Error = l.err
-		case j.result != nil && j.result.Error != nil:
-			line.Error = j.result.Error
-		case j.result != nil && k < len(j.result.Items):
-			line.Item = j.result.Items[k]
+		case res != nil && res.Error != nil:
+			line.Error = res.Error
+		case res != nil && k < len(res.Items):
+			line.Item = res.Items[k]
 			k++
 		default:
-			line.Error = schema.Errorf(schema.CodeInternal, "result of job %s has %d items for %d texts", j.id, len(j.result.Items), j.texts)
+			n := 0
+			if res != nil {
+				n = len(res.Items)
+			}
+			line.Error = schema.Errorf(schema.CodeInternal, "result has %d items for %d texts", n, j.texts)
 		}
-		if err := enc.Encode(line); err != nil {
+		if err := b.enc.Encode(line); err != nil {
 			return fmt.Errorf("write result: %w", err)
 		}
 	}
 	return nil
-}
-
-// bar is the progress bar on a terminal: texts/s and ETA.
-type bar struct{ pb *progressbar.ProgressBar }
-
-func newBar(w io.Writer, total int) *bar {
-	f, ok := w.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) || total == 0 {
-		return &bar{}
-	}
-	return &bar{pb: progressbar.NewOptions(total,
-		progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("embedding"),
-		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("texts"),
-		progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))}
-}
-
-func (b *bar) add(n int) {
-	if b.pb != nil {
-		_ = b.pb.Add(n)
-	}
-}
-
-func (b *bar) finish() {
-	if b.pb != nil {
-		_ = b.pb.Finish()
-	}
 }
