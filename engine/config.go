@@ -45,11 +45,14 @@ type Config struct {
 	// ReloadBackoff is the pause between attempts to reload a dropped session.
 	ReloadBackoff time.Duration
 	// Warmup is the (batch, seq) grid run on every session before New
-	// returns. Default: batch 1 and 2 x every power-of-two tier up to
-	// MaxTokens (the guard looks at the warmed ceiling, so octaves suffice).
+	// returns. Default: WarmupBatches x every tier up to MaxTokens, so no
+	// shape the packer can produce at those batch sizes meets a cold
+	// session (a GPU provider's first run of a shape is the slow one).
 	// NoWarmup skips it (tests, or when the fleet warms later).
 	Warmup   []Shape
 	NoWarmup bool
+	// WarmupBatches are the batch sizes of the default grid; default 1, 2.
+	WarmupBatches []int
 	// Coverage records warmed shapes; default a fresh [NewCoverage]. The
 	// fleet passes one it raises from the shared shape bucket.
 	Coverage Coverage
@@ -103,9 +106,17 @@ func (c Config) WithDefaults(modelMax int) Config {
 	if c.ReloadBackoff == 0 {
 		c.ReloadBackoff = time.Second
 	}
+	if len(c.WarmupBatches) == 0 {
+		c.WarmupBatches = []int{1, 2}
+	}
 	if c.Warmup == nil && !c.NoWarmup {
-		for _, seq := range pack.Tiers(8, c.MaxTokens, 1) {
-			c.Warmup = append(c.Warmup, Shape{1, seq}, Shape{2, seq})
+		for _, seq := range c.Tiers {
+			if seq > c.MaxTokens {
+				break
+			}
+			for _, b := range c.WarmupBatches {
+				c.Warmup = append(c.Warmup, Shape{b, seq})
+			}
 		}
 	}
 	if c.Coverage == nil {

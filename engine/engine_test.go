@@ -446,8 +446,20 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if c.MaxTokens != 8192 || c.GuardSeq != 4096 || c.Guard || len(c.Warmup) != 2*11 || c.Tiers[len(c.Tiers)-1] != 8192 {
+	if c.MaxTokens != 8192 || c.GuardSeq != 4096 || c.Guard || c.Tiers[len(c.Tiers)-1] != 8192 {
 		t.Errorf("defaults %+v", c)
+	}
+	// The default grid is batch 1 and 2 at every tier the packer pads to.
+	var want []Shape
+	for _, seq := range c.Tiers {
+		want = append(want, Shape{1, seq}, Shape{2, seq})
+	}
+	if !slices.Equal(c.Warmup, want) || len(c.Tiers) < 30 {
+		t.Errorf("default warm-up %v, want 1 and 2 x every tier %v", c.Warmup, c.Tiers)
+	}
+	c = Config{Tiers: []int{8, 64, 512, 8192}, MaxTokens: 512, WarmupBatches: []int{4}}.WithDefaults(8192)
+	if want := []Shape{{4, 8}, {4, 64}, {4, 512}}; !slices.Equal(c.Warmup, want) {
+		t.Errorf("warm-up %v, want %v (configured tiers up to max tokens, at the given batch)", c.Warmup, want)
 	}
 	if _, err := New(context.Background(), Config{Sessions: 1, NoWarmup: true}, fakeTok{}, fakeModel(64),
 		(&factory{loadErr: func(int) error { return errBoom }}).new); !errors.Is(err, ErrUnavailable) || !errors.Is(err, errBoom) {

@@ -145,6 +145,14 @@ func TestWarmupCommand(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	// Without --warmup-seqs the grid is every tier the packer pads to.
+	code, out, errOut = run(t, "", "warmup", "--model", dir, "--max-tokens", "64", "--warmup-batches", "1,3", "--probe=false", "--threads", "1")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if want := "ceiling 64 tokens; 16 shapes: 1x8 3x8 1x16 3x16 1x24 3x24 1x32 3x32 1x40 3x40 1x48 3x48 1x56 3x56 1x64 3x64\n"; !strings.Contains(out, want) {
+		t.Errorf("default grid: output lacks %q:\n%s", want, out)
+	}
 }
 
 // TestEmbedCommandBatchInvariance embeds the same lines one at a time and

@@ -9,7 +9,6 @@ import (
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/engine/model"
 	"github.com/jetembed/jetembed/engine/ort"
-	"github.com/jetembed/jetembed/engine/pack"
 	"github.com/jetembed/jetembed/engine/tokenizer"
 )
 
@@ -62,7 +61,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		guardSeq:       fs.Int("guard-seq", 4096, "sequence length from which the JIT guard applies"),
 		breaker:        fs.Int("breaker-threshold", 3, "consecutive run errors that drop and reload a session"),
 		warmBatches:    fs.String("warmup-batches", defBatches, "warm-up grid batch sizes, comma separated (empty: no warm-up)"),
-		warmSq:         fs.String("warmup-seqs", "", "warm-up grid sequence lengths (default: powers of two up to max tokens)"),
+		warmSq:         fs.String("warmup-seqs", "", "warm-up grid sequence lengths (default: every tier up to max tokens)"),
 		probe:          fs.Bool("probe", true, "time a few shapes at start and fit the packing cost model"),
 		engineCache:    fs.String("trt-cache", "", "TensorRT engine cache directory (shared by the fleet)"),
 		fp16:           fs.Bool("fp16", false, "TensorRT: build FP16 engines"),
@@ -103,7 +102,9 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	if err != nil {
 		return cfg, p, err
 	}
-	cfg.NoWarmup = len(batches) == 0
+	// Without --warmup-seqs the engine warms every tier up to the model's
+	// maximum at these batch sizes.
+	cfg.NoWarmup, cfg.WarmupBatches = len(batches) == 0, batches
 	for _, s := range seqs {
 		for _, b := range batches {
 			cfg.Warmup = append(cfg.Warmup, engine.Shape{Batch: b, Seq: s})
@@ -135,18 +136,6 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 	}
 	if unk, ok := tok.t.TokenToID("<unk>"); ok {
 		cfg.SparseSkip = []int32{unk}
-	}
-	// The default warm-up seqs depend on the model's maximum.
-	if batches, _ := ints("warmup-batches", *f.warmBatches); len(batches) > 0 && *f.warmSq == "" {
-		limit := m.Config.MaxTokens
-		if cfg.MaxTokens > 0 {
-			limit = min(limit, cfg.MaxTokens)
-		}
-		for _, s := range pack.Tiers(8, limit, 1) {
-			for _, b := range batches {
-				cfg.Warmup = append(cfg.Warmup, engine.Shape{Batch: b, Seq: s})
-			}
-		}
 	}
 	e, err := engine.New(ctx, cfg, tok, m, func(session int) (engine.Runner, error) {
 		p := prov
