@@ -33,6 +33,10 @@ type engineFlags struct {
 	probe               *bool
 	engineCache         *string
 	fp16                *bool
+	gpuMemMiB           *int
+	cudaArena           *string
+	trtWorkspaceMiB     *int
+	trtProfile          *bool
 }
 
 // addEngineFlags defines the engine flags on fs. warm says whether the
@@ -44,27 +48,31 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		defBatches = "1,2"
 	}
 	return &engineFlags{
-		modelDir:       fs.String("model", "", "model directory (model.onnx, tokenizer.json, config.json, manifest.json, head weights)"),
-		modelSHA:       fs.String("model-sha256", "", "pin: fail unless model.onnx has this sha256"),
-		noVerify:       fs.Bool("no-verify", false, "skip checking the files against manifest.json"),
-		ortLib:         fs.String("ort-lib", "", "ONNX Runtime shared library (default: JETEMBED_ORT_LIB, then .deps, then the system loader)"),
-		provider:       fs.String("provider", "cpu", "execution provider: cpu, cuda or tensorrt (GPU providers never fall back to CPU)"),
-		device:         fs.Int("device", 0, "first GPU ordinal; session i runs on device+i"),
-		sessions:       fs.Int("sessions", 1, "model sessions (one per GPU, or CPU workers)"),
-		threads:        fs.Int("threads", 0, "ONNX Runtime intra-op threads per session (0: one per core)"),
-		maxTokens:      fs.Int("max-tokens", 0, "longest text in tokens before truncation (0: the model's maximum)"),
-		maxBatchTokens: fs.Int("max-batch-tokens", 0, "padded tokens (batch x seq) per session run (0: 16384)"),
-		maxBatch:       fs.Int("max-batch", 0, "texts per session run (0: 64)"),
-		tiers:          fs.String("tiers", "", "padded sequence tiers, comma separated (default: 4 per octave from 8 to max tokens)"),
-		admission:      fs.Int("engine-admission-tokens", 0, "engine admission budget: tokens of embed calls in progress; beyond it a call is refused as overloaded (0: 8 x max-batch-tokens x sessions)"),
-		guard:          fs.String("guard", "auto", "JIT guard refusing unwarmed long shapes: auto (on for tensorrt), on or off"),
-		guardSeq:       fs.Int("guard-seq", 4096, "sequence length from which the JIT guard applies"),
-		breaker:        fs.Int("breaker-threshold", 3, "consecutive run errors that drop and reload a session"),
-		warmBatches:    fs.String("warmup-batches", defBatches, "warm-up grid batch sizes, comma separated (empty: no warm-up)"),
-		warmSq:         fs.String("warmup-seqs", "", "warm-up grid sequence lengths (default: every tier up to max tokens)"),
-		probe:          fs.Bool("probe", true, "time a few shapes at start and fit the packing cost model"),
-		engineCache:    fs.String("trt-cache", "", "TensorRT engine cache directory (shared by the fleet)"),
-		fp16:           fs.Bool("fp16", false, "TensorRT: build FP16 engines"),
+		modelDir:        fs.String("model", "", "model directory (model.onnx, tokenizer.json, config.json, manifest.json, head weights)"),
+		modelSHA:        fs.String("model-sha256", "", "pin: fail unless model.onnx has this sha256"),
+		noVerify:        fs.Bool("no-verify", false, "skip checking the files against manifest.json"),
+		ortLib:          fs.String("ort-lib", "", "ONNX Runtime shared library (default: JETEMBED_ORT_LIB, then .deps, then the system loader)"),
+		provider:        fs.String("provider", "cpu", "execution provider: cpu, cuda or tensorrt (GPU providers never fall back to CPU)"),
+		device:          fs.Int("device", 0, "first GPU ordinal; session i runs on device+i"),
+		sessions:        fs.Int("sessions", 1, "model sessions (one per GPU, or CPU workers)"),
+		threads:         fs.Int("threads", 0, "ONNX Runtime intra-op threads per session (0: one per core)"),
+		maxTokens:       fs.Int("max-tokens", 0, "longest text in tokens before truncation (0: the model's maximum)"),
+		maxBatchTokens:  fs.Int("max-batch-tokens", 0, "padded tokens (batch x seq) per session run (0: 16384)"),
+		maxBatch:        fs.Int("max-batch", 0, "texts per session run (0: 64)"),
+		tiers:           fs.String("tiers", "", "padded sequence tiers, comma separated (default: 4 per octave from 8 to max tokens)"),
+		admission:       fs.Int("engine-admission-tokens", 0, "engine admission budget: tokens of embed calls in progress; beyond it a call is refused as overloaded (0: 8 x max-batch-tokens x sessions)"),
+		guard:           fs.String("guard", "auto", "JIT guard refusing unwarmed long shapes: auto (on for tensorrt), on or off"),
+		guardSeq:        fs.Int("guard-seq", 4096, "sequence length from which the JIT guard applies"),
+		breaker:         fs.Int("breaker-threshold", 3, "consecutive run errors that drop and reload a session"),
+		warmBatches:     fs.String("warmup-batches", defBatches, "warm-up grid batch sizes, comma separated (empty: no warm-up)"),
+		warmSq:          fs.String("warmup-seqs", "", "warm-up grid sequence lengths (default: every tier up to max tokens)"),
+		probe:           fs.Bool("probe", true, "time a few shapes at start and fit the packing cost model"),
+		engineCache:     fs.String("trt-cache", "", "TensorRT engine cache directory (shared by the fleet)"),
+		fp16:            fs.Bool("fp16", false, "TensorRT: build FP16 engines"),
+		gpuMemMiB:       fs.Int("gpu-mem-limit", 0, "CUDA and TensorRT: cap of the CUDA memory arena per session, in MiB (0: no cap)"),
+		cudaArena:       fs.String("cuda-arena", "", "CUDA arena growth: kNextPowerOfTwo (ORT's default) or kSameAsRequested (less waste with many shapes)"),
+		trtWorkspaceMiB: fs.Int("trt-workspace", 0, "TensorRT: builder workspace cap in MiB (0: TensorRT's default)"),
+		trtProfile:      fs.Bool("trt-profile", false, "TensorRT: one engine whose optimization profile spans the warm-up grid (min: smallest shape, opt and max: largest) instead of an engine per shape; chunks outside the grid then fail, so keep --max-batch and --max-tokens inside it"),
 	}
 }
 
@@ -72,7 +80,12 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	var cfg engine.Config
 	p := ort.Provider{Kind: ort.Kind(*f.provider), IntraOpThreads: *f.threads, DeviceID: *f.device,
-		EngineCacheDir: *f.engineCache, TimingCacheDir: *f.engineCache, FP16: *f.fp16}
+		GPUMemLimit: int64(*f.gpuMemMiB) << 20, ArenaExtendStrategy: *f.cudaArena,
+		EngineCacheDir: *f.engineCache, TimingCacheDir: *f.engineCache, FP16: *f.fp16,
+		MaxWorkspaceBytes: int64(*f.trtWorkspaceMiB) << 20}
+	if *f.trtProfile && p.Kind != ort.TensorRT {
+		return cfg, p, fmt.Errorf("%w: --trt-profile needs --provider tensorrt", errUsage)
+	}
 	if err := p.Validate(); err != nil {
 		return cfg, p, fmt.Errorf("%w: --provider: %w", errUsage, err)
 	}
@@ -137,6 +150,11 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 	if unk, ok := tok.t.TokenToID("<unk>"); ok {
 		cfg.SparseSkip = []int32{unk}
 	}
+	if *f.trtProfile {
+		if prov.Profile, err = gridProfile(cfg.WithDefaults(m.Config.MaxTokens).Warmup); err != nil {
+			return nil, nil, fmt.Errorf("%w: --trt-profile: %w", errUsage, err)
+		}
+	}
 	e, err := engine.New(ctx, cfg, tok, m, func(session int) (engine.Runner, error) {
 		p := prov
 		if p.Kind == ort.CUDA || p.Kind == ort.TensorRT {
@@ -148,6 +166,19 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 		return nil, nil, err
 	}
 	return e, m, nil
+}
+
+// gridProfile is the TensorRT optimization profile spanning a warm-up grid.
+func gridProfile(grid []engine.Shape) (*ort.Profile, error) {
+	var batches, seqs []int
+	for _, sh := range grid {
+		batches, seqs = append(batches, sh.Batch), append(seqs, sh.Seq)
+	}
+	p, err := ort.GridProfile(batches, seqs)
+	if err != nil {
+		return nil, err
+	}
+	return &p, nil
 }
 
 // ints parses a comma-separated list of positive integers.
