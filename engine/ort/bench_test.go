@@ -59,31 +59,41 @@ func BenchmarkBareRun(b *testing.B) {
 				initORT(b)
 				m, err := model.Open(dir, model.Options{})
 				must(b, err)
-				so, err := ort.NewSessionOptions()
-				must(b, err)
-				must(b, so.SetIntraOpNumThreads(1))
-				sess, err := ort.NewDynamicAdvancedSession(m.ONNXPath,
-					[]string{model.InputIDs, model.InputMask}, m.Layout.Outputs(), so)
-				must(b, err)
-				defer sess.Destroy()
-				in := input(sh.Batch, sh.Seq, fullLens(sh))
-				ids, err := ort.NewTensor(ort.NewShape(int64(sh.Batch), int64(sh.Seq)), in.IDs)
-				must(b, err)
-				mask, err := ort.NewTensor(ort.NewShape(int64(sh.Batch), int64(sh.Seq)), in.Mask)
-				must(b, err)
-				outs := make([]ort.Value, len(m.Layout.Outputs()))
+				run := bareRunner(b, m, sh)
 				b.ReportAllocs()
 				for b.Loop() {
-					clear(outs)
-					if err := sess.Run([]ort.Value{ids, mask}, outs); err != nil {
-						b.Fatal(err)
-					}
-					for _, o := range outs {
-						o.Destroy()
-					}
+					run()
 				}
 				b.ReportMetric(float64(b.N*sh.Batch*sh.Seq)/b.Elapsed().Seconds(), "tokens/s")
 			})
+		}
+	}
+}
+
+// bareRunner opens a plain onnxruntime_go session on m (one intra-op
+// thread, like the benchmarked Session) with full-length inputs of shape
+// sh made once, and returns one run of it; the session is destroyed with b.
+func bareRunner(b *testing.B, m *model.Model, sh Shape) func() {
+	so, err := ort.NewSessionOptions()
+	must(b, err)
+	must(b, so.SetIntraOpNumThreads(1))
+	sess, err := ort.NewDynamicAdvancedSession(m.ONNXPath,
+		[]string{model.InputIDs, model.InputMask}, m.Layout.Outputs(), so)
+	must(b, err)
+	b.Cleanup(func() { _ = sess.Destroy() })
+	in := input(sh.Batch, sh.Seq, fullLens(sh))
+	ids, err := ort.NewTensor(ort.NewShape(int64(sh.Batch), int64(sh.Seq)), in.IDs)
+	must(b, err)
+	mask, err := ort.NewTensor(ort.NewShape(int64(sh.Batch), int64(sh.Seq)), in.Mask)
+	must(b, err)
+	outs := make([]ort.Value, len(m.Layout.Outputs()))
+	return func() {
+		clear(outs)
+		if err := sess.Run([]ort.Value{ids, mask}, outs); err != nil {
+			b.Fatal(err)
+		}
+		for _, o := range outs {
+			o.Destroy()
 		}
 	}
 }
@@ -105,30 +115,13 @@ func BenchmarkSessionOverhead(b *testing.B) {
 		for _, sh := range benchShapes {
 			b.Run(name+"/"+sh.String(), func(b *testing.B) {
 				sess, m := openDir(b, dir, Provider{IntraOpThreads: 1})
-				so, err := ort.NewSessionOptions()
-				must(b, err)
-				must(b, so.SetIntraOpNumThreads(1))
-				bare, err := ort.NewDynamicAdvancedSession(m.ONNXPath,
-					[]string{model.InputIDs, model.InputMask}, m.Layout.Outputs(), so)
-				must(b, err)
-				defer bare.Destroy()
+				bare := bareRunner(b, m, sh)
 				in := input(sh.Batch, sh.Seq, fullLens(sh))
-				ids, err := ort.NewTensor(ort.NewShape(int64(sh.Batch), int64(sh.Seq)), in.IDs)
-				must(b, err)
-				mask, err := ort.NewTensor(ort.NewShape(int64(sh.Batch), int64(sh.Seq)), in.Mask)
-				must(b, err)
-				outs := make([]ort.Value, len(m.Layout.Outputs()))
 				ctx := context.Background()
 				bareMin, sessMin := time.Duration(math.MaxInt64), time.Duration(math.MaxInt64)
 				for b.Loop() {
 					start := time.Now()
-					clear(outs)
-					if err := bare.Run([]ort.Value{ids, mask}, outs); err != nil {
-						b.Fatal(err)
-					}
-					for _, o := range outs {
-						o.Destroy()
-					}
+					bare()
 					bareMin = min(bareMin, time.Since(start))
 					start = time.Now()
 					if _, err := sess.Run(ctx, in); err != nil {
