@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -114,17 +115,7 @@ func TestDifferentialRandom(t *testing.T) {
 		files = append(files, more...)
 		texts = append(texts, corpus...)
 	}
-	var in bytes.Buffer
-	enc := json.NewEncoder(&in)
-	for _, s := range texts {
-		if err := enc.Encode(map[string]string{"text": s}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	inPath := filepath.Join(t.TempDir(), "in.jsonl")
-	if err := os.WriteFile(inPath, in.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	inPath := writeTexts(t, t.TempDir(), texts)
 	for _, path := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(path), ".json"), func(t *testing.T) {
 			tok, err := Load(path)
@@ -143,34 +134,71 @@ func TestDifferentialRandom(t *testing.T) {
 					// Options.MaxTokens keeps the file's.
 					continue
 				}
-				ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-				args := append([]string{filepath.Join(dir, "encode.js"), path, inPath, "-", "--quiet"}, mode.args...)
-				out, err := exec.CommandContext(ctx, node, args...).Output()
-				cancel()
-				if err != nil {
-					t.Fatalf("oracle %v: %v", mode.args, err)
-				}
-				lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
-				if len(lines) != len(texts) {
-					t.Fatalf("oracle returned %d lines for %d texts", len(lines), len(texts))
-				}
-				same, failed := 0, 0
-				for i, line := range lines {
-					var want struct {
-						IDs []int32 `json:"ids"`
-					}
-					if err := json.Unmarshal(line, &want); err != nil {
-						t.Fatal(err)
-					}
-					got := tok.Encode(texts[i], mode.opt)
-					if slices.Equal(got.IDs, want.IDs) {
-						same++
-					} else if failed++; failed <= 5 {
-						t.Errorf("%v text %q:\n%s", mode.args, texts[i], firstDiff(tok, got.IDs, want.IDs))
-					}
-				}
-				t.Logf("%v: %d/%d identical", mode.args, same, len(texts))
+				want := oracleIDs(t, node, dir, path, inPath, len(texts), mode.args...)
+				compareIDs(t, tok, texts, want, mode.opt, fmt.Sprint(mode.args))
 			}
 		})
 	}
+}
+
+// writeTexts writes texts as the oracle's JSONL input ({"text": ...} lines)
+// into dir and returns the file's path.
+func writeTexts(t *testing.T, dir string, texts []string) string {
+	t.Helper()
+	var in bytes.Buffer
+	enc := json.NewEncoder(&in)
+	for _, s := range texts {
+		if err := enc.Encode(map[string]string{"text": s}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path := filepath.Join(dir, "in.jsonl")
+	if err := os.WriteFile(path, in.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// oracleIDs runs the HuggingFace oracle (encode.js in oracleDir) with
+// tokenizer file tokPath over the n texts of inPath and returns their ids.
+func oracleIDs(t *testing.T, node, oracleDir, tokPath, inPath string, n int, args ...string) [][]int32 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmdArgs := append([]string{filepath.Join(oracleDir, "encode.js"), tokPath, inPath, "-", "--quiet"}, args...)
+	out, err := exec.CommandContext(ctx, node, cmdArgs...).Output()
+	if err != nil {
+		t.Fatalf("oracle %v: %v", args, err)
+	}
+	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+	if len(lines) != n {
+		t.Fatalf("oracle returned %d lines for %d texts", len(lines), n)
+	}
+	ids := make([][]int32, n)
+	for i, line := range lines {
+		var want struct {
+			IDs []int32 `json:"ids"`
+		}
+		if err := json.Unmarshal(line, &want); err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = want.IDs
+	}
+	return ids
+}
+
+// compareIDs encodes every text with opt and reports the first few that
+// differ from the oracle's ids, and the share that is identical.
+func compareIDs(t *testing.T, tok *Tokenizer, texts []string, want [][]int32, opt Options, label string) {
+	t.Helper()
+	same, failed := 0, 0
+	for i, text := range texts {
+		got := tok.Encode(text, opt)
+		if slices.Equal(got.IDs, want[i]) {
+			same++
+		} else if failed++; failed <= 5 {
+			t.Errorf("%s text %q:\n%s", label, clip(text, 200), firstDiff(tok, got.IDs, want[i]))
+		}
+	}
+	t.Logf("%s: %d/%d identical", label, same, len(texts))
 }

@@ -1,17 +1,12 @@
 package tokenizer
 
 import (
-	"bytes"
-	"context"
 	"encoding/json"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
-	"time"
 	"unicode"
 )
 
@@ -118,18 +113,8 @@ func TestWordPieceVariants(t *testing.T) {
 	for i := range 300 {
 		texts = append(texts, randomText(r, []int{5, 20, 80}[i%3]))
 	}
-	var in bytes.Buffer
-	enc := json.NewEncoder(&in)
-	for _, s := range texts {
-		if err := enc.Encode(map[string]string{"text": s}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	tmp := t.TempDir()
-	inPath := filepath.Join(tmp, "in.jsonl")
-	if err := os.WriteFile(inPath, in.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	inPath := writeTexts(t, tmp, texts)
 	base, err := os.ReadFile(filepath.Join(tokenizersDir, "bert-base-uncased.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -158,32 +143,8 @@ func TestWordPieceVariants(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			out, err := exec.CommandContext(ctx, node, filepath.Join(dir, "encode.js"), path, inPath, "-", "--quiet").Output()
-			if err != nil {
-				t.Fatalf("oracle: %v", err)
-			}
-			lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
-			if len(lines) != len(texts) {
-				t.Fatalf("oracle returned %d lines for %d texts", len(lines), len(texts))
-			}
-			same, failed := 0, 0
-			for i, line := range lines {
-				var want struct {
-					IDs []int32 `json:"ids"`
-				}
-				if err := json.Unmarshal(line, &want); err != nil {
-					t.Fatal(err)
-				}
-				got := tok.Encode(texts[i], Options{AddSpecialTokens: true})
-				if slices.Equal(got.IDs, want.IDs) {
-					same++
-				} else if failed++; failed <= 5 {
-					t.Errorf("text %q:\n%s", clip(texts[i], 200), firstDiff(tok, got.IDs, want.IDs))
-				}
-			}
-			t.Logf("%d/%d identical", same, len(texts))
+			want := oracleIDs(t, node, dir, path, inPath, len(texts))
+			compareIDs(t, tok, texts, want, Options{AddSpecialTokens: true}, "default")
 		})
 	}
 }
