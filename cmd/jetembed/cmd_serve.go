@@ -31,6 +31,7 @@ func init() {
 // JetStream consumer it reads.
 type serveFlags struct {
 	patience       *time.Duration
+	gatherTokens   *int
 	inFlightTokens *int
 	prefetchMax    *int
 	grace          *time.Duration
@@ -45,7 +46,8 @@ type serveFlags struct {
 func addServeFlags(fs *flagSet) *serveFlags {
 	return &serveFlags{
 		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long a batch waits for more jobs to pack with its first"),
-		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the jobs this process holds; when full it stops pulling (0: 4 x the batch tokens)"),
+		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens that end a batch's patience window early: the texts given to the engine at once (0: max-batch-tokens x sessions)"),
+		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the jobs this process holds; when full it stops pulling (0: 4 x gather-tokens)"),
 		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer; the prefetch adapts below it to finish within ack-wait/4"),
 		grace:          fs.Duration("grace", 30*time.Second, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed"),
 		http:           fs.String("http", telemetry.DefaultAddr, "address of /healthz, /readyz and /metrics (empty: off)"),
@@ -204,13 +206,19 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 	if err != nil {
 		return err
 	}
-	batchTokens := *ef.maxBatchTokens
-	if batchTokens <= 0 {
-		batchTokens = consumer.DefaultMaxBatchTokens
+	// By default a gathered batch fills every session's run once; the
+	// engine splits it into chunks of its own --max-batch-tokens.
+	gather := *sf.gatherTokens
+	if gather <= 0 {
+		gather = *ef.maxBatchTokens
+		if gather <= 0 {
+			gather = consumer.DefaultMaxBatchTokens
+		}
+		gather *= max(*ef.sessions, 1)
 	}
 	cons, err := consumer.New(consumer.Config{
 		Patience:       *sf.patience,
-		MaxBatchTokens: batchTokens * max(*ef.sessions, 1),
+		MaxBatchTokens: gather,
 		InFlightTokens: *sf.inFlightTokens,
 		AckWait:        cfg.Consumer.AckWait,
 		MaxDeliver:     cfg.Consumer.MaxDeliver,

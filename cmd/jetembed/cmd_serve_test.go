@@ -221,13 +221,14 @@ func pollReadiness(url string) readinessSeen {
 func TestServePrintConfig(t *testing.T) {
 	t.Setenv("JETEMBED_PATIENCE", "7ms")
 	t.Setenv("JETEMBED_NATS_PASSWORD", "secret")
-	code, out, errOut := runCmd(t, context.Background(), "serve", "--print-config", "--in-flight-tokens", "999")
+	code, out, errOut := runCmd(t, context.Background(), "serve", "--print-config", "--in-flight-tokens", "999", "--gather-tokens", "4096")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{
 		"--patience=7ms\tJETEMBED_PATIENCE\n",
 		"--in-flight-tokens=999\tJETEMBED_IN_FLIGHT_TOKENS\n",
+		"--gather-tokens=4096\tJETEMBED_GATHER_TOKENS\n",
 		"--nats-password=<set>\tJETEMBED_NATS_PASSWORD\n",
 		"--ack-wait=1m0s\tJETEMBED_ACK_WAIT\n",
 		"--http=127.0.0.1:9090\tJETEMBED_HTTP\n",
