@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -36,31 +35,10 @@ func (l *lockedBuffer) String() string {
 
 func TestDevCommand(t *testing.T) {
 	model := tinyModel(t, "tiny-hidden")
-	dir := t.TempDir()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errOut lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- runMain(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--data", dir, "--model", model,
-			"--http", "", "--warmup-batches", "", "--probe=false", "--threads", "1", "--heartbeat", "0"}, stdio{in: strings.NewReader(""), out: &out, err: &errOut})
-	}()
-
-	urlRE := regexp.MustCompile(`dev server on (nats://127\.0\.0\.1:\d+)`)
-	var url string
-	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
-		select {
-		case code := <-done:
-			t.Fatalf("dev exited early with %d: %s%s", code, out.String(), errOut.String())
-		default:
-		}
-		m := urlRE.FindStringSubmatch(out.String())
-		if m == nil {
-			return errors.New("no server URL printed yet")
-		}
-		url = m[1]
-		return nil
-	})
+	d := startDev(ctx, t, model)
+	url := d.url
 
 	nc, err := nats.Connect(url)
 	if err != nil {
@@ -95,9 +73,9 @@ func TestDevCommand(t *testing.T) {
 
 	cancel() // what SIGINT does through main's context
 	select {
-	case code := <-done:
+	case code := <-d.done:
 		if code != 0 {
-			t.Fatalf("exit %d: %s", code, errOut.String())
+			t.Fatalf("exit %d: %s", code, d.errOut.String())
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("dev did not stop after its context ended")

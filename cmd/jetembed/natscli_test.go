@@ -46,38 +46,16 @@ func TestNatsCLIRequest(t *testing.T) {
 	cli := natsCLI(t)
 	model := tinyModel(t, "tiny-hidden")
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	var out, errOut lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- runMain(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--model", model,
-			"--http", "", "--warmup-batches", "", "--probe=false", "--threads", "1", "--heartbeat", "0"},
-			stdio{in: strings.NewReader(""), out: &out, err: &errOut})
-	}()
+	d := startDev(ctx, t, model)
 	defer func() {
 		cancel()
 		select {
-		case <-done:
+		case <-d.done:
 		case <-time.After(10 * time.Second):
 			t.Error("dev did not stop after its context ended")
 		}
 	}()
-
-	urlRE := regexp.MustCompile(`dev server on (nats://127\.0\.0\.1:\d+)`)
-	var url string
-	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
-		select {
-		case code := <-done:
-			t.Fatalf("dev exited early with %d: %s%s", code, out.String(), errOut.String())
-		default:
-		}
-		m := urlRE.FindStringSubmatch(out.String())
-		if m == nil {
-			return errors.New("no server URL printed yet")
-		}
-		url = m[1]
-		return nil
-	})
+	url := d.url
 
 	// A private config dir keeps the user's nats contexts out of the test.
 	env := append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir(), "HOME="+t.TempDir())
@@ -136,4 +114,39 @@ func TestNatsCLIRequest(t *testing.T) {
 	if it.Tokens < 3 {
 		t.Errorf("tokens %d, want at least 3", it.Tokens)
 	}
+}
+
+// devRun is a `jetembed dev` running inside the test process.
+type devRun struct {
+	url         string
+	out, errOut *lockedBuffer
+	done        chan int // its exit code, once it returns
+}
+
+// startDev runs `jetembed dev` on a free loopback port with a fresh data
+// directory, serving model without warm-up, until ctx ends; it returns once
+// the embedded server's URL is printed.
+func startDev(ctx context.Context, t *testing.T, model string) *devRun {
+	t.Helper()
+	d := &devRun{out: &lockedBuffer{}, errOut: &lockedBuffer{}, done: make(chan int, 1)}
+	go func() {
+		d.done <- runMain(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--model", model,
+			"--http", "", "--warmup-batches", "", "--probe=false", "--threads", "1", "--heartbeat", "0"},
+			stdio{in: strings.NewReader(""), out: d.out, err: d.errOut})
+	}()
+	urlRE := regexp.MustCompile(`dev server on (nats://127\.0\.0\.1:\d+)`)
+	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		select {
+		case code := <-d.done:
+			t.Fatalf("dev exited early with %d: %s%s", code, d.out.String(), d.errOut.String())
+		default:
+		}
+		m := urlRE.FindStringSubmatch(d.out.String())
+		if m == nil {
+			return errors.New("no server URL printed yet")
+		}
+		d.url = m[1]
+		return nil
+	})
+	return d
 }
