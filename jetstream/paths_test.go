@@ -1,0 +1,234 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// These tests take the delivery rules of DESIGN.md that the consumer's
+// unit tests prove with fakes through a real nats-server and the real
+// engine: deadlines, per-item errors, core inbox and absent replies,
+// InProgress for a job held past AckWait, and a result the results stream
+// refuses.
+
+// settledAll waits until the durable consumer has nothing pending or
+// unacknowledged.
+func settledAll(t *testing.T, srv *server) {
+	t.Helper()
+	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if info := consumerInfo(t, srv); info.NumAckPending != 0 || info.NumPending != 0 || info.NumRedelivered != 0 {
+			return fmt.Errorf("consumer: %d ack pending, %d pending, %d redelivered", info.NumAckPending, info.NumPending, info.NumRedelivered)
+		}
+		return nil
+	})
+}
+
+func TestDeadlinePassedIsAnsweredWithoutRunning(t *testing.T) {
+	srv := newServer(t, nil)
+	emb := &countingEmbedder{Embedder: openEngine(t, engine.Config{})}
+	startWorker(t, srv, emb, workerOptions{})
+	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("deadline"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
+	field := schema.NewJob("field", "too late")
+	field.Deadline = past
+	if _, err := c.Submit(context.Background(), field); err != nil {
+		t.Fatal(err)
+	}
+	// The same deadline as the Embed-Deadline header of a raw job.
+	h := withJSON(map[string][]string{
+		schema.HeaderMsgID: {"header"}, schema.HeaderReply: {c.ReplySubject("header")}, schema.HeaderDeadline: {past},
+	})
+	publishRaw(t, srv.js, c.JobSubject(), h, []byte(`{"v":1,"id":"header","texts":["too late"]}`))
+
+	got := collect(t, c, "deadline", []string{"field", "header"})
+	for id, r := range got {
+		if r.Error == nil || r.Error.Code != schema.CodeDeadlineExceeded || len(r.Items) != 0 {
+			t.Errorf("job %s: %+v, want deadline_exceeded without items", id, r)
+		}
+	}
+	settledAll(t, srv) // ACKed, not NAKed or left to expire
+	emb.mu.Lock()
+	calls := emb.calls
+	emb.mu.Unlock()
+	if calls != 0 {
+		t.Errorf("the engine ran %d times for jobs past their deadline", calls)
+	}
+	if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
+		t.Errorf("%d dead letters for jobs the producer gave up on", n)
+	}
+}
+
+func TestItemErrorsKeepTheRestOfTheJob(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, engine.Config{})
+	startWorker(t, srv, e, workerOptions{})
+	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("items"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("word ", e.MaxTokens()+10)
+	no := false
+	// msgpack carries the invalid UTF-8 as it is; JSON could not.
+	j := &schema.Job{ID: "mixed", Texts: []string{"fine text", "bad \xff\xfe utf-8", long, "also fine"}, Truncate: &no}
+	if _, err := c.Submit(context.Background(), j); err != nil {
+		t.Fatal(err)
+	}
+	r := collect(t, c, "items", []string{"mixed"})["mixed"]
+	if r.Error != nil || len(r.Items) != 4 {
+		t.Fatalf("result %+v, want 4 items and no job error", r)
+	}
+	if it := r.Items[1]; it.Error == nil || it.Error.Code != schema.CodeInvalidUTF8 || it.Dense != nil {
+		t.Errorf("invalid UTF-8 item: %+v", it)
+	}
+	if it := r.Items[2]; it.Error == nil || it.Error.Code != schema.CodeTextTooLong || it.Dense != nil {
+		t.Errorf("too long item with truncate=false: %+v", it)
+	}
+	want, _, err := e.Embed(context.Background(), engineText([]string{"fine text", "also fine"}, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, i := range []int{0, 3} {
+		if it := r.Items[i]; it.Error != nil || !closeVec(it.Dense, want[k].Dense) {
+			t.Errorf("item %d beside the failed ones: error %v, dense equal to the engine's %v", i, it.Error, closeVec(it.Dense, want[k].Dense))
+		}
+	}
+	settledAll(t, srv)
+	if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
+		t.Errorf("%d dead letters for a job with item errors", n)
+	}
+}
+
+func TestCoreInboxReplyAndNoReply(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, engine.Config{})
+	w := startWorker(t, srv, e, workerOptions{})
+	jobs := strings.TrimSuffix(srv.cfg.Jobs.Subjects[0], ">") + "core"
+
+	// A job stored in the stream whose reply is a requester's core inbox.
+	inbox := nats.NewInbox()
+	sub, err := srv.nc.SubscribeSync(inbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	publishRaw(t, srv.js, jobs, withJSON(map[string][]string{schema.HeaderMsgID: {"inbox"}}),
+		fmt.Appendf(nil, `{"v":1,"id":"inbox","texts":["to my inbox"],"reply":%q}`, inbox))
+	m, err := sub.NextMsg(15 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := schema.DecodeResult(m.Data, schema.EncodingFor(m.Header.Get(schema.HeaderContentType)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, e, res, []string{"to my inbox"}, nil)
+
+	// A job with no reply at all: embedded, discarded, ACKed.
+	publishRaw(t, srv.js, jobs, withJSON(map[string][]string{schema.HeaderMsgID: {"nowhere"}}),
+		[]byte(`{"v":1,"id":"nowhere","texts":["nobody listens"]}`))
+	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if st := w.cons.Stats(); st.Jobs != 2 || st.Texts != 2 {
+			return fmt.Errorf("consumer stats %+v, want both jobs embedded", st)
+		}
+		return nil
+	})
+	settledAll(t, srv)
+	for _, s := range []string{srv.cfg.Results.Name, srv.cfg.DLQ.Name} {
+		if n := streamCount(t, srv.js, s); n != 0 {
+			t.Errorf("%s holds %d messages, want none", s, n)
+		}
+	}
+}
+
+// slowEmbedder holds its first Embed call for hold before running it.
+type slowEmbedder struct {
+	*engine.Engine
+	hold time.Duration
+	once sync.Once
+}
+
+func (s *slowEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+	s.once.Do(func() { time.Sleep(s.hold) })
+	return s.Engine.Embed(ctx, texts)
+}
+
+func TestInProgressKeepsAJobPastAckWait(t *testing.T) {
+	srv := newServer(t, func(c *jetstream.Config) { c.Consumer.AckWait = time.Second })
+	var seen deliveries
+	startWorker(t, srv, &slowEmbedder{Engine: openEngine(t, engine.Config{}), hold: 3 * time.Second}, workerOptions{sink: seen.wrap})
+	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("slow"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(context.Background(), schema.NewJob("slow", "a job that takes three ack waits")); err != nil {
+		t.Fatal(err)
+	}
+	collect(t, c, "slow", []string{"slow"})
+	settledAll(t, srv)
+	if n := seen.of("slow"); n != 1 {
+		t.Errorf("delivered %d times: the job expired while it ran", n)
+	}
+	if info := consumerInfo(t, srv); info.Delivered.Consumer != 1 {
+		t.Errorf("the server delivered %d messages, want 1", info.Delivered.Consumer)
+	}
+}
+
+func TestRefusedResultIsNakedThenDeadLettered(t *testing.T) {
+	srv := newServer(t, func(c *jetstream.Config) { c.Consumer.MaxDeliver = 3 })
+	// The results stream refuses anything over 64 bytes: every result.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := srv.js.Stream(ctx, srv.cfg.Results.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := s.CachedInfo().Config
+	rc.MaxMsgSize = 64
+	if _, err := srv.js.UpdateStream(ctx, rc); err != nil {
+		t.Fatal(err)
+	}
+	var seen deliveries
+	startWorker(t, srv, openEngine(t, engine.Config{}), workerOptions{
+		cfg:  consumer.Config{NakBackoff: consumer.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
+		sink: seen.wrap,
+	})
+	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("refused"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(context.Background(), schema.NewJob("refused", "its result is too big for the stream")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 1 {
+			return fmt.Errorf("%d dead letters", n)
+		}
+		return nil
+	})
+	settledAll(t, srv)
+	if n := seen.of("refused"); n != 3 {
+		t.Errorf("delivered %d times, want NAKs up to MaxDeliver 3", n)
+	}
+	dl := streamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
+	if h := dl.Headers(); h.Get(jetstream.HeaderDLQCode) != consumer.ReasonPublishFailed || h.Get(jetstream.HeaderDLQJobID) != "refused" || h.Get(jetstream.HeaderDLQDelivered) != "3" {
+		t.Errorf("dead letter headers %v", h)
+	}
+	if n := streamCount(t, srv.js, srv.cfg.Results.Name); n != 0 {
+		t.Errorf("%d results stored past the size limit", n)
+	}
+}
