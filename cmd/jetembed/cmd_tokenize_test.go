@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -110,5 +111,46 @@ func TestTokenizeCommandUsage(t *testing.T) {
 	}
 	if code, _, errOut := runTokenizeCmd(t, "", "--tokenizer", "does-not-exist.json"); code != 1 || errOut == "" {
 		t.Errorf("missing file: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestTokenizeCommandMatchesHuggingFace runs the command over the whole
+// parity corpus (many scripts, emoji, controls, 8k+ token documents) and
+// holds every output line to the ids HuggingFace tokenizers produced for it,
+// committed with the tokenizer package, in its three modes.
+func TestTokenizeCommandMatchesHuggingFace(t *testing.T) {
+	dir := filepath.Join("..", "..", "engine", "tokenizer", "testdata", "parity")
+	corpus, err := os.ReadFile(filepath.Join(dir, "corpus.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for mode, args := range map[string][]string{
+		"default":   nil,
+		"nospecial": {"--no-special"},
+		"max64":     {"--max-tokens", "64"},
+	} {
+		want, err := os.ReadFile(filepath.Join(dir, "xlmr-unigram."+mode+".expected.jsonl"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := runTokenizeCmd(t, string(corpus), append([]string{"--tokenizer", xlmrTokenizer}, args...)...)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", mode, code, errOut)
+		}
+		got, exp := parseTokenizeOut(t, out), parseTokenizeOut(t, string(want))
+		if len(got) != len(exp) || len(got) < 1000 {
+			t.Fatalf("%s: %d lines out, %d expected", mode, len(got), len(exp))
+		}
+		bad := 0
+		for i := range exp {
+			if !slices.Equal(got[i].IDs, exp[i].IDs) {
+				if bad++; bad <= 3 {
+					t.Errorf("%s line %d: ids differ from HuggingFace:\n got %v\nwant %v", mode, i+1, got[i].IDs, exp[i].IDs)
+				}
+			}
+		}
+		if bad > 0 {
+			t.Errorf("%s: %d of %d lines differ", mode, bad, len(exp))
+		}
 	}
 }
