@@ -115,7 +115,9 @@ func (c *Consumer) runBatch(ctx context.Context, b *batch) {
 	texts, idx := make([]engine.Text, 0, n), make([]int, 0, n)
 	spans := make([]span, len(b.jobs))
 	for k, j := range b.jobs {
-		c.cfg.Metrics.QueueWait(ctx, now.Sub(j.since()))
+		// The stream's clock is not this host's: a skew must not make a
+		// wait negative.
+		c.cfg.Metrics.QueueWait(ctx, max(now.Sub(j.since()), 0))
 		out, truncate := j.outputs(), j.job.Truncates()
 		spans[k].at = len(texts)
 		for i, t := range j.job.Texts {

@@ -265,6 +265,17 @@ func TestQueueWait(t *testing.T) {
 	if s := r.met.get("queue wait s"); s < 3600 || s > 3700 {
 		t.Errorf("queue wait %ds, want about an hour", s)
 	}
+
+	// A stream clock an hour ahead of this host's counts as no wait.
+	d, m = delivery(t, schema.NewJob("k", "text"), schema.EncodingJSON, 1)
+	d.Stored = time.Now().Add(time.Hour)
+	if err := r.c.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	m.wait(t)
+	if n, s := r.met.get("queue waits"), r.met.get("queue wait s"); n != 2 || s < 3600 || s > 3700 {
+		t.Errorf("after a job stored in the future: %d waits summing %ds, want 2 and the first one's hour", n, s)
+	}
 }
 
 // TestPublishConfirmBeforeAck: the ACK waits for the stream's confirmation.

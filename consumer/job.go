@@ -107,8 +107,9 @@ func (c *Consumer) replyOf(j *job) string {
 	return j.d.Reply
 }
 
-// since is when the job's queue wait began: stored in the stream, else
-// received, else queued here.
+// since is when the job's queue wait began: stored in the stream (for a
+// redelivery too, so the wait includes earlier attempts), else received,
+// else queued here.
 func (j *job) since() time.Time {
 	switch {
 	case !j.d.Stored.IsZero():

@@ -66,7 +66,10 @@ func badInput(code schema.Code) bool {
 // failure, nil on success.
 //
 //   - success: publish res, ACK.
-//   - bad input: error result, DLQ, TERM.
+//   - bad input: error result, DLQ, TERM. A request-reply job too gets its
+//     DLQ copy (it has no message to TERM): DESIGN.md says no bad job is
+//     silent, and the DLQ is where operators look for the producer that
+//     sends them, whichever way it came.
 //   - deadline_exceeded: error result, ACK (the producer gave up on it).
 //   - retriable refusal, or internal (a bug or a panic, which might pass on
 //     another consumer): NAK with backoff; on the final delivery an error

@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -286,6 +287,20 @@ func TestRequestReplyAndDiscovery(t *testing.T) {
 	bad.V = 2
 	if res, err := c.Request(ctx, bad); !errors.Is(err, &schema.Error{Code: schema.CodeBadVersion}) || res == nil || res.ID != "3" {
 		t.Errorf("Request of a version 2 job: %v, %v; want its bad_version result and error", res, err)
+	}
+
+	// Bad requests are copied to the DLQ like bad stored jobs.
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 2 {
+			return fmt.Errorf("%d dead letters, want the 2 bad requests", n)
+		}
+		return nil
+	})
+	for i, m := range streamMsgs(t, srv.js, srv.cfg.DLQ.Name, "") {
+		h := m.Headers()
+		if id := h.Get(jetstream.HeaderDLQJobID); id != fmt.Sprint(i+2) || h.Get(jetstream.HeaderSubject) != jetstream.EndpointSubject {
+			t.Errorf("dead letter %d: headers %v, want job %d from %s", i, h, i+2, jetstream.EndpointSubject)
+		}
 	}
 
 	// Discoverable as `nats micro info embed` does it.

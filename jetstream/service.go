@@ -46,7 +46,10 @@ type ServiceOptions struct {
 // loop feeds, so request texts are packed into the same runs as queued
 // jobs. The job is the request body (JSON when its Content-Type says so,
 // else msgpack) and the result is the reply, with a micro error (code = the
-// job-level error code) when the whole job failed. ctx is given to Submit;
+// job-level error code) when the whole job failed. A request that is bad
+// input (undecodable, invalid) is also copied to the DLQ, as a stored job
+// would be, so that every refused job can be found in one place. ctx is
+// given to Submit;
 // Stop the returned service to unregister. It returns once the server knows
 // the endpoint.
 func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOptions) (micro.Service, error) {
