@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -230,5 +231,38 @@ func TestRefusedResultIsNakedThenDeadLettered(t *testing.T) {
 	}
 	if n := streamCount(t, srv.js, srv.cfg.Results.Name); n != 0 {
 		t.Errorf("%d results stored past the size limit", n)
+	}
+}
+
+// TestMaxDeliveriesAdvisoryReachesDLQ: a job that no consumer settles (its
+// process hung or died on every delivery) is recorded in the DLQ by the
+// server's max-deliveries advisory.
+func TestMaxDeliveriesAdvisoryReachesDLQ(t *testing.T) {
+	srv := newServer(t, func(c *jetstream.Config) {
+		c.Consumer.AckWait, c.Consumer.MaxDeliver = 500*time.Millisecond, 2
+	})
+	var got atomic.Int32
+	hung := sinkFunc(func(context.Context, consumer.Delivery) error {
+		got.Add(1)
+		return nil // never settled
+	})
+	loop, err := jetstream.Pull(context.Background(), jobsConsumer(t, srv), hung, jetstream.PullLogger(testLogger(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Stop()
+	publishRaw(t, srv.js, strings.TrimSuffix(srv.cfg.Jobs.Subjects[0], ">")+"hung", map[string][]string{schema.HeaderMsgID: {"hung"}}, []byte("job"))
+	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 1 {
+			return fmt.Errorf("%d dead letters", n)
+		}
+		return nil
+	})
+	m := streamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
+	if !strings.HasPrefix(m.Subject(), "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.") || !strings.Contains(string(m.Data()), `"deliveries":2`) {
+		t.Errorf("dead letter on %s: %s, want the max-deliveries advisory", m.Subject(), m.Data())
+	}
+	if n := got.Load(); n != 2 {
+		t.Errorf("%d deliveries, want MaxDeliver 2", n)
 	}
 }
