@@ -154,6 +154,35 @@ func TestRealEngine(t *testing.T) {
 	if len(reports) != 1 || len(reports[0].Chunks) < 2 {
 		t.Fatalf("%d Embed calls; want the six jobs in one call spread over several chunks", len(reports))
 	}
+	// The call's texts are the jobs' in queue order: map each to its job
+	// and see that chunks cross job boundaries both ways.
+	var jobOf []int
+	for k, j := range jobs {
+		for range j.Texts {
+			jobOf = append(jobOf, k)
+		}
+	}
+	chunksOf := map[int]map[int]bool{} // job -> chunks holding its texts
+	manyJobs := false
+	for ci, ch := range reports[0].Chunks {
+		inChunk := map[int]bool{}
+		for _, i := range ch.Items {
+			k := jobOf[i]
+			inChunk[k] = true
+			if chunksOf[k] == nil {
+				chunksOf[k] = map[int]bool{}
+			}
+			chunksOf[k][ci] = true
+		}
+		manyJobs = manyJobs || len(inChunk) > 1
+	}
+	spans := false
+	for _, cs := range chunksOf {
+		spans = spans || len(cs) > 1
+	}
+	if !manyJobs || !spans {
+		t.Errorf("chunks %+v: want a chunk with texts of several jobs (%v) and a job over several chunks (%v)", reports[0].Chunks, manyJobs, spans)
+	}
 
 	for k, j := range jobs {
 		pub.mu.Lock()
