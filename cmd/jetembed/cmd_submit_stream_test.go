@@ -252,4 +252,18 @@ func TestSubmitWindowAndOrder(t *testing.T) {
 	if n := r.msgs(t, "EMBED_RESULTS"); n != 30 {
 		t.Errorf("%d results stored, want 30", n)
 	}
+
+	// The same run from stdin (read once, streaming) is answered from the
+	// results stream alone, line for line.
+	input, err := os.ReadFile(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := run(t, string(input), "submit", "--nats", r.url, "--run", "win", "--job-size", fmt.Sprint(size), "--max-inflight", "2", "-")
+	if code != 0 || !strings.Contains(stderr, "30 jobs already done") {
+		t.Fatalf("submit from stdin: exit %d: %s", code, stderr)
+	}
+	if first, _ := os.ReadFile(out); stdout != string(first) {
+		t.Error("submit from stdin wrote another output than from the file")
+	}
 }
