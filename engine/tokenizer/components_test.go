@@ -1,11 +1,15 @@
 package tokenizer
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/rivo/uniseg"
 	"golang.org/x/text/unicode/norm"
@@ -120,25 +124,78 @@ func TestNormalizers(t *testing.T) {
 	}
 }
 
-// TestPrecompiledMalformed feeds random and cut charsmaps: loading may fail,
-// normalizing must not panic.
+// TestPrecompiledMalformed feeds random charsmaps and cuts of the real
+// nmt_nfkc one: loading may fail, normalizing must not panic and must give
+// valid UTF-8 for valid input.
 func TestPrecompiledMalformed(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 2))
-	texts := []string{"abc", "é\u0301", "日本語", "\x00\x01", "👨‍👩‍👧"}
+	texts := []string{"abc", "é\u0301", "日本語", "\x00\x01", "👨‍👩‍👧", "ｶﾞ①\r\n"}
+	var blobs [][]byte
 	for range 500 {
 		blob := make([]byte, 4+r.IntN(64))
 		for i := range blob {
 			blob[i] = byte(r.IntN(256))
 		}
 		blob[0], blob[1], blob[2], blob[3] = byte(r.IntN(len(blob))&^3), 0, 0, 0
+		blobs = append(blobs, blob)
+	}
+	nfkc := realCharsmap(t)
+	for range 200 {
+		cut := slices.Clone(nfkc[:4+r.IntN(len(nfkc)-4)])
+		if r.IntN(2) == 0 {
+			cut[4+r.IntN(len(cut)-4)] ^= byte(1 + r.IntN(255))
+		}
+		blobs = append(blobs, cut)
+	}
+	parsed := 0
+	for _, blob := range blobs {
 		p, err := parsePrecompiled(blob)
 		if err != nil {
 			continue
 		}
+		parsed++
 		for _, s := range texts {
-			p.normalize(s)
+			if out := p.normalize(s); !utf8.ValidString(out) {
+				t.Fatalf("charsmap of %d bytes turned %q into invalid UTF-8 %q", len(blob), s, out)
+			}
 		}
 	}
+	t.Logf("%d of %d charsmaps parsed", parsed, len(blobs))
+	if parsed < len(blobs)/10 {
+		t.Fatalf("only %d of %d charsmaps parsed: the test exercises too little of normalize", parsed, len(blobs))
+	}
+}
+
+// realCharsmap is the decoded nmt_nfkc charsmap of the committed XLM-R
+// tokenizer.
+func realCharsmap(t *testing.T) []byte {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(tokenizersDir, "xlmr-unigram.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f struct {
+		Normalizer struct {
+			Normalizers []struct {
+				Type     string `json:"type"`
+				Charsmap string `json:"precompiled_charsmap"`
+			} `json:"normalizers"`
+		} `json:"normalizer"`
+	}
+	if err := json.Unmarshal(data, &f); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range f.Normalizer.Normalizers {
+		if n.Type == "Precompiled" {
+			blob, err := base64.StdEncoding.DecodeString(n.Charsmap)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return blob
+		}
+	}
+	t.Fatal("no Precompiled normalizer in xlmr-unigram.json")
+	return nil
 }
 
 // TestNormalizeUnbounded checks the slow path against x/text where x/text's
