@@ -86,6 +86,9 @@ type Report struct {
 	// NoopEngine the bare no-op engine; Naive one session run per job
 	// through NATS; Arrival fixed arrival-order batches on bare sessions.
 	Engine, NoopEngine, Arrival Rate
+	// EngineCalls is how many Embed calls the bare engine makes of the
+	// corpus: the batches the consumer would gather from the backlog.
+	EngineCalls int
 	// EngineRounds and PipelineRounds are the texts/s of every round.
 	EngineRounds, PipelineRounds []float64
 	Pipeline, Noop, Naive        Bulk
@@ -94,9 +97,10 @@ type Report struct {
 	// engine's in-flight budgets (estimated and real tokens).
 	InFlightTokens, EngineInflightTokens int
 	// PeerEngine is jetembed's bare engine on the peer's texts.
-	Peer       *Peer
-	PeerEngine Rate
-	PeerErr    error
+	Peer             *Peer
+	PeerEngine       Rate
+	PeerEngineRounds []float64
+	PeerErr          error
 }
 
 // noopTexts is about how many texts the no-op runs embed.
@@ -128,7 +132,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.EngineInflightTokens = st.InflightBudget
 	cost := st.Cost
 	logf("engine ready (cost model a=%.3g bq=%.3g)", cost.A, cost.Bq)
-	if _, err := bareEngine(ctx, e, corpus[:min(len(corpus), engineCallTexts)]); err != nil {
+	if _, err := bareEngine(ctx, e, fixedCalls(corpus[:min(len(corpus), engineCallTexts)], engineCallTexts)); err != nil {
 		return nil, fmt.Errorf("warm pass: %w", err)
 	}
 
@@ -137,9 +141,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// while it happens, and the best of alternating rounds is the least
 	// disturbed figure of each.
 	cc := consumer.Config{MaxBatchTokens: consumer.DefaultMaxBatchTokens * cfg.Sessions}
-	r.InFlightTokens = cc.WithDefaults().InFlightTokens
+	ccd := cc.WithDefaults()
+	r.InFlightTokens = ccd.InFlightTokens
+	calls := consumerCalls(jobs, ccd.MaxBatchTokens, ccd.MaxBatchJobs)
+	r.EngineCalls = len(calls)
 	for round := range cfg.Rounds {
-		bare, err := bareEngine(ctx, e, corpus)
+		bare, err := bareEngine(ctx, e, calls)
 		if err != nil {
 			return nil, fmt.Errorf("bare engine: %w", err)
 		}
@@ -171,11 +178,24 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	logf("request-reply at 50%% load: p50 %v p99 %v", r.Loaded.P50, r.Loaded.P99)
 
 	if cfg.PeerDir != "" {
+		// jetembed's engine runs on the peer's texts right before and
+		// right after the peer and keeps its best, as the peer keeps the
+		// best of its rounds: both see the same machine.
 		peerTexts := corpus[:min(cfg.PeerTexts, len(corpus))]
-		if r.PeerEngine, err = bareEngine(ctx, e, peerTexts); err != nil {
+		before, err := bareEngine(ctx, e, fixedCalls(peerTexts, engineCallTexts))
+		if err != nil {
 			return nil, fmt.Errorf("engine on the peer texts: %w", err)
 		}
 		r.Peer, r.PeerErr = peer(ctx, cfg, s, peerTexts)
+		after, err := bareEngine(ctx, e, fixedCalls(peerTexts, engineCallTexts))
+		if err != nil {
+			return nil, fmt.Errorf("engine on the peer texts: %w", err)
+		}
+		r.PeerEngineRounds = []float64{before.PerSecond(), after.PerSecond()}
+		r.PeerEngine = before
+		if after.PerSecond() > before.PerSecond() {
+			r.PeerEngine = after
+		}
 		if r.PeerErr != nil {
 			logf("peer failed: %v", r.PeerErr)
 		} else {
@@ -211,13 +231,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	// The no-op runs are three orders of magnitude faster: they go over
 	// the corpus many times so that they last long enough to time.
 	reps := max(1, noopTexts/len(corpus))
-	var noopCorpus []string
 	var noopJobs [][]string
 	for range reps {
-		noopCorpus = append(noopCorpus, corpus...)
 		noopJobs = append(noopJobs, jobs...)
 	}
-	if r.NoopEngine, err = bareEngine(ctx, noop, noopCorpus); err != nil {
+	if r.NoopEngine, err = bareEngine(ctx, noop, consumerCalls(noopJobs, ccd.MaxBatchTokens, ccd.MaxBatchJobs)); err != nil {
 		return nil, fmt.Errorf("no-op engine: %w", err)
 	}
 	cw := &counting{inner: noop}

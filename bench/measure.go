@@ -36,17 +36,61 @@ func (r Rate) Fill() float64 {
 	return float64(r.Tokens) / float64(r.Padded)
 }
 
-// engineCallTexts is how many texts one bare-engine call holds: about what
-// the consumer gathers into one batch from a backlog of mixed jobs.
+// engineCallTexts is how many texts one bare-engine call holds when the
+// texts are not cut into the consumer's batches (the warm pass and the
+// peer's texts).
 const engineCallTexts = 256
 
-// bareEngine embeds texts directly with e, in calls of engineCallTexts made
-// by two callers at once (the consumer keeps two batches in flight), and
+// consumerCalls groups jobs the way the consumer gathers a backlog into
+// batches: whole jobs in order, until the next one would take the batch
+// over maxTokens estimated tokens (the consumer's len/3+2 estimate) or
+// maxJobs jobs.
+func consumerCalls(jobs [][]string, maxTokens, maxJobs int) [][]string {
+	var calls [][]string
+	var cur []string
+	tokens, n := 0, 0
+	for _, job := range jobs {
+		est := 0
+		for _, t := range job {
+			est += len(t)/3 + 2
+		}
+		if n > 0 && (tokens+est > maxTokens || n == maxJobs) {
+			calls = append(calls, cur)
+			cur, tokens, n = nil, 0, 0
+		}
+		cur = append(cur, job...)
+		tokens += est
+		n++
+	}
+	if len(cur) > 0 {
+		calls = append(calls, cur)
+	}
+	return calls
+}
+
+// fixedCalls cuts texts into calls of n texts.
+func fixedCalls(texts []string, n int) [][]string {
+	var calls [][]string
+	for len(texts) > 0 {
+		k := min(n, len(texts))
+		calls = append(calls, texts[:k])
+		texts = texts[k:]
+	}
+	return calls
+}
+
+// bareEngine embeds the texts of calls directly with e, one Embed per call,
+// from two callers at once (the consumer keeps two batches in flight), and
 // fails if any item fails.
-func bareEngine(ctx context.Context, e *engine.Engine, texts []string) (Rate, error) {
-	in := make([]engine.Text, len(texts))
-	for i, t := range texts {
-		in[i] = engine.Text{Text: t, Outputs: engine.Dense, Truncate: true}
+func bareEngine(ctx context.Context, e *engine.Engine, calls [][]string) (Rate, error) {
+	in := make([][]engine.Text, len(calls))
+	texts := 0
+	for i, call := range calls {
+		in[i] = make([]engine.Text, len(call))
+		for k, t := range call {
+			in[i][k] = engine.Text{Text: t, Outputs: engine.Dense, Truncate: true}
+		}
+		texts += len(call)
 	}
 	var (
 		next           atomic.Int64
@@ -62,15 +106,15 @@ func bareEngine(ctx context.Context, e *engine.Engine, texts []string) (Rate, er
 		go func() {
 			defer wg.Done()
 			for {
-				lo := int(next.Add(engineCallTexts)) - engineCallTexts
-				if lo >= len(in) {
+				c := int(next.Add(1)) - 1
+				if c >= len(in) {
 					return
 				}
-				embs, rep, err := e.Embed(ctx, in[lo:min(lo+engineCallTexts, len(in))])
+				embs, rep, err := e.Embed(ctx, in[c])
 				if err == nil {
 					for i := range embs {
 						if embs[i].Err != nil {
-							err = fmt.Errorf("text %d: %w", lo+i, embs[i].Err)
+							err = fmt.Errorf("call %d text %d: %w", c, i, embs[i].Err)
 							break
 						}
 					}
@@ -86,7 +130,7 @@ func bareEngine(ctx context.Context, e *engine.Engine, texts []string) (Rate, er
 		}()
 	}
 	wg.Wait()
-	return Rate{Texts: len(texts), Elapsed: time.Since(start), Tokens: tokens, Padded: padTok}, firstErr
+	return Rate{Texts: texts, Elapsed: time.Since(start), Tokens: tokens, Padded: padTok}, firstErr
 }
 
 // arrivalBatch is the batch size of arrival-order batching.

@@ -17,6 +17,9 @@ type PeerRun struct {
 	Seconds    float64 `json:"seconds"`
 	TextsPerS  float64 `json:"texts_per_s"`
 	Dimensions int     `json:"dim"`
+	// Rounds are the texts/s of every round; Seconds and TextsPerS are
+	// those of the best.
+	Rounds []float64 `json:"rounds"`
 }
 
 // Peer is what scripts/peer/peer.js reports.

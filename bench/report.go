@@ -105,17 +105,17 @@ func (r *Report) Markdown(w io.Writer) error {
 		}
 		p("| %s | %d | %.2f | %.1f | %s |\n", name, x.Texts, x.Elapsed.Seconds(), x.PerSecond(), fill)
 	}
-	row(fmt.Sprintf("bare engine, calls of 256 texts, 2 callers (best of rounds: %s)", rounds(r.EngineRounds)), r.Engine)
+	row(fmt.Sprintf("bare engine, the consumer's %d batches as calls, 2 callers (best of rounds: %s)", r.EngineCalls, rounds(r.EngineRounds)), r.Engine)
 	row(fmt.Sprintf("pipeline through NATS, queue pre-filled (best of rounds: %s)", rounds(r.PipelineRounds)), r.Pipeline.Rate)
 	row("naive: one session run per job through NATS", r.Naive.Rate)
 	row(fmt.Sprintf("arrival-order batches of %d on bare sessions", arrivalBatch), r.Arrival)
-	row("no-op engine, bare", r.NoopEngine)
+	row("no-op engine, bare (consumer batches as calls)", r.NoopEngine)
 	row("no-op engine through NATS", r.Noop.Rate)
 	if r.Peer != nil {
-		row("bare engine on the peer's texts", r.PeerEngine)
+		row(fmt.Sprintf("bare engine on the peer's texts, calls of 256 texts (best of before/after the peer: %s)", rounds(r.PeerEngineRounds)), r.PeerEngine)
 		for _, pr := range r.Peer.Runs {
-			p("| transformers.js %s, batch %d, %d thread(s) | %d | %.2f | %.1f | n/a |\n",
-				r.Peer.Version, pr.Batch, r.Peer.Threads, r.Peer.Texts, pr.Seconds, pr.TextsPerS)
+			p("| transformers.js %s, batch %d, %d thread(s) (best of rounds: %s) | %d | %.2f | %.1f | n/a |\n",
+				r.Peer.Version, pr.Batch, r.Peer.Threads, rounds(pr.Rounds), r.Peer.Texts, pr.Seconds, pr.TextsPerS)
 		}
 	}
 	p("\nLatency: %d sequential requests of %q each; engine p50 %s (bare Embed), request p50 %s / p99 %s idle, %s / %s at 50%% load, where the bare p50 was %s (the background producer queued %d jobs, of which %d were done when the requests ended).\n",
@@ -130,12 +130,12 @@ func (r *Report) Markdown(w io.Writer) error {
 const method = `How each figure is made (package bench):
 
 - Corpus: synthetic English-word texts with a fixed seed, 25% of 3-12 words, 30% of 13-40, 35% of 41-160, 10% of 161-320; cut in order into jobs of which two in five hold one text and the others 2-32 texts.
-- Bare engine: Engine.Embed on the whole corpus in calls of 256 texts from two callers (as the consumer keeps two batches in flight), after an untimed warm pass; the engine is the one serve builds (sessions, packer, cost probe, heads). Bare engine and pipeline runs alternate for a few rounds and each keeps its best, since other load on the machine slows whichever runs while it happens.
+- Bare engine: Engine.Embed on the whole corpus, one call per batch the consumer gathers from the backlog (whole jobs up to its default 16384 estimated tokens), from two callers (as the consumer keeps two batches in flight), after an untimed warm pass; the engine is the one serve builds (sessions, packer, cost probe, heads). Bare engine and pipeline runs alternate for a few rounds and each keeps its best, since other load on the machine slows whichever runs while it happens.
 - Pipeline: a fresh embedded nats-server, the streams provisioned with the defaults, every job queued first, then a consumer like serve's (fetch loop, consumer, publisher, micro service) is started and timed until the last result is stored in EMBED_RESULTS.
 - No-op loop: the same pipeline and engine (tokenizer, packer, scheduler, heads) on sessions that return zeros at once; its time per text, divided by the real engine's time per text, is the overhead.
 - Naive baseline: the same pipeline with one job per Embed call and one session run per job, padded to the job's longest text, no packing across jobs (dense only).
 - Arrival-order batching: fixed batches of 32 texts in arrival order on bare sessions, each padded to its longest text, tokenizing inside the timing.
 - Latency: sequential request-reply calls of one short text through the micro service, one every 200 ms (at most one minute), each preceded by a bare Embed of the same text; the added latency is the request percentile minus the bare p50. Under load a producer queues corpus jobs at half the measured pipeline rate meanwhile.
-- Peer: @huggingface/transformers feature-extraction (CLS pooling, normalized) on onnxruntime-node's bundled CPU ONNX Runtime, the same model.onnx and tokenizer.json through symlinks, intra-op threads = sessions x threads, every batch size warmed once and then timed over the same texts; jetembed's bare engine is timed on those texts too.
+- Peer: @huggingface/transformers feature-extraction (CLS pooling, normalized) on onnxruntime-node's bundled CPU ONNX Runtime, the same model.onnx and tokenizer.json through symlinks, intra-op threads = sessions x threads, every batch size warmed once and then timed over the same texts in two rounds, keeping the best; jetembed's bare engine is timed on those texts right before and right after the peer, keeping the best.
 - Peak RSS: /proc/self/status VmHWM, reset through /proc/self/clear_refs right before the bulk run. The process also holds the embedded nats-server, the producer and, during the bulk run, the stored jobs and results.
 `

@@ -1,8 +1,9 @@
 // peer.js is the transformers.js peer of `make bench`: it embeds the same
 // texts with the same model files and thread count through
 // @huggingface/transformers' feature-extraction pipeline (onnxruntime-node,
-// CLS pooling, L2 normalized) at each batch size given, and prints one JSON
-// line: {"threads":N,"texts":T,"runs":[{"batch":B,"seconds":S,"texts_per_s":R}]}.
+// CLS pooling, L2 normalized) at each batch size given, best of two rounds,
+// and prints one JSON line:
+// {"threads":N,"texts":T,"runs":[{"batch":B,"seconds":S,"texts_per_s":R,"dim":D,"rounds":[R1,R2]}]}.
 //
 // usage: node peer.js MODEL_DIR TEXTS.jsonl THREADS BATCHES(comma separated)
 // MODEL_DIR is a directory in Hugging Face layout (config.json,
@@ -35,15 +36,26 @@ for (const b of batches) {
   await extractor(texts.slice(0, b), { pooling: 'cls', normalize: true });
 }
 
+// Each batch size is timed in two rounds and keeps its best, as jetembed's
+// measurements do: other load on the machine slows whichever round it hits.
+const rounds = 2;
 const runs = [];
 for (const b of batches) {
-  const start = process.hrtime.bigint();
-  let dim = 0;
-  for (let i = 0; i < texts.length; i += b) {
-    const out = await extractor(texts.slice(i, i + b), { pooling: 'cls', normalize: true });
-    dim = out.dims[1];
+  let best = null;
+  const rates = [];
+  for (let r = 0; r < rounds; r++) {
+    const start = process.hrtime.bigint();
+    let dim = 0;
+    for (let i = 0; i < texts.length; i += b) {
+      const out = await extractor(texts.slice(i, i + b), { pooling: 'cls', normalize: true });
+      dim = out.dims[1];
+    }
+    const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+    rates.push(texts.length / seconds);
+    if (best === null || seconds < best.seconds) {
+      best = { batch: b, seconds, texts_per_s: texts.length / seconds, dim };
+    }
   }
-  const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-  runs.push({ batch: b, seconds, texts_per_s: texts.length / seconds, dim });
+  runs.push({ ...best, rounds: rates });
 }
 console.log(JSON.stringify({ threads, texts: texts.length, runs }));
