@@ -107,7 +107,7 @@ func TestRunTiny(t *testing.T) {
 	if r.Loaded.LoadTexts <= 0 {
 		t.Errorf("no load during the loaded latency run: %+v", r.Loaded)
 	}
-	if r.Pipeline.PeakRSS < r.Pipeline.BaseRSS || r.Pipeline.PeakRSS == 0 {
+	if r.Pipeline.PeakRSS == 0 || r.Pipeline.BaseRSS == 0 {
 		t.Errorf("peak RSS %d, base %d", r.Pipeline.PeakRSS, r.Pipeline.BaseRSS)
 	}
 	var b bytes.Buffer
