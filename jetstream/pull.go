@@ -156,11 +156,28 @@ func (p *PullLoop) Closed() <-chan struct{} { return p.done }
 func (p *PullLoop) run(ctx context.Context) {
 	defer close(p.done)
 	defer p.cancel()
+	lastMsg := p.o.now()
 	for {
 		p.mu.Lock()
 		it := p.it
 		p.mu.Unlock()
-		m, err := it.Next()
+		// Next is woken regularly: nats.go (v1.55) issues the next pull
+		// request only at the top of Next, and skips it while the previous
+		// one is still being sent. When the server answers that one before
+		// its sender goroutine runs again (a loaded host), a Next blocked
+		// with nothing requested waits for the missed-heartbeat timeout,
+		// 30s; waking it lets it ask again.
+		m, err := it.Next(natsjs.NextMaxWait(p.o.wake))
+		if errors.Is(err, nats.ErrTimeout) {
+			// A timed-out Next also stops the iterator's heartbeat check,
+			// so a pull request the server lost is caught here instead:
+			// after a long silence the iterator is reopened.
+			if p.o.now().Sub(lastMsg) >= p.o.idleReopen {
+				lastMsg = p.o.now()
+				p.reopenIdle()
+			}
+			continue
+		}
 		if err != nil {
 			if errors.Is(err, natsjs.ErrMsgIteratorClosed) {
 				if p.reopen() {
@@ -177,6 +194,7 @@ func (p *PullLoop) run(ctx context.Context) {
 			p.o.logger.Warn("pull", "err", err)
 			continue
 		}
+		lastMsg = p.o.now()
 		p.mu.Lock()
 		nak := p.nak
 		p.mu.Unlock()
@@ -208,6 +226,19 @@ func (p *PullLoop) reopen() bool {
 	p.o.logger.Debug("prefetch resized", "from", p.size, "to", p.resize)
 	p.it, p.size, p.resize = it, p.resize, 0
 	return true
+}
+
+// reopenIdle drains the iterator to open it again at the same size, as a
+// resize does, after the loop heard nothing for idleReopen.
+func (p *PullLoop) reopenIdle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopping || p.resize != 0 {
+		return
+	}
+	p.o.logger.Debug("pull: nothing received for a while, reopening the iterator", "after", p.o.idleReopen)
+	p.resize = p.size
+	p.it.Drain()
 }
 
 func (p *PullLoop) stats() (consumer.Stats, bool) {
@@ -286,8 +317,11 @@ type pullOptions struct {
 	maxBytes int
 	ackWait  time.Duration
 	every    time.Duration
-	logger   *slog.Logger
-	now      func() time.Time
+	// wake bounds one Next call; idleReopen is the silence after which
+	// the iterator is reopened (see run).
+	wake, idleReopen time.Duration
+	logger           *slog.Logger
+	now              func() time.Time
 }
 
 // Default prefetch limits of [Pull], in messages.
@@ -299,9 +333,11 @@ const (
 func defaultPullOptions() pullOptions {
 	return pullOptions{
 		min: DefaultPrefetchMin, max: DefaultPrefetchMax,
-		every:  2 * time.Second,
-		logger: slog.Default(),
-		now:    time.Now,
+		every:      2 * time.Second,
+		wake:       250 * time.Millisecond,
+		idleReopen: 30 * time.Second,
+		logger:     slog.Default(),
+		now:        time.Now,
 	}
 }
 
