@@ -123,7 +123,8 @@ func (p *PullLoop) Prefetch() int {
 // The server may have routed a few more messages of the outstanding pull
 // request when the iterator's inbox went away; they never arrive and come
 // back after AckWait (delivery is at least once). nats.go's Messages has no
-// way to wait for the pull request to finish; resizes have the same window.
+// way to wait for the pull request to finish; resizes, and the reopen after
+// a long silence (see run), have the same window.
 func (p *PullLoop) Stop() { p.stop(true) }
 
 // Drain stops pulling and hands the messages already buffered to the sink
