@@ -266,3 +266,56 @@ func TestMaxDeliveriesAdvisoryReachesDLQ(t *testing.T) {
 		t.Errorf("%d deliveries, want MaxDeliver 2", n)
 	}
 }
+
+// delayEmbedder runs every Embed call after a pause, so that work piles up.
+type delayEmbedder struct {
+	*engine.Engine
+	pause time.Duration
+}
+
+func (d delayEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+	time.Sleep(d.pause)
+	return d.Engine.Embed(ctx, texts)
+}
+
+// TestInFlightBudgetStopsPulling: with an in-flight budget of one job, the
+// process holds one job at a time and stops pulling meanwhile, so the
+// server sees no more jobs out than that one, the one waiting in Submit and
+// the prefetch; the rest stay in the stream for other processes.
+func TestInFlightBudgetStopsPulling(t *testing.T) {
+	srv := newServer(t, nil)
+	w := startWorker(t, srv, delayEmbedder{Engine: openEngine(t, engine.Config{}), pause: 50 * time.Millisecond}, workerOptions{
+		cfg:  consumer.Config{InFlightTokens: 1, Patience: time.Millisecond},
+		pull: []jetstream.PullOption{jetstream.PrefetchLimits(2, 2)},
+	})
+	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("budget"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 20
+	var ids []string
+	for i := range n {
+		j := schema.NewJob(fmt.Sprint("b", i), fmt.Sprint("budgeted text ", i))
+		if _, err := c.Submit(context.Background(), j); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	maxHeld, maxOut := 0, 0
+	natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		maxHeld = max(maxHeld, w.cons.Stats().Held)
+		info := consumerInfo(t, srv)
+		maxOut = max(maxOut, info.NumAckPending)
+		if n := streamCount(t, srv.js, srv.cfg.Results.Name); n != 20 {
+			return fmt.Errorf("%d results", n)
+		}
+		return nil
+	})
+	collect(t, c, "budget", ids)
+	if maxHeld > 1 || maxOut > 4 {
+		t.Errorf("held up to %d jobs and had %d out at once; want 1 held and at most 1+1+2 out", maxHeld, maxOut)
+	}
+	if maxHeld == 0 || maxOut < 2 {
+		t.Errorf("held up to %d, %d out: the sampling saw no work in flight", maxHeld, maxOut)
+	}
+}
