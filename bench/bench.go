@@ -56,7 +56,7 @@ func (c Config) WithDefaults() Config {
 		c.Seed = 1
 	}
 	if c.Rounds <= 0 {
-		c.Rounds = 2
+		c.Rounds = 3
 	}
 	if c.Requests <= 0 {
 		c.Requests = 200

@@ -19,8 +19,8 @@ out=${BENCH_OUT:-BENCHMARKS.md}
 texts=${BENCH_TEXTS:-250}
 peer_texts=${BENCH_PEER_TEXTS:-80}
 requests=${BENCH_REQUESTS:-100}
-sessions=${BENCH_SESSIONS:-1}
-threads=${BENCH_THREADS:-0}
+sessions=${BENCH_SESSIONS:-2}
+threads=${BENCH_THREADS:-1}
 export JETEMBED_ORT_LIB=${JETEMBED_ORT_LIB:-$deps/onnxruntime/libonnxruntime.so.1}
 
 [ -x "$bin" ] || go build -o "$bin" ./cmd/jetembed
