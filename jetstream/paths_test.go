@@ -319,3 +319,37 @@ func TestInFlightBudgetStopsPulling(t *testing.T) {
 		t.Errorf("held up to %d, %d out: the sampling saw no work in flight", maxHeld, maxOut)
 	}
 }
+
+// TestRequestOverBudgetIsAnsweredOverloaded: a request never waits for the
+// in-flight budget (its caller is waiting): it is answered overloaded,
+// retriable, at once, while the job holding the budget completes.
+func TestRequestOverBudgetIsAnsweredOverloaded(t *testing.T) {
+	srv := newServer(t, nil)
+	w := startWorker(t, srv, delayEmbedder{Engine: openEngine(t, engine.Config{}), pause: 2 * time.Second}, workerOptions{
+		cfg: consumer.Config{InFlightTokens: 1, Patience: time.Millisecond},
+	})
+	c, err := jetstream.NewClient(srv.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	first := make(chan error, 1)
+	go func() {
+		_, err := c.Embed(ctx, "holds the budget")
+		first <- err
+	}()
+	natstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if st := w.cons.Stats(); st.Held != 1 {
+			return fmt.Errorf("%d held", st.Held)
+		}
+		return nil
+	})
+	res, err := c.Embed(ctx, "finds it full")
+	if res == nil || res.Error == nil || res.Error.Code != schema.CodeOverloaded || !res.Error.Retriable {
+		t.Errorf("second request: %+v, %v; want a retriable overloaded answer", res, err)
+	}
+	if err := <-first; err != nil {
+		t.Errorf("first request: %v", err)
+	}
+}
