@@ -6,9 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -198,4 +200,44 @@ func bulkRun(ctx context.Context, emb consumer.Embedder, cc consumer.Config, job
 		return nil
 	})
 	return b, err
+}
+
+// counting wraps an embedder and sums the tokens it ran, so that a pipeline
+// run reports its padding like a bare run does.
+type counting struct {
+	inner interface {
+		Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error)
+	}
+	mu             sync.Mutex
+	tokens, padded int
+}
+
+func (c *counting) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+	embs, rep, err := c.inner.Embed(ctx, texts)
+	c.mu.Lock()
+	c.tokens += rep.Tokens
+	c.padded += rep.PaddedTokens
+	c.mu.Unlock()
+	return embs, rep, err
+}
+
+// ModelID and MaxTokens pass through what the consumer asks the engine.
+func (c *counting) ModelID() string {
+	if m, ok := c.inner.(interface{ ModelID() string }); ok {
+		return m.ModelID()
+	}
+	return ""
+}
+
+func (c *counting) MaxTokens() int {
+	if m, ok := c.inner.(interface{ MaxTokens() int }); ok {
+		return m.MaxTokens()
+	}
+	return 0
+}
+
+func (c *counting) totals() (int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tokens, c.padded
 }
