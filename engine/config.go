@@ -53,6 +53,11 @@ type Config struct {
 	NoWarmup bool
 	// WarmupBatches are the batch sizes of the default grid; default 1, 2.
 	WarmupBatches []int
+	// WarmupMaxSeq caps the default grid's sequence lengths; 0 means
+	// MaxTokens. A CPU session compiles nothing per shape, and warming
+	// batch 2 at 8192 tokens holds gigabytes of attention scores, so
+	// cmd caps CPU warm-up (see --warmup-max-seq).
+	WarmupMaxSeq int
 	// Coverage records warmed shapes; default a fresh [NewCoverage]. The
 	// fleet passes one it raises from the shared shape bucket.
 	Coverage Coverage
@@ -110,8 +115,12 @@ func (c Config) WithDefaults(modelMax int) Config {
 		c.WarmupBatches = []int{1, 2}
 	}
 	if c.Warmup == nil && !c.NoWarmup {
+		maxSeq := c.MaxTokens
+		if c.WarmupMaxSeq > 0 && c.WarmupMaxSeq < maxSeq {
+			maxSeq = c.WarmupMaxSeq
+		}
 		for _, seq := range c.Tiers {
-			if seq > c.MaxTokens {
+			if seq > maxSeq {
 				break
 			}
 			for _, b := range c.WarmupBatches {

@@ -349,3 +349,18 @@ func TestCanaryAndClose(t *testing.T) {
 		t.Errorf("embed after close: %v", embs[0].Err)
 	}
 }
+
+func TestDefaultWarmupGridRespectsMaxSeq(t *testing.T) {
+	for _, tc := range []struct {
+		maxSeq, wantLongest int
+	}{{0, 8192}, {512, 512}, {600, 512}, {100000, 8192}} {
+		cfg := Config{WarmupMaxSeq: tc.maxSeq}.WithDefaults(8192)
+		longest := 0
+		for _, s := range cfg.Warmup {
+			longest = max(longest, s.Seq)
+		}
+		if longest != tc.wantLongest {
+			t.Errorf("WarmupMaxSeq %d: longest warm-up seq %d, want %d", tc.maxSeq, longest, tc.wantLongest)
+		}
+	}
+}

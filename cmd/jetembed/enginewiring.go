@@ -30,6 +30,7 @@ type engineFlags struct {
 	guardSeq            *int
 	breaker             *int
 	warmBatches, warmSq *string
+	warmMaxSeq          *string
 	probe               *bool
 	engineCache         *string
 	fp16                *bool
@@ -65,7 +66,8 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		guardSeq:        fs.Int("guard-seq", 4096, "sequence length from which the JIT guard applies"),
 		breaker:         fs.Int("breaker-threshold", 3, "consecutive run errors that drop and reload a session"),
 		warmBatches:     fs.String("warmup-batches", defBatches, "warm-up grid batch sizes, comma separated (empty: no warm-up)"),
-		warmSq:          fs.String("warmup-seqs", "", "warm-up grid sequence lengths (default: every tier up to max tokens)"),
+		warmSq:          fs.String("warmup-seqs", "", "warm-up grid sequence lengths (default: every tier up to --warmup-max-seq)"),
+		warmMaxSeq:      fs.String("warmup-max-seq", "auto", "longest sequence of the default warm-up grid: auto (max tokens on cuda/tensorrt, 512 on cpu, where a shape compiles nothing and batch 2 x 8192 needs gigabytes), or a number"),
 		probe:           fs.Bool("probe", true, "time a few shapes at start and fit the packing cost model"),
 		engineCache:     fs.String("trt-cache", "", "TensorRT engine cache directory (shared by the fleet)"),
 		fp16:            fs.Bool("fp16", false, "TensorRT: build FP16 engines"),
@@ -116,8 +118,20 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 		return cfg, p, err
 	}
 	// Without --warmup-seqs the engine warms every tier up to the model's
-	// maximum at these batch sizes.
+	// maximum (or --warmup-max-seq) at these batch sizes.
 	cfg.NoWarmup, cfg.WarmupBatches = len(batches) == 0, batches
+	switch *f.warmMaxSeq {
+	case "auto":
+		if p.Kind == ort.CPU {
+			cfg.WarmupMaxSeq = cpuWarmupMaxSeq
+		}
+	default:
+		n, err := strconv.Atoi(*f.warmMaxSeq)
+		if err != nil || n < 1 {
+			return cfg, p, fmt.Errorf("%w: --warmup-max-seq %q (want auto or a positive number)", errUsage, *f.warmMaxSeq)
+		}
+		cfg.WarmupMaxSeq = n
+	}
 	for _, s := range seqs {
 		for _, b := range batches {
 			cfg.Warmup = append(cfg.Warmup, engine.Shape{Batch: b, Seq: s})
@@ -125,6 +139,11 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	}
 	return cfg, p, nil
 }
+
+// cpuWarmupMaxSeq caps the default CPU warm-up grid: enough to prove the
+// session and grow its arenas for common lengths without holding the
+// attention scores of the longest shapes.
+const cpuWarmupMaxSeq = 512
 
 // open loads the model, the tokenizer and the sessions and returns a ready
 // engine (warm-up done). The caller closes the engine.
