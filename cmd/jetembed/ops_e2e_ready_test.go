@@ -24,9 +24,9 @@ import (
 // warm-up, while the model warms, and 200 from then on.
 func TestOpsReadyAfterWarmup(t *testing.T) {
 	srv := natstest.RunServer(t)
-	// A grid long enough (sequences up to 4096) that the first poll, made as
-	// soon as the HTTP server is up, falls before it ends.
-	s := startOps(t, srv.ClientURL(), "--warmup-batches", "1", "--warmup-seqs", "512,1024,2048,4096")
+	// A grid long enough (nine shapes up to 4096 tokens) that the first
+	// poll, made as soon as the HTTP server is up, falls before it ends.
+	s := startOps(t, srv.ClientURL(), "--warmup-batches", "1", "--warmup-seqs", "256,384,512,768,1024,1536,2048,3072,4096")
 	addr := s.logField(t, "http listening", "addr")
 	code, body := get(t, "http://"+addr+"/readyz")
 	var rd telemetry.Readiness
