@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -265,6 +266,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 				pending.Store(int64(info.NumPending))
 				ackPending.Store(int64(info.NumAckPending))
 			}
+			recordEngineState(bg, metrics, e.Stats())
 			select {
 			case <-bg.Done():
 				return
@@ -343,4 +345,13 @@ func drainConn(nc interface {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
+}
+
+// recordEngineState copies the engine's warmed shapes and per-session
+// breaker state (a session that is not loaded is open) into the gauges.
+func recordEngineState(ctx context.Context, m *telemetry.Metrics, st engine.Stats) {
+	m.SetWarmedShapes(ctx, len(st.Warmed))
+	for _, s := range st.Sessions {
+		m.SetBreakerOpen(ctx, strconv.Itoa(s.Index), !s.Loaded)
+	}
 }

@@ -282,6 +282,17 @@ func TestOpsMetrics(t *testing.T) {
 			t.Errorf("%s moved by %g, want %g", series, got, w)
 		}
 	}
+	// The engine's state gauges: the session is loaded (breaker closed)
+	// and the shapes it ran count as warmed.
+	if v, ok := after[`jetembed_breaker_open{session="0"}`]; !ok || v != 0 {
+		t.Errorf(`jetembed_breaker_open{session="0"} = %g (present %v), want 0`, v, ok)
+	}
+	natstest.CheckFor(t, 15*time.Second, 100*time.Millisecond, func() error {
+		if n := scrape(t, addr)["jetembed_warmed_shapes"]; n < 1 {
+			return fmt.Errorf("jetembed_warmed_shapes = %g after jobs ran", n)
+		}
+		return nil
+	})
 	if p := delta(after, "jetembed_padded_tokens_total"); p < float64(wantTokens) {
 		t.Errorf("padded tokens moved by %g, fewer than the %d real ones", p, wantTokens)
 	}
