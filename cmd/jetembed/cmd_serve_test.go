@@ -20,45 +20,12 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// served is a `jetembed serve` running in a goroutine through runMain, as
-// main runs it; cancelling its context is what SIGTERM does.
-type served struct {
-	cancel context.CancelFunc
-	done   chan int
-	log    *lockedBuffer
-}
-
-// startServe runs serve against url with the tiny model and waits until it
-// logs that it is ready.
+// startServe runs serve against url with the tiny model, no HTTP server,
+// and waits until it logs that it is ready.
 func startServe(t *testing.T, url string, extra ...string) *served {
 	t.Helper()
-	model := tinyModel(t, "tiny-hidden")
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &served{cancel: cancel, done: make(chan int, 1), log: &lockedBuffer{}}
-	args := append([]string{"serve", "--nats", url, "--model", model, "--threads", "1",
-		"--warmup-batches", "", "--probe=false", "--heartbeat", "0", "--log-format", "json", "--http", ""}, extra...)
-	go func() {
-		s.done <- runMain(ctx, args, stdio{in: strings.NewReader(""), out: io.Discard, err: s.log})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-s.done:
-		case <-time.After(30 * time.Second):
-			t.Error("serve did not stop")
-		}
-	})
-	natstest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
-		select {
-		case code := <-s.done:
-			t.Fatalf("serve exited with %d: %s", code, s.log.String())
-		default:
-		}
-		if !strings.Contains(s.log.String(), `"msg":"ready"`) {
-			return errors.New("not ready yet")
-		}
-		return nil
-	})
+	s := startOps(t, url, append([]string{"--http", ""}, extra...)...)
+	s.waitReady(t)
 	return s
 }
 

@@ -26,20 +26,21 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// opsServe is a `jetembed serve` running in a goroutine as main runs it;
-// cancelling its context is what SIGTERM does.
-type opsServe struct {
-	done chan int
-	log  *lockedBuffer
+// served is a `jetembed serve` running in a goroutine through runMain, as
+// main runs it; cancel is what SIGTERM does.
+type served struct {
+	cancel context.CancelFunc
+	done   chan int
+	log    *lockedBuffer
 }
 
 // startOps starts serve with the tiny model and test-friendly settings
 // (later args override earlier ones) and returns at once.
-func startOps(t *testing.T, url string, extra ...string) *opsServe {
+func startOps(t *testing.T, url string, extra ...string) *served {
 	t.Helper()
 	model := tinyModel(t, "tiny-hidden")
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &opsServe{done: make(chan int, 1), log: &lockedBuffer{}}
+	s := &served{cancel: cancel, done: make(chan int, 1), log: &lockedBuffer{}}
 	args := append([]string{"serve", "--nats", url, "--model", model, "--threads", "1",
 		"--warmup-batches", "", "--probe=false", "--heartbeat", "0", "--log-format", "json",
 		"--http", "127.0.0.1:0", "--patience", "2ms"}, extra...)
@@ -62,7 +63,7 @@ func startOps(t *testing.T, url string, extra ...string) *opsServe {
 
 // logField waits (polling every millisecond) for the JSON log line whose
 // msg is msg and returns its field key.
-func (s *opsServe) logField(t *testing.T, msg, key string) string {
+func (s *served) logField(t *testing.T, msg, key string) string {
 	t.Helper()
 	var value string
 	natstest.CheckFor(t, 30*time.Second, time.Millisecond, func() error {
@@ -84,7 +85,7 @@ func (s *opsServe) logField(t *testing.T, msg, key string) string {
 	return value
 }
 
-func (s *opsServe) waitReady(t *testing.T) { s.logField(t, "ready", "model") }
+func (s *served) waitReady(t *testing.T) { s.logField(t, "ready", "model") }
 
 // get returns the status and body of an HTTP GET.
 func get(t *testing.T, url string) (int, string) {
