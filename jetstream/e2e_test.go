@@ -179,14 +179,7 @@ func TestManySmallJobsShareRuns(t *testing.T) {
 	}
 	// Queued before any worker runs: the first fetch brings many at once.
 	const n = 40
-	var ids []string
-	for i := range n {
-		j := schema.NewJob(fmt.Sprintf("s%02d", i), fmt.Sprintf("small job number %d", i))
-		if _, err := c.Submit(context.Background(), j); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, j.ID)
-	}
+	ids := submitJobs(t, c, n, "s%02d", "small job number %d")
 	ce := &countingEmbedder{Embedder: e}
 	startWorker(t, srv, ce, workerOptions{cfg: consumer.Config{Patience: 100 * time.Millisecond}})
 	// A request while the queue drains joins the same runs.
@@ -320,4 +313,19 @@ func TestRequestReplyAndDiscovery(t *testing.T) {
 	if !strings.Contains(string(stats.Data), `"num_requests":4`) || !strings.Contains(string(stats.Data), `"num_errors":2`) {
 		t.Errorf("stats after 4 requests, 2 failed: %s", stats.Data)
 	}
+}
+
+// submitJobs queues n one-text jobs; job i has id fmt.Sprintf(idFormat, i)
+// and text fmt.Sprintf(textFormat, i). It returns the ids in order.
+func submitJobs(t *testing.T, c *jetstream.Client, n int, idFormat, textFormat string) []string {
+	t.Helper()
+	ids := make([]string, 0, n)
+	for i := range n {
+		j := schema.NewJob(fmt.Sprintf(idFormat, i), fmt.Sprintf(textFormat, i))
+		if _, err := c.Submit(context.Background(), j); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	return ids
 }

@@ -163,14 +163,7 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 30
-	var ids []string
-	for i := range n {
-		j := schema.NewJob(fmt.Sprintf("r%02d", i), fmt.Sprintf("redelivered text %d", i))
-		if _, err := c.Submit(context.Background(), j); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, j.ID)
-	}
+	ids := submitJobs(t, c, n, "r%02d", "redelivered text %d")
 	// Worker A publishes results but its ACKs are lost, and after its first
 	// few batches it blocks in Embed until it is stopped.
 	var (

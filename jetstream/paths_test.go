@@ -293,14 +293,7 @@ func TestInFlightBudgetStopsPulling(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 20
-	var ids []string
-	for i := range n {
-		j := schema.NewJob(fmt.Sprint("b", i), fmt.Sprint("budgeted text ", i))
-		if _, err := c.Submit(context.Background(), j); err != nil {
-			t.Fatal(err)
-		}
-		ids = append(ids, j.ID)
-	}
+	ids := submitJobs(t, c, n, "b%d", "budgeted text %d")
 	maxHeld, maxOut := 0, 0
 	natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		maxHeld = max(maxHeld, w.cons.Stats().Held)
