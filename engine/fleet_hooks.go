@@ -49,25 +49,26 @@ func (e *Engine) WarmedShapes() iter.Seq2[int, int] {
 // sees busy false and the same runs across an interval knows the engine
 // stayed idle in between, even if it missed short calls (they move runs).
 func (e *Engine) Activity() (busy bool, runs int64) {
-	busy = e.adm.inUse() > 0
+	queued, running := e.sched.busy()
+	busy = e.adm[bulk].inUse() > 0 || e.adm[interactive].inUse() > 0 || queued > 0 || running > 0
 	for _, s := range e.pool.sessions {
 		runs += s.runs.Load()
-		if s.load.Load() > 0 {
-			busy = true
-		}
 	}
 	return busy, runs
 }
 
-// CostModel is the packing cost model in use: a*B*S + bq*B*S^2 seconds;
-// both zero when the engine schedules by tokens.
-func (e *Engine) CostModel() (a, bq float64) { return e.cfg.Cost.A, e.cfg.Cost.Bq }
+// CostModel is the run-time model in use: a*B*S + bq*B*S^2 seconds (plus
+// a fixed cost per run, refitted from the runs).
+func (e *Engine) CostModel() (a, bq float64) {
+	e.sched.mu.Lock()
+	defer e.sched.mu.Unlock()
+	return e.sched.cost.a, e.sched.cost.bq
+}
 
 // Probe times the probe shapes and installs the fitted cost model, as New
 // does with Config.Probe, and returns it (zeros when too few shapes fit).
 // The fleet calls it, or [Engine.UseCost] with a peer's coefficients,
-// right after New and before the engine serves: neither may run
-// concurrently with Embed, which reads the cost model without a lock.
+// right after New and before the engine serves.
 func (e *Engine) Probe(ctx context.Context) (a, bq float64, err error) {
 	if err := e.probe(ctx); err != nil {
 		return 0, 0, err
@@ -77,8 +78,7 @@ func (e *Engine) Probe(ctx context.Context) (a, bq float64, err error) {
 }
 
 // UseCost installs a cost model measured elsewhere (a peer with the same
-// model and hardware) instead of probing. See [Engine.Probe] for when it
-// may be called.
+// model and hardware) instead of probing. Runs keep refining it.
 func (e *Engine) UseCost(a, bq float64) error {
 	c := pack.Cost{A: a, Bq: bq}
 	if a < 0 || bq < 0 || a == 0 && bq == 0 {
