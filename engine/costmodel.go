@@ -39,6 +39,11 @@ const flopsPerSecond = 2e10
 // runPrior is the prior fixed cost of one session run, in seconds.
 const runPrior = 2e-4
 
+// priorWeight is the weight of each of the prior's pseudo-runs, in runs:
+// small, so a prior off by a factor of five yields within a few runs, yet
+// enough to decide the directions the runs do not (all one shape).
+const priorWeight = 0.02
+
 // decay is the weight a run keeps per later run (about the last 200 runs
 // count).
 const decay = 0.995
@@ -85,7 +90,7 @@ func (m *costModel) setPrior() {
 	for _, sh := range []Shape{{1, 16}, {4, 128}, {1, 1024}} {
 		x := features(sh.Batch, sh.Seq)
 		c := m.seconds(sh.Batch, sh.Seq)
-		w := 2 / (c * c)
+		w := priorWeight / (c * c)
 		for i := range 3 {
 			for j := range 3 {
 				m.prior[i][j] += w * x[i] * x[j]

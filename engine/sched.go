@@ -100,6 +100,7 @@ type sched struct {
 	aging    time.Duration
 	refused  func(seq int) bool
 	now      func() time.Time
+	learn    bool // refit the run-time model from runs (tests turn it off)
 	window   int
 	scratch  []int
 	selected []bool
@@ -113,7 +114,7 @@ func newSched(cfg Config, cost *costModel, refused func(int) bool) *sched {
 	s := &sched{
 		cost: cost, maxBatch: cfg.MaxBatch, maxToks: cfg.MaxBatchTokens,
 		maxCost: cfg.MaxChunkLatency.Seconds(), memory: cfg.MemoryBudget,
-		aging: cfg.Aging, refused: refused, now: time.Now, window: window,
+		aging: cfg.Aging, refused: refused, now: time.Now, window: window, learn: true,
 	}
 	if !cfg.PadExact {
 		s.tiers = cfg.Tiers
@@ -311,7 +312,9 @@ func (s *sched) take(cl class, idx []int, w *work) {
 // observe feeds a run's measured time to the cost model.
 func (s *sched) observe(batch, seq int, d time.Duration) {
 	s.mu.Lock()
-	s.cost.observe(batch, seq, d.Seconds())
+	if s.learn {
+		s.cost.observe(batch, seq, d.Seconds())
+	}
 	s.mu.Unlock()
 }
 
