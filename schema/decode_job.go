@@ -101,6 +101,10 @@ func (j *Job) decodeField(r reader, key string, sawV *bool) error {
 		j.Reply, err = r.str()
 	case "deadline":
 		j.Deadline, err = r.str()
+	case "priority":
+		var p string
+		p, err = r.str()
+		j.Priority = Priority(p)
 	case "meta":
 		j.Meta, err = r.meta()
 	default:
