@@ -215,7 +215,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	logf("arrival-order batches of %d: %.1f texts/s", arrivalBatch, r.Arrival.PerSecond())
 	naive := &naiveEmbedder{s: s, pool: pool}
-	ncc := consumer.Config{MaxBatchJobs: 1, Batches: cfg.Sessions}
+	ncc := consumer.Config{MaxBatchJobs: 1} // the runner pool bounds the runs at once
 	if r.Naive, err = bulkRun(ctx, naive, ncc, jobs); err != nil {
 		return nil, fmt.Errorf("naive baseline: %w", err)
 	}

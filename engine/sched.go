@@ -31,8 +31,15 @@ func WithInteractive(ctx context.Context) context.Context {
 	return context.WithValue(ctx, interactiveKey{}, true)
 }
 
+// IsInteractive reports whether ctx came from [WithInteractive], for
+// embedders that wrap or stand in for the engine.
+func IsInteractive(ctx context.Context) bool {
+	v, _ := ctx.Value(interactiveKey{}).(bool)
+	return v
+}
+
 func classOf(ctx context.Context) class {
-	if v, _ := ctx.Value(interactiveKey{}).(bool); v {
+	if IsInteractive(ctx) {
 		return interactive
 	}
 	return bulk
