@@ -37,9 +37,11 @@ type Config struct {
 	// interactive text waits at most about one chunk per session; 0
 	// means the default of 100 ms, negative no cap.
 	MaxChunkLatency time.Duration
-	// MemoryBudget bounds the modelled workspace (bytes) of every chunk
-	// and warm-up shape; a text that does not fit alone is cut (or fails
-	// text_too_long) at the length that does. 0 means no budget.
+	// MemoryBudget bounds the modelled workspace (bytes) of the chunks
+	// and warm-up shapes of all sessions together: each session's chunk
+	// stays within MemoryBudget / Sessions. A text that does not fit alone
+	// is cut (or fails text_too_long) at the length that does. 0 means no
+	// budget.
 	MemoryBudget int64
 	// InflightTokens is the bulk admission budget: real tokens of all bulk
 	// Embed calls in progress. Default 8 x MaxBatchTokens x Sessions.
@@ -194,6 +196,11 @@ func (c Config) validate() error {
 		}
 	}
 	return c.packConfig().Validate()
+}
+
+// chunkMemory is the workspace budget of one session's chunk; 0 none.
+func (c Config) chunkMemory() int64 {
+	return c.MemoryBudget / int64(max(c.Sessions, 1))
 }
 
 func (c Config) packConfig() pack.Config {

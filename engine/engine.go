@@ -35,9 +35,9 @@ type Engine struct {
 func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory RunnerFactory) (*Engine, error) {
 	cost := newCostModel(m.Config)
 	explicit := cfg.Warmup != nil
-	memMax := cost.maxSeq(cfg.MemoryBudget)
+	memMax := cost.maxSeq(cfg.chunkMemory())
 	if memMax < 2 {
-		return nil, fmt.Errorf("%w: memory budget %d bytes holds no text (one of 2 tokens needs %.0f)", ErrConfig, cfg.MemoryBudget, cost.bytes(1, 2))
+		return nil, fmt.Errorf("%w: memory budget %d bytes holds no text (one of 2 tokens needs %.0f a session)", ErrConfig, cfg.MemoryBudget, cost.bytes(1, 2))
 	}
 	// A text the budget cannot hold even alone is cut to what fits (or
 	// fails text_too_long): the budget lowers the engine's maximum.
@@ -91,14 +91,15 @@ func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory
 // fitWarmup keeps the warm-up shapes whose workspace fits the memory
 // budget: a default grid drops the others, a given one is refused.
 func fitWarmup(cfg Config, cost *costModel, explicit bool) ([]Shape, error) {
-	if cfg.MemoryBudget <= 0 {
+	budget := cfg.chunkMemory()
+	if budget <= 0 {
 		return cfg.Warmup, nil
 	}
 	var out []Shape
 	for _, sh := range cfg.Warmup {
-		if b := cost.bytes(sh.Batch, sh.Seq); b > float64(cfg.MemoryBudget) {
+		if b := cost.bytes(sh.Batch, sh.Seq); b > float64(budget) {
 			if explicit {
-				return nil, fmt.Errorf("%w: warm-up shape %v needs about %.0f MiB, above the memory budget of %d MiB", ErrConfig, sh, b/(1<<20), cfg.MemoryBudget>>20)
+				return nil, fmt.Errorf("%w: warm-up shape %v needs about %.0f MiB, above the memory budget of %d MiB a session", ErrConfig, sh, b/(1<<20), budget>>20)
 			}
 			continue
 		}

@@ -120,7 +120,7 @@ const window = 512
 func newSched(cfg Config, cost *costModel, refused func(int) bool) *sched {
 	s := &sched{
 		cost: cost, maxBatch: cfg.MaxBatch, maxToks: cfg.MaxBatchTokens,
-		maxCost: cfg.MaxChunkLatency.Seconds(), memory: cfg.MemoryBudget,
+		maxCost: cfg.MaxChunkLatency.Seconds(), memory: cfg.chunkMemory(),
 		aging: cfg.Aging, refused: refused, now: time.Now, window: window, learn: true,
 	}
 	if !cfg.PadExact {

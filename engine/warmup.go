@@ -57,7 +57,7 @@ func (e *Engine) runShape(ctx context.Context, sh Shape, s int) (time.Duration, 
 	if sh.Seq > e.cfg.MaxTokens {
 		return 0, fmt.Errorf("%w: shape %v exceeds max tokens %d", ErrConfig, sh, e.cfg.MaxTokens)
 	}
-	if b := e.sched.cost.bytes(sh.Batch, sh.Seq); e.cfg.MemoryBudget > 0 && b > float64(e.cfg.MemoryBudget) {
+	if b := e.sched.cost.bytes(sh.Batch, sh.Seq); e.sched.memory > 0 && b > float64(e.sched.memory) {
 		return 0, fmt.Errorf("%w: shape %v needs about %.0f MiB, above the memory budget", ErrConfig, sh, b/(1<<20))
 	}
 	in := e.synthetic(sh)

@@ -52,6 +52,7 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer e.Close()
+	fmt.Fprintf(io.err, "jetembed: memory budget %s\n", ef.budgetNote)
 
 	p := newProgress(io.err)
 	out := bufio.NewWriter(io.out)

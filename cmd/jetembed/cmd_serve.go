@@ -287,7 +287,8 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 		})
 	}
 	log.Info("ready", "model", e.ModelID(), "nats", nc.ConnectedUrlRedacted(), "stream", cfg.Jobs.Name,
-		"consumer", cfg.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
+		"consumer", cfg.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version,
+		"memory_budget", ef.budgetNote)
 
 	var cause error
 	select {

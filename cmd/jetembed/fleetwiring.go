@@ -61,10 +61,15 @@ func startFleet(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	probe := *ef.probe
-	*ef.probe = false // probed below, unless a peer already did
+	probeFlag := *ef.probe
+	cfgNow, _, err := ef.config()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	probe := cfgNow.Probe
+	*ef.probe = "false" // probed below, unless a peer already did
 	e, _, err = ef.open(ctx)
-	*ef.probe = probe
+	*ef.probe = probeFlag
 	if err != nil {
 		return nil, nil, nil, err
 	}
