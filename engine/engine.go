@@ -130,9 +130,10 @@ func (e *Engine) setCost(c pack.Cost) {
 // ran records a shape that ran on some session, calling OnWarmed the first
 // time.
 func (e *Engine) ran(s Shape) {
-	if e.cfg.PadExact && !e.cfg.Guard {
-		// Nothing compiles per shape: no shape record to keep.
-		return
+	if e.cfg.PadExact {
+		// Nothing compiles per shape; the record keeps tiers, so it stays
+		// small however many exact lengths run.
+		s.Seq = e.sched.tier(s.Seq)
 	}
 	if e.cfg.Coverage.Warmed(s.Batch, s.Seq) {
 		return // the common case, without the lock

@@ -170,7 +170,7 @@ func (s *session) loop(p *pool, onRun func(Shape)) {
 		} else {
 			s.chunk(p, w, onRun)
 		}
-		p.sched.finished()
+		p.sched.finished(w)
 	}
 }
 

@@ -95,8 +95,10 @@ type sched struct {
 	closed  bool
 	running int
 	// bulkSince is when bulk work last made progress (a bulk chunk
-	// started) or began waiting; aging compares it with now.
-	bulkSince time.Time
+	// started or ended) or began waiting; aging compares it with now.
+	// While a bulk chunk runs, bulk work is not starved.
+	bulkSince   time.Time
+	bulkRunning int
 
 	cost     *costModel
 	maxBatch int
@@ -104,6 +106,7 @@ type sched struct {
 	maxCost  float64 // bulk chunk latency cap, seconds; 0 none
 	memory   int64   // workspace budget, bytes; 0 none
 	tiers    []int   // nil pads to the chunk's own longest text
+	allTiers []int   // the configured tiers, for shape records
 	aging    time.Duration
 	refused  func(seq int) bool
 	now      func() time.Time
@@ -123,6 +126,7 @@ func newSched(cfg Config, cost *costModel, refused func(int) bool) *sched {
 		maxCost: cfg.MaxChunkLatency.Seconds(), memory: cfg.chunkMemory(),
 		aging: cfg.Aging, refused: refused, now: time.Now, window: window, learn: true,
 	}
+	s.allTiers = cfg.Tiers
 	if !cfg.PadExact {
 		s.tiers = cfg.Tiers
 	}
@@ -140,6 +144,15 @@ func (s *sched) pad(n int) int {
 		return n
 	}
 	return s.tiers[i]
+}
+
+// tier rounds n up to a configured tier (n beyond the last).
+func (s *sched) tier(n int) int {
+	i, _ := slices.BinarySearch(s.allTiers, n)
+	if i == len(s.allTiers) {
+		return n
+	}
+	return s.allTiers[i]
 }
 
 // enqueue queues a call's texts (items with n > 0 tokens).
@@ -189,16 +202,23 @@ func (s *sched) next(idx int) *work {
 		}
 		if cl, ok := s.pick(); ok {
 			s.running++
+			if cl == bulk {
+				s.bulkRunning++
+			}
 			return s.form(cl)
 		}
 		s.cond.Wait()
 	}
 }
 
-// finished tells the scheduler a session is done with its work.
-func (s *sched) finished() {
+// finished tells the scheduler a session is done with w.
+func (s *sched) finished(w *work) {
 	s.mu.Lock()
 	s.running--
+	if w.task == nil && w.cl == bulk {
+		s.bulkRunning--
+		s.bulkSince = s.now()
+	}
 	s.mu.Unlock()
 }
 
@@ -207,7 +227,7 @@ func (s *sched) finished() {
 func (s *sched) pick() (class, bool) {
 	hasI, hasB := len(s.queue[interactive]) > 0, len(s.queue[bulk]) > 0
 	switch {
-	case hasI && hasB && s.now().Sub(s.bulkSince) >= s.aging:
+	case hasI && hasB && s.bulkRunning == 0 && s.now().Sub(s.bulkSince) >= s.aging:
 		return bulk, true
 	case hasI:
 		return interactive, true

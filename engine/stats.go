@@ -15,9 +15,10 @@ type Stats struct {
 	// InflightTokens are admitted real tokens of Embed calls in progress
 	// (both classes); InflightBudget is the bulk class's budget.
 	InflightTokens, InflightBudget int
-	// Queued counts texts waiting in the scheduler.
-	Queued int
-	Cost   pack.Cost
+	// Queued counts texts waiting in the scheduler, QueuedInteractive
+	// those of them in the interactive class.
+	Queued, QueuedInteractive int
+	Cost                      pack.Cost
 }
 
 // SessionStats describes one session. Loaded false means its breaker is
@@ -36,13 +37,16 @@ type SessionStats struct {
 // Stats returns a snapshot; it is cheap and safe to call concurrently.
 func (e *Engine) Stats() Stats {
 	a, bq := e.CostModel()
-	queued, _ := e.sched.busy()
+	e.sched.mu.Lock()
+	queued, queuedI := len(e.sched.queue[bulk])+len(e.sched.queue[interactive]), len(e.sched.queue[interactive])
+	e.sched.mu.Unlock()
 	st := Stats{
-		Ceiling:        e.cfg.Coverage.Ceiling(),
-		InflightTokens: e.adm[bulk].inUse() + e.adm[interactive].inUse(),
-		InflightBudget: e.cfg.InflightTokens,
-		Queued:         queued,
-		Cost:           pack.Cost{A: a, Bq: bq},
+		Ceiling:           e.cfg.Coverage.Ceiling(),
+		InflightTokens:    e.adm[bulk].inUse() + e.adm[interactive].inUse(),
+		InflightBudget:    e.cfg.InflightTokens,
+		Queued:            queued,
+		QueuedInteractive: queuedI,
+		Cost:              pack.Cost{A: a, Bq: bq},
 	}
 	if ss, ok := e.cfg.Coverage.(*ShapeSet); ok {
 		st.Warmed = ss.Shapes()

@@ -75,7 +75,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		warmBatches:     fs.String("warmup-batches", defBatches, "warm-up grid batch sizes, comma separated (empty: no warm-up; auto: 1,2 on cuda/tensorrt, none on cpu, which compiles nothing per shape)"),
 		warmSq:          fs.String("warmup-seqs", "", "warm-up grid sequence lengths (default: every tier up to --warmup-max-seq)"),
 		warmMaxSeq:      fs.String("warmup-max-seq", "auto", "longest sequence of the default warm-up grid: auto (max tokens on cuda/tensorrt, 512 on cpu, where a shape compiles nothing and batch 2 x 8192 needs gigabytes), or a number"),
-		probe:           fs.String("probe", "auto", "time a few shapes at start and fit the packing cost model: auto (on for cuda/tensorrt; on cpu the model is fitted from the runs themselves), true or false"),
+		probe:           fs.AutoBool("probe", "auto", "time a few shapes at start and fit the packing cost model: auto (on for cuda/tensorrt; on cpu the model is fitted from the runs themselves), true or false"),
 		maxChunkLatency: fs.Duration("max-chunk-latency", engine.DefaultMaxChunkLatency, "cap on the modelled run time of a bulk chunk, so a request waits at most about one chunk (0: the default; negative: no cap)"),
 		memoryBudget:    fs.String("memory-budget", "auto", "workspace budget of all sessions' chunks and warm-up shapes, e.g. 2GiB: longer texts are cut (or fail text_too_long); auto: half the available memory on cpu, off on gpu providers; off"),
 		cpuArena:        fs.Bool("cpu-arena", false, "keep ONNX Runtime's CPU memory arena (faster on some shapes, but memory taken by a long text is never returned)"),
@@ -107,15 +107,7 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 		MaxBatch: *f.maxBatch, InflightTokens: *f.admission, GuardSeq: *f.guardSeq,
 		BreakerThreshold: *f.breaker, MaxChunkLatency: *f.maxChunkLatency,
 	}
-	switch strings.ToLower(*f.probe) {
-	case "auto":
-		cfg.Probe = !cpu
-	case "true", "on", "1":
-		cfg.Probe = true
-	case "false", "off", "0":
-	default:
-		return cfg, p, fmt.Errorf("%w: --probe %q (want auto, true or false)", errUsage, *f.probe)
-	}
+	cfg.Probe = *f.probe == "true" || *f.probe == "auto" && !cpu
 	var err error
 	if cfg.MemoryBudget, f.budgetNote, err = memoryBudget(*f.memoryBudget, cpu); err != nil {
 		return cfg, p, err
