@@ -36,6 +36,8 @@ type Latency struct {
 	// stored by the end: a gap means a backlog built up.
 	LoadTexts          float64
 	LoadJobs, LoadDone int
+	// Refused counts requests answered overloaded (not in the percentiles).
+	Refused int
 }
 
 // Added returns the p50 and p99 latency added to the engine's run time.
@@ -116,8 +118,12 @@ func requestLatency(ctx context.Context, e *engine.Engine, cc consumer.Config, n
 			bare = append(bare, b)
 			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			start := time.Now()
-			_, err = env.client.Embed(rctx, shortText)
+			res, err := env.client.Embed(rctx, shortText)
 			cancel()
+			if res != nil && res.Error != nil && res.Error.Code == schema.CodeOverloaded {
+				l.Refused++
+				continue
+			}
 			if err != nil {
 				reqErr = fmt.Errorf("request: %w", err)
 				break
