@@ -59,7 +59,7 @@ func (e encoder) SpecialIDs() []int32 { return e.t.SpecialIDs() }
 func (s *stack) engineConfig() engine.Config {
 	// serve's CPU defaults: no warm-up grid, no probe (the run-time model
 	// is fitted from the runs), chunks padded to their own longest text.
-	return engine.Config{Sessions: s.sessions, PadExact: true}
+	return engine.Config{Sessions: s.sessions, PadExact: true, NoWarmup: true}
 }
 
 // openEngine opens the engine on real ONNX Runtime sessions.
