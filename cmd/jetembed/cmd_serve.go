@@ -46,9 +46,9 @@ type serveFlags struct {
 
 func addServeFlags(fs *flagSet) *serveFlags {
 	return &serveFlags{
-		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long a batch waits for more jobs to pack with its first"),
-		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens that end a batch's patience window early: the texts given to the engine at once (0: max-batch-tokens x sessions)"),
-		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the jobs this process holds; when full it stops pulling (0: 4 x gather-tokens)"),
+		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long bulk jobs wait before they go to the engine, so its packer has more texts to choose from (interactive jobs wait none)"),
+		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens of queued jobs that end the patience window early (0: max-batch-tokens x sessions)"),
+		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds; when full it stops pulling (0: 4 x gather-tokens; interactive jobs have a budget of their own)"),
 		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer; the prefetch adapts below it to finish within ack-wait/4"),
 		grace:          fs.Duration("grace", 30*time.Second, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed"),
 		http:           fs.String("http", telemetry.DefaultAddr, "address of /healthz, /readyz and /metrics (empty: off)"),
@@ -207,8 +207,8 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 	if err != nil {
 		return err
 	}
-	// By default a gathered batch fills every session's run once; the
-	// engine splits it into chunks of its own --max-batch-tokens.
+	// By default the patience window ends once the queued jobs would fill
+	// every session's run once.
 	gather := *sf.gatherTokens
 	if gather <= 0 {
 		gather = *ef.maxBatchTokens
