@@ -25,7 +25,7 @@ func TestShapeAdmissible(t *testing.T) {
 	}{
 		{1, 8, true}, {8, 128, true}, {4, 256, true},
 		{1, 512, true}, {1, 300, true}, // past the last tier a text pads to its own length
-		{1, 100, false},                // between tiers: the packer never pads to it
+		{1, 100, false}, // between tiers: the packer never pads to it
 		{0, 8, false}, {-1, 8, false}, {9, 8, false}, {1_000_000_000_000_000, 8192, false},
 		{1, 1, false}, {1, 513, false}, {1, 8192, false}, {1, -8, false},
 		{8, 256, false}, // 2048 padded tokens over 1024
