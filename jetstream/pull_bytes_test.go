@@ -1,0 +1,109 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/internal/natstest"
+)
+
+// TestPullBigJobsNoSlowConsumer: jobs of 2 MB with a prefetch of 64 jobs.
+// Before the fix the pull asked for 64 messages whatever their size: 128 MB
+// in flight to one client, past the server's 64 MB pending limit of a
+// connection on a slow reader ("Slow Consumer", a disconnect), the
+// dropped jobs back after AckWait. Now a pull request carries a
+// byte cap: what this process holds stays under it, every job is
+// delivered once, and the connection reports no slow consumer. (On this
+// loopback the client reads fast enough for the server's 64 MB pending
+// limit not to trip; the bound is what keeps it so on a loaded host.)
+func TestPullBigJobsNoSlowConsumer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("moves 80 MB")
+	}
+	srv := natstest.RunServer(t)
+	var slow atomic.Int32
+	nc, err := nats.Connect(srv.ClientURL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+		if errors.Is(err, nats.ErrSlowConsumer) {
+			slow.Add(1)
+		}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.Consumer.BackOff = nil
+	cfg.Consumer.AckWait = 5 * time.Second
+	if _, err := Provision(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const jobs, size = 40, 2 << 20
+	body := make([]byte, size)
+	for i := range jobs {
+		copy(body, fmt.Sprintf("job %03d", i))
+		if _, err := js.Publish(ctx, "embed.jobs.big", body); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string]uint64{}
+	sink := sinkOf(func(_ context.Context, d consumer.Delivery) error {
+		mu.Lock()
+		seen[string(d.Data[:7])] = max(seen[string(d.Data[:7])], d.NumDelivered)
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		return d.Msg.Ack()
+	})
+	loop, err := Pull(context.Background(), cons, sink, PullLogger(quietLogger()), PullConn(nc), PrefetchLimits(64, 64))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Stop()
+	// What the server handed out and nobody acknowledged yet is in this
+	// process: the loop's buffer and the one job in the sink.
+	peak := 0
+	natstest.CheckFor(t, 60*time.Second, 2*time.Millisecond, func() error {
+		if info, err := cons.Info(ctx); err == nil {
+			peak = max(peak, info.NumAckPending*size)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) != jobs {
+			return fmt.Errorf("%d of %d jobs", len(seen), jobs)
+		}
+		return nil
+	})
+	if n := slow.Load(); n != 0 {
+		t.Errorf("%d slow consumer errors", n)
+	}
+	mu.Lock()
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("%s delivered %d times", id, n)
+		}
+	}
+	mu.Unlock()
+	if limit := DefaultPrefetchBytes + 2*size; peak > limit {
+		t.Errorf("%d MB delivered and not acknowledged, over the %d MB byte cap (+ the job in the sink)", peak>>20, DefaultPrefetchBytes>>20)
+	}
+	t.Logf("at most %d MB unacknowledged for a 64-job prefetch of 2 MB jobs", peak>>20)
+}
