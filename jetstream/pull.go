@@ -54,7 +54,6 @@ type PullLoop struct {
 	size     int  // prefetch target, in messages
 	reqBytes int  // byte cap of one pull request
 	nak      bool // Stop: give buffered messages back instead of submitting
-	cancelFn context.CancelFunc
 
 	rate rateMeter
 }
@@ -232,20 +231,23 @@ func (p *PullLoop) wantMore() (n, maxBytes int, ok bool) {
 }
 
 // fetchOnce runs one pull request to its end and buffers what it brings.
-// A reconnect of the connection ends the request at once: the server it
-// was parked on may be gone. early reports a request that ended with
+// A reconnect of the connection ends the request at once (the server it
+// was parked on may be gone), and so does its close. early reports a request that ended with
 // nothing well before its expiry, and not because of a reconnect.
 func (p *PullLoop) fetchOnce(n, maxBytes int) (early bool, err error) {
 	ctx, cancel := context.WithTimeout(p.fetchCtx, p.o.expires)
 	defer cancel()
 	var reconnect atomic.Bool
 	if p.o.nc != nil {
-		reconnected := p.o.nc.StatusChanged(nats.CONNECTED)
-		defer p.o.nc.RemoveStatusListener(reconnected)
+		status := p.o.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+		defer p.o.nc.RemoveStatusListener(status)
+		if p.o.nc.IsClosed() {
+			return false, nats.ErrConnectionClosed
+		}
 		go func() {
 			select {
-			case <-reconnected:
-				reconnect.Store(true)
+			case st := <-status:
+				reconnect.Store(st == nats.CONNECTED)
 				cancel()
 			case <-ctx.Done():
 			}

@@ -73,7 +73,7 @@ func TestPullBigJobsNoSlowConsumer(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 		return d.Msg.Ack()
 	})
-	loop, err := Pull(context.Background(), cons, sink, PullLogger(quietLogger()), PullConn(nc), PrefetchLimits(64, 64))
+	loop, err := Pull(context.Background(), cons, sink, PullLogger(quietLog), PullConn(nc), PrefetchLimits(64, 64))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,8 +3,6 @@ package jetstream
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -30,7 +28,7 @@ func TestPullAfterSilence(t *testing.T) {
 		got <- d
 		return d.Msg.Ack()
 	})
-	loop, err := Pull(context.Background(), cons, sink, PullLogger(quietLogger()), PullExpiry(200*time.Millisecond, 50*time.Millisecond),
+	loop, err := Pull(context.Background(), cons, sink, PullLogger(quietLog), PullExpiry(200*time.Millisecond, 50*time.Millisecond),
 		func(o *pullOptions) { o.onRequest = func() { requests.Add(1) } })
 	if err != nil {
 		t.Fatal(err)
@@ -88,7 +86,7 @@ func TestPullIdleReopenLosesNothing(t *testing.T) {
 	// few requests expired idle.
 	offsets := []time.Duration{0, 0, time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond}
 	var requests atomic.Int32
-	loop, err := Pull(context.Background(), cons, sink, PullLogger(quietLogger()), PullExpiry(150*time.Millisecond, 50*time.Millisecond),
+	loop, err := Pull(context.Background(), cons, sink, PullLogger(quietLog), PullExpiry(150*time.Millisecond, 50*time.Millisecond),
 		func(o *pullOptions) {
 			o.onRequest = func() {
 				n := int(requests.Add(1))
@@ -146,8 +144,6 @@ func pullRig(t *testing.T, srv *server.Server, ackWait time.Duration) (*nats.Con
 	}
 	return nc, js, cons
 }
-
-func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 type sinkOf func(context.Context, consumer.Delivery) error
 

@@ -8,7 +8,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -135,7 +134,8 @@ func (s *liveState) health() telemetry.Health {
 // serve is the whole service: health server, NATS, provisioning, engine
 // (warm-up before ready), consumer, request-reply service and fetch loop.
 // It returns nil after a drain when ctx ends (SIGTERM), and an error when
-// something needed fails or the NATS connection closes for good.
+// something needed fails at start; a connection the server closes is
+// replaced (see [session]).
 func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jetstream.Config, ef *engineFlags, ff *fleetFlags, sf *serveFlags) error {
 	shutdownTracing, err := telemetry.SetupTracing(ctx, "jetembed", version)
 	if err != nil {
@@ -175,9 +175,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	connected := nc.IsConnected
-	live.connected.Store(&connected)
+	defer func() { nc.Close() }()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -192,133 +190,45 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 		}
 	}
 
-	// The engine opens inside the fleet wiring: it takes a peer's probe
-	// coefficients, and emb reports the JIT guard's refusals as wants.
-	e, emb, stop, err := startFleet(ctx, log, js, ef, ff, cfg)
+	// The engine opens once, inside the fleet wiring: it takes a peer's
+	// probe coefficients. It outlives the connections below.
+	e, sm, err := openEngine(ctx, log, js, ef, ff, cfg)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	stopFleet := sync.OnceFunc(stop)
-	defer stopFleet()
 	live.engine.Store(e)
 	live.loaded.Store(true)
 	live.warmed.Store(true)
 
-	pub, err := jetstream.NewPublisher(nc, cfg)
-	if err != nil {
-		return err
-	}
-	// By default a gathered batch fills every session's run once; the
-	// engine splits it into chunks of its own --max-batch-tokens.
-	gather := *sf.gatherTokens
-	if gather <= 0 {
-		gather = *ef.maxBatchTokens
-		if gather <= 0 {
-			gather = consumer.DefaultMaxBatchTokens
+	// Only a signal or a configuration error ends serve. A connection the
+	// server closed in a way nats.go does not come back from (an -ERR such
+	// as a too-long control line) ends its session: serve dials a new one
+	// and builds the fleet membership, consumer, service and fetch loop
+	// again; jobs the old session held come back after AckWait.
+	s := &session{log: log, cfg: cfg, e: e, sm: sm, ef: ef, ff: ff, sf: sf, metrics: metrics, live: &live}
+	quick := 0 // sessions in a row that lasted less than a minute
+	for first := true; ; first = false {
+		start := time.Now()
+		lost, err := s.run(ctx, nc, js, first)
+		if !lost {
+			return err
 		}
-		gather *= max(*ef.sessions, 1)
-	}
-	cons, err := consumer.New(consumer.Config{
-		Patience:       *sf.patience,
-		MaxBatchTokens: gather,
-		InFlightTokens: *sf.inFlightTokens,
-		AckWait:        cfg.Consumer.AckWait,
-		MaxDeliver:     cfg.Consumer.MaxDeliver,
-		Logger:         log,
-		Metrics:        metrics,
-	}, emb, pub)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
-	}
-	// The consumer is stopped by Drain, not by ctx: SIGTERM must let it
-	// finish what it holds.
-	runDone := make(chan error, 1)
-	go func() { runDone <- cons.Run(context.WithoutCancel(ctx)) }()
-
-	svc, err := jetstream.StartService(ctx, nc, cons, jetstream.ServiceOptions{
-		Version: version, Metadata: map[string]string{"model": e.ModelID()}, Logger: log,
-	})
-	if err != nil {
-		return drainAfter(log, cons, sf, err)
-	}
-	jc, err := js.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name)
-	if err != nil {
-		_ = svc.Stop()
-		return drainAfter(log, cons, sf, fmt.Errorf("jobs consumer %s/%s: %w", cfg.Jobs.Name, cfg.Consumer.Name, err))
-	}
-	loop, err := jetstream.Pull(context.WithoutCancel(ctx), jc, cons,
-		jetstream.PullLogger(log), jetstream.PullAckWait(cfg.Consumer.AckWait), jetstream.PullConn(nc),
-		jetstream.PrefetchLimits(min(jetstream.DefaultPrefetchMin, max(*sf.prefetchMax, 1)), max(*sf.prefetchMax, 1)),
-		jetstream.PrefetchBytes(*sf.prefetchBytes))
-	if err != nil {
-		_ = svc.Stop()
-		return drainAfter(log, cons, sf, err)
-	}
-
-	// The backlog is polled, not asked per scrape: a consumer info request
-	// per scrape would put the server on the scrape path.
-	var pending, ackPending atomic.Int64
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
-	go func() {
-		t := time.NewTicker(5 * time.Second)
-		defer t.Stop()
-		for {
-			if info, err := jc.Info(bg); err == nil {
-				pending.Store(int64(info.NumPending))
-				ackPending.Store(int64(info.NumAckPending))
-			}
-			recordEngineState(bg, metrics, e.Stats())
-			select {
-			case <-bg.Done():
-				return
-			case <-t.C:
-			}
+		if quick++; time.Since(start) > time.Minute {
+			quick = 1
 		}
-	}()
-	unobserve, err := metrics.ObserveConsumer(func(context.Context) (telemetry.ConsumerStats, error) {
-		return telemetry.ConsumerStats{Pending: uint64(pending.Load()), AckPending: int(ackPending.Load())}, nil
-	})
-	if err == nil {
-		defer unobserve()
+		log.Warn("nats connection closed by the server; connecting again", "err", nc.LastError())
+		nc.Close()
+		if nc, err = jetstream.Reconnect(ctx, no, quick); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while the server was away: nothing is held
+			}
+			return err
+		}
+		if js, err = jetstream.New(nc); err != nil {
+			return err
+		}
 	}
-	if *sf.heartbeat > 0 {
-		go telemetry.Heartbeat(bg, log, *sf.heartbeat, func() telemetry.HeartbeatStats {
-			st := cons.Stats()
-			return telemetry.HeartbeatStats{Texts: st.Texts, Tokens: st.Tokens, Jobs: st.Jobs, Pending: uint64(pending.Load()), InFlight: st.Held}
-		})
-	}
-	log.Info("ready", "model", e.ModelID(), "nats", nc.ConnectedUrlRedacted(), "stream", cfg.Jobs.Name,
-		"consumer", cfg.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
-
-	var cause error
-	select {
-	case <-ctx.Done():
-		log.Info("stopping: draining in-flight jobs", "grace", *sf.grace)
-	case <-loop.Closed():
-		cause = errors.New("the fetch loop ended (nats connection closed)")
-		log.Error("stopping", "err", cause)
-	case err := <-runDone:
-		runDone <- err
-		cause = fmt.Errorf("the consumer stopped: %v", err)
-		log.Error("stopping", "err", cause)
-	}
-	live.draining.Store(true)
-	loop.Stop()
-	if err := svc.Stop(); err != nil {
-		log.Warn("micro service stop", "err", err)
-	}
-	err = drainAfter(log, cons, sf, cause)
-	<-loop.Closed()
-	<-runDone
-	stopFleet()
-	if derr := drainConn(nc); derr != nil {
-		log.Warn("nats drain", "err", derr)
-	}
-	st := cons.Stats()
-	log.Info("stopped", "jobs", st.Jobs, "texts", st.Texts)
-	return err
 }
 
 // drainAfter drains the consumer within the grace period and returns cause.
