@@ -58,13 +58,6 @@ type PullLoop struct {
 	rate rateMeter
 }
 
-// buffered is one pulled message waiting for the sink.
-type buffered struct {
-	m       natsjs.Msg
-	size    int
-	touched time.Time // received, or last InProgress
-}
-
 // Pull starts the fetch loop of the durable pull consumer cons: it pulls
 // with one pull request at a time (nats.go's Fetch) and hands every message
 // to sink as a [consumer.Delivery]. The loop runs until ctx ends, the
@@ -291,17 +284,6 @@ func (p *PullLoop) tuneBytes() bool {
 	return true
 }
 
-// msgSize is what a message counts against a pull request's byte cap.
-func msgSize(m natsjs.Msg) int {
-	n := len(m.Data()) + len(m.Subject()) + len(m.Reply())
-	for k, vs := range m.Headers() {
-		for _, v := range vs {
-			n += len(k) + len(v) + 4
-		}
-	}
-	return n
-}
-
 // submitter hands the buffered messages to the sink in order; after Stop
 // it NAKs them instead. It ends when fetching has ended and the buffer is
 // empty.
@@ -354,32 +336,6 @@ func (p *PullLoop) submitter(ctx context.Context) {
 	}
 }
 
-// heartbeater sends InProgress for every buffered message that waited a
-// quarter of AckWait since it arrived or since its last InProgress.
-func (p *PullLoop) heartbeater(ctx context.Context) {
-	every := max(p.o.ackWait/4, time.Millisecond)
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-p.done:
-			return
-		case <-t.C:
-		}
-		now := p.o.now()
-		p.mu.Lock()
-		for _, b := range p.buf {
-			if now.Sub(b.touched) >= every {
-				if err := b.m.InProgress(); err != nil {
-					p.o.logger.Debug("in progress of a buffered message failed", "err", err)
-				}
-				b.touched = now
-			}
-		}
-		p.mu.Unlock()
-	}
-}
-
 func (p *PullLoop) stats() (consumer.Stats, bool) {
 	if s, ok := p.sink.(statser); ok {
 		return s.Stats(), true
@@ -406,13 +362,4 @@ func (p *PullLoop) adapt() {
 	}
 	p.o.logger.Info("prefetch follows throughput", "jobs_per_s", round1(jobsPerSec), "texts_per_s", round1(textsPerSec), "from", p.size, "to", target)
 	p.size = target
-}
-
-// backoff is the wait before pulling again after a failed pull request:
-// from 100ms doubling to 5s.
-type backoff struct{ d time.Duration }
-
-func (b *backoff) next() time.Duration {
-	b.d = min(max(2*b.d, 100*time.Millisecond), 5*time.Second)
-	return b.d
 }
