@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -52,7 +51,9 @@ type PullLoop struct {
 	buf      []*buffered // pulled, not yet handed to the sink, oldest first
 	bufBytes int
 	size     int  // prefetch target, in messages
-	reqBytes int  // byte cap of one pull request
+	reqBytes int  // byte cap of the buffer and what is asked for
+	est      int  // estimated bytes of a job: the largest recent one
+	minEst   int  // floor of est
 	nak      bool // Stop: give buffered messages back instead of submitting
 
 	rate rateMeter
@@ -66,7 +67,8 @@ type PullLoop struct {
 // the pull request, and the loop issues a new one.
 //
 // Flow control: a pull request asks for at most the room left in the
-// prefetch buffer, in messages and in bytes ([PrefetchBytes]); the next
+// prefetch buffer, in messages and in bytes ([PrefetchBytes], at the
+// estimated job size; see wantMore); the next
 // request is issued only after the last one ended at the server (its batch
 // filled, or it expired), so no request of this loop can take a message
 // for an inbox that nobody reads. Buffered messages are not yet held by
@@ -102,8 +104,9 @@ func Pull(ctx context.Context, cons natsjs.Consumer, sink Sink, opts ...PullOpti
 		cons: cons, sink: sink, o: o, cancel: cancel, done: make(chan struct{}), timing: timing,
 		fetchCtx: fetchCtx, stopFetch: stopFetch,
 		more: make(chan struct{}, 1), room: make(chan struct{}, 1), fetcherDone: make(chan struct{}),
-		size: o.min, reqBytes: o.requestBytes(),
+		size: o.min, reqBytes: o.requestBytes(), minEst: o.minJobEstimate(),
 	}
+	p.est = p.minEst
 	st, _ := p.stats()
 	p.rate.start(o.now(), st)
 	go p.fetcher()
@@ -162,7 +165,7 @@ func (p *PullLoop) fetcher() {
 	defer signal(p.more)
 	var retry backoff
 	for {
-		n, maxBytes, ok := p.wantMore()
+		n, ok := p.wantMore()
 		if !ok {
 			select {
 			case <-p.room:
@@ -177,7 +180,7 @@ func (p *PullLoop) fetcher() {
 		if p.o.onRequest != nil {
 			p.o.onRequest()
 		}
-		early, err := p.fetchOnce(n, maxBytes)
+		err := p.fetchOnce(n)
 		switch {
 		case p.fetchCtx.Err() != nil:
 			return
@@ -196,92 +199,72 @@ func (p *PullLoop) fetcher() {
 		case err != nil:
 			p.o.logger.Debug("pull request lost (no heartbeat); pulling again")
 		}
-		if early && !p.tuneBytes() {
-			// Nothing came, early, at the largest cap: do not spin.
-			select {
-			case <-time.After(retry.next()):
-			case <-p.fetchCtx.Done():
-				return
-			}
-			continue
-		}
 		retry = backoff{}
 	}
 }
 
-// wantMore says whether to pull now and how much: the room left in the
-// buffer, once at least half of it is free (or it is empty), in messages
-// and in bytes.
-func (p *PullLoop) wantMore() (n, maxBytes int, ok bool) {
+// wantMore says whether to pull now and how many messages to ask for:
+// the room left in the buffer, once at least half of it is free (or it is
+// empty), and no more than the byte room holds at the estimated job size.
+//
+// A request carries no byte limit of its own (nats.go's FetchMaxBytes):
+// on a clustered consumer the server sends the 409 that ends a
+// byte-limited request before the deliveries it is still replicating,
+// nats.go's Fetch stops reading at the 409, and those jobs would wait out
+// AckWait. A request that asks for a number of messages ends when the
+// client has counted them, or by a 408 the server sends only after its
+// replicated deliveries.
+func (p *PullLoop) wantMore() (n int, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n = p.size - len(p.buf)
-	maxBytes = p.reqBytes - p.bufBytes
-	if len(p.buf) > 0 && (2*n < p.size || maxBytes < p.reqBytes/2) {
-		return 0, 0, false
+	room := p.reqBytes - p.bufBytes
+	if len(p.buf) > 0 && (2*n < p.size || 2*room < p.reqBytes) {
+		return 0, false
 	}
-	return max(n, 1), max(maxBytes, p.reqBytes/2), true
+	return max(min(n, room/p.est), 1), true
 }
 
 // fetchOnce runs one pull request to its end and buffers what it brings.
 // A reconnect of the connection ends the request at once (the server it
-// was parked on may be gone), and so does its close. early reports a request that ended with
-// nothing well before its expiry, and not because of a reconnect.
-func (p *PullLoop) fetchOnce(n, maxBytes int) (early bool, err error) {
+// was parked on may be gone), and so does its close.
+func (p *PullLoop) fetchOnce(n int) error {
 	ctx, cancel := context.WithTimeout(p.fetchCtx, p.o.expires)
 	defer cancel()
-	var reconnect atomic.Bool
 	if p.o.nc != nil {
 		status := p.o.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
 		defer p.o.nc.RemoveStatusListener(status)
 		if p.o.nc.IsClosed() {
-			return false, nats.ErrConnectionClosed
+			return nats.ErrConnectionClosed
 		}
 		go func() {
 			select {
-			case st := <-status:
-				reconnect.Store(st == nats.CONNECTED)
+			case <-status:
 				cancel()
 			case <-ctx.Done():
 			}
 		}()
 	}
-	start := p.o.now()
-	mb, err := p.cons.Fetch(n, natsjs.FetchMaxBytes(maxBytes), natsjs.FetchContext(ctx), natsjs.FetchHeartbeat(p.o.heartbeat))
+	mb, err := p.cons.Fetch(n, natsjs.FetchContext(ctx), natsjs.FetchHeartbeat(p.o.heartbeat))
 	if err != nil {
-		return false, err
+		return err
 	}
-	got := 0
 	for m := range mb.Messages() {
 		b := &buffered{m: m, size: msgSize(m), touched: p.o.now()}
-		got++
 		p.mu.Lock()
 		p.buf = append(p.buf, b)
 		p.bufBytes += b.size
+		// The estimate follows the largest recent job, and decays.
+		p.est = max(b.size, p.est-p.est/64, p.minEst)
 		p.mu.Unlock()
 		signal(p.more)
 	}
 	err = mb.Error()
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		err = nil
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, natsjs.ErrBatchCompleted) || errors.Is(err, natsjs.ErrMaxBytesExceeded) {
+		return nil
 	}
-	early = err == nil && got == 0 && ctx.Err() == nil && p.o.now().Sub(start) < p.o.expires/2
-	return early && !reconnect.Load(), err
-}
-
-// tuneBytes grows the request byte cap after a request that ended early
-// with nothing: the server ends a request whose next message is larger
-// than its byte cap (409), and asking again with the same cap would never
-// deliver that message. It reports whether the cap could still grow.
-func (p *PullLoop) tuneBytes() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.reqBytes >= maxRequestBytes {
-		return false
-	}
-	p.reqBytes = min(2*p.reqBytes, maxRequestBytes)
-	p.o.logger.Info("pull: a request ended early with nothing; raising its byte cap (a job may be larger)", "bytes", p.reqBytes)
-	return true
+	return err
 }
 
 // submitter hands the buffered messages to the sink in order; after Stop

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,3 +149,67 @@ func pullRig(t *testing.T, srv *server.Server, ackWait time.Duration) (*nats.Con
 type sinkOf func(context.Context, consumer.Delivery) error
 
 func (f sinkOf) Submit(ctx context.Context, d consumer.Delivery) error { return f(ctx, d) }
+
+// TestPullClusteredConsumer: on a replicated consumer the server delivers
+// a job only once the delivery is replicated, while a status it sends
+// (such as the 409 that ends a byte-limited request) goes out at once; a
+// request must not end before its jobs arrive. Every job comes once.
+func TestPullClusteredConsumer(t *testing.T) {
+	c := natstest.RunCluster(t, 3)
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := natsjs.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := DefaultConfig()
+	cfg.Replicas = 3
+	cfg.Consumer.BackOff = nil
+	cfg.Consumer.AckWait = 5 * time.Second
+	if _, err := Provision(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	cons, err := js.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const jobs = 300
+	for i := range jobs {
+		if _, err := js.Publish(ctx, "embed.jobs.cluster", fmt.Appendf(nil, "job %d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	seen := map[string]uint64{}
+	sink := sinkOf(func(_ context.Context, d consumer.Delivery) error {
+		mu.Lock()
+		seen[string(d.Data)] = max(seen[string(d.Data)], d.NumDelivered)
+		mu.Unlock()
+		return d.Msg.Ack()
+	})
+	loop, err := Pull(context.Background(), cons, sink, PullLogger(quietLog), PullConn(nc), PrefetchLimits(16, 16))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer loop.Stop()
+	natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(seen) != jobs {
+			return fmt.Errorf("%d of %d jobs", len(seen), jobs)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for job, n := range seen {
+		if n != 1 {
+			t.Errorf("%s delivered %d times", job, n)
+		}
+	}
+}

@@ -37,8 +37,7 @@ const (
 // default pending bytes limit of a subscription.
 const DefaultPrefetchBytes = nats.DefaultSubPendingBytesLimit / 2
 
-// maxRequestBytes bounds the byte cap a pull request may grow to for a job
-// larger than the configured one.
+// maxRequestBytes bounds the byte cap.
 const maxRequestBytes = 1 << 30
 
 // Defaults of one pull request of [Pull].
@@ -58,9 +57,9 @@ func defaultPullOptions() pullOptions {
 	}
 }
 
-// requestBytes is the byte cap of a pull request: the configured one, but
+// requestBytes is the byte cap of the buffer: the configured one, but
 // never below the connection's max payload, so the largest job the server
-// accepts always fits a request of its own.
+// accepts always fits.
 func (o pullOptions) requestBytes() int {
 	n := o.maxBytes
 	if n <= 0 {
@@ -80,13 +79,26 @@ func PrefetchLimits(lo, hi int) PullOption {
 	return func(o *pullOptions) { o.min, o.max = lo, hi }
 }
 
-// PrefetchBytes caps the bytes of one pull request (nats.go's
-// FetchMaxBytes) and so of the prefetch buffer; 0 means
+// PrefetchBytes caps the bytes of the prefetch buffer; 0 means
 // [DefaultPrefetchBytes]. A cap below the connection's max payload is
-// raised to it (see [PullConn]), and a request that a larger job ends
-// early doubles the cap, so no job stalls the loop.
+// raised to it (see [PullConn]). A pull request asks for no more jobs
+// than fit the room left at the estimated job size (the largest recent
+// job, at least a quarter of the max payload).
 func PrefetchBytes(n int) PullOption {
 	return func(o *pullOptions) { o.maxBytes = n }
+}
+
+// minJobEstimate is the least a job is assumed to weigh when a pull
+// request is sized: a quarter of the server's max payload (of its 1 MiB
+// default without the connection). A request sized on small jobs may meet
+// jobs of the max payload: the buffer then holds at most four times its
+// byte cap, once.
+func (o pullOptions) minJobEstimate() int {
+	mp := 1 << 20
+	if o.nc != nil && o.nc.MaxPayload() > 0 {
+		mp = int(o.nc.MaxPayload())
+	}
+	return max(mp/4, 1)
 }
 
 // PullAckWait sets the AckWait the prefetch is sized and heartbeated
