@@ -1,13 +1,11 @@
 package jetstream_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -58,7 +56,7 @@ func TestFleetIgnoresPoisonedBucket(t *testing.T) {
 	}
 	put() // read as the bucket's initial values
 
-	var log syncBuf
+	var log natstest.SyncBuffer
 	logger := slog.New(slog.NewTextHandler(&log, nil))
 	fl := startMember(t, srv, eng, e.ModelID(), "victim", func(c *jetstream.FleetConfig) {
 		c.IdleQuiet = 50 * time.Millisecond // idle compiles of wants run at once
@@ -103,24 +101,6 @@ func TestFleetIgnoresPoisonedBucket(t *testing.T) {
 			t.Errorf("the value of %s was logged", k)
 		}
 	}
-}
-
-// syncBuf is a log sink safe for the fleet's goroutines and the test.
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestLoadProbeRejectsPoison: probe coefficients that are not a cost model

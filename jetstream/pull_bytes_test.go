@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
@@ -31,31 +30,13 @@ func TestPullBigJobsNoSlowConsumer(t *testing.T) {
 	}
 	srv := natstest.RunServer(t)
 	var slow atomic.Int32
-	nc, err := nats.Connect(srv.ClientURL(), nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+	nc, js, cons := pullRig(t, srv.ClientURL(), 5*time.Second, nil, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 		if errors.Is(err, nats.ErrSlowConsumer) {
 			slow.Add(1)
 		}
 	}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	js, err := natsjs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cfg := DefaultConfig()
-	cfg.Consumer.BackOff = nil
-	cfg.Consumer.AckWait = 5 * time.Second
-	if _, err := Provision(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
-	cons, err := js.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const jobs, size = 40, 2 << 20
 	body := make([]byte, size)
 	for i := range jobs {

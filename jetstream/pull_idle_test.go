@@ -20,7 +20,7 @@ import (
 // and the loop issues new ones; a job after the silence is delivered once.
 func TestPullAfterSilence(t *testing.T) {
 	srv := natstest.RunServer(t)
-	_, js, cons := pullRig(t, srv, time.Minute)
+	_, js, cons := pullRig(t, srv.ClientURL(), time.Minute, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var requests atomic.Int32
@@ -65,7 +65,7 @@ func TestPullAfterSilence(t *testing.T) {
 // only after it ended at the server.
 func TestPullIdleReopenLosesNothing(t *testing.T) {
 	srv := natstest.RunServer(t, func(o *server.Options) { o.LeafNode.Host, o.LeafNode.Port = "127.0.0.1", -1 })
-	_, _, cons := pullRig(t, srv, 2*time.Second)
+	_, _, cons := pullRig(t, srv.ClientURL(), 2*time.Second, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const rounds = 8
@@ -118,11 +118,12 @@ func TestPullIdleReopenLosesNothing(t *testing.T) {
 	}
 }
 
-// pullRig provisions the streams on srv with ackWait and no BackOff, and
-// returns a connection, its JetStream API and the jobs consumer.
-func pullRig(t *testing.T, srv *server.Server, ackWait time.Duration) (*nats.Conn, natsjs.JetStream, natsjs.Consumer) {
+// pullRig connects to url with opts, provisions the streams with ackWait
+// and no BackOff (then edit), and returns the connection, its JetStream
+// API and the jobs consumer.
+func pullRig(t *testing.T, url string, ackWait time.Duration, edit func(*Config), opts ...nats.Option) (*nats.Conn, natsjs.JetStream, natsjs.Consumer) {
 	t.Helper()
-	nc, err := nats.Connect(srv.ClientURL())
+	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,11 +132,14 @@ func pullRig(t *testing.T, srv *server.Server, ackWait time.Duration) (*nats.Con
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	cfg := DefaultConfig()
 	cfg.Consumer.BackOff = nil
 	cfg.Consumer.AckWait = ackWait
+	if edit != nil {
+		edit(&cfg)
+	}
 	if _, err := Provision(ctx, js, cfg); err != nil {
 		t.Fatal(err)
 	}
@@ -156,28 +160,9 @@ func (f sinkOf) Submit(ctx context.Context, d consumer.Delivery) error { return 
 // request must not end before its jobs arrive. Every job comes once.
 func TestPullClusteredConsumer(t *testing.T) {
 	c := natstest.RunCluster(t, 3)
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := natsjs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js, cons := pullRig(t, c.URLs(), 5*time.Second, func(cfg *Config) { cfg.Replicas = 3 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := DefaultConfig()
-	cfg.Replicas = 3
-	cfg.Consumer.BackOff = nil
-	cfg.Consumer.AckWait = 5 * time.Second
-	if _, err := Provision(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
-	cons, err := js.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const jobs = 300
 	for i := range jobs {
 		if _, err := js.Publish(ctx, "embed.jobs.cluster", fmt.Appendf(nil, "job %d", i)); err != nil {
