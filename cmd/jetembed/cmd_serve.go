@@ -15,6 +15,7 @@ import (
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
 	"github.com/jetembed/jetembed/telemetry"
 )
 
@@ -42,6 +43,8 @@ type serveFlags struct {
 	heartbeat      *time.Duration
 	provision      *bool
 	printConfig    *bool
+	replyAllow     *string
+	maxReplyBytes  *int
 }
 
 func addServeFlags(fs *flagSet) *serveFlags {
@@ -57,6 +60,8 @@ func addServeFlags(fs *flagSet) *serveFlags {
 		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
 		provision:      fs.Bool("provision", true, "create or update the streams, the consumer and the KV bucket at start"),
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
+		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
+		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
 	}
 }
 
@@ -87,6 +92,25 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	return serve(ctx, log, nf.options(log), cfg, ef, ff, sf)
+}
+
+// replyPolicy is the policy of --reply-allow and --max-reply-bytes, with the
+// configured jobs and DLQ subjects and the service subject always refused.
+func (f *serveFlags) replyPolicy(cfg jetstream.Config) (schema.ReplyPolicy, error) {
+	allow, err := schema.ParsePatterns(*f.replyAllow)
+	if err != nil {
+		return schema.ReplyPolicy{}, fmt.Errorf("%w: --reply-allow: %w", errUsage, err)
+	}
+	deny := append(schema.DefaultReplyDeny(), cfg.Jobs.Subjects...)
+	deny = append(append(deny, cfg.DLQ.Subjects...), jetstream.EndpointSubject)
+	p := schema.ReplyPolicy{Allow: allow, Deny: deny, MaxBytes: *f.maxReplyBytes}
+	if *f.maxReplyBytes <= 0 {
+		return p, fmt.Errorf("%w: --max-reply-bytes %d must be positive", errUsage, *f.maxReplyBytes)
+	}
+	if err := p.WithDefaults().Validate(); err != nil {
+		return p, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return p, nil
 }
 
 // printConfig prints every flag's effective value (flag, environment, or
@@ -135,6 +159,10 @@ func (s *liveState) health() telemetry.Health {
 // It returns nil after a drain when ctx ends (SIGTERM), and an error when
 // something needed fails or the NATS connection closes for good.
 func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jetstream.Config, ef *engineFlags, ff *fleetFlags, sf *serveFlags) error {
+	replies, err := sf.replyPolicy(cfg)
+	if err != nil {
+		return err
+	}
 	shutdownTracing, err := telemetry.SetupTracing(ctx, "jetembed", version)
 	if err != nil {
 		return err
@@ -218,6 +246,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 		gather *= max(*ef.sessions, 1)
 	}
 	cons, err := consumer.New(consumer.Config{
+		Replies:        replies,
 		Patience:       *sf.patience,
 		MaxBatchTokens: gather,
 		InFlightTokens: *sf.inFlightTokens,
