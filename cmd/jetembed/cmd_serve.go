@@ -114,15 +114,23 @@ func (f *serveFlags) replyPolicy(cfg jetstream.Config) (schema.ReplyPolicy, erro
 }
 
 // printConfig prints every flag's effective value (flag, environment, or
-// default) with its environment variable; secrets are masked.
+// default) with its environment variable; secrets are masked: the values of
+// password and token flags, and the credentials of any URL.
 func printConfig(fs *flagSet, io stdio) {
 	for _, b := range fs.bindings {
 		v := fs.Lookup(b.Flag).Value.String()
-		if v != "" && (strings.Contains(b.Flag, "password") || strings.Contains(b.Flag, "token") && strings.HasPrefix(b.Flag, "nats")) {
+		if v != "" && secretFlag(b.Flag) {
 			v = "<set>"
 		}
-		fmt.Fprintf(io.out, "--%s=%s\t%s\n", b.Flag, v, b.Env)
+		fmt.Fprintf(io.out, "--%s=%s\t%s\n", b.Flag, jetstream.RedactURLs(v), b.Env)
 	}
+}
+
+// secretFlag reports whether a flag's value is itself a secret (not a path
+// to one: --nats-creds and --nats-nkey name files and print as they are).
+func secretFlag(name string) bool {
+	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats") ||
+		strings.Contains(name, "secret")
 }
 
 // liveState is what /readyz asks while the process starts and runs.
@@ -315,7 +323,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 			return telemetry.HeartbeatStats{Texts: st.Texts, Tokens: st.Tokens, Jobs: st.Jobs, Pending: uint64(pending.Load()), InFlight: st.Held}
 		})
 	}
-	log.Info("ready", "model", e.ModelID(), "nats", nc.ConnectedUrlRedacted(), "stream", cfg.Jobs.Name,
+	log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", cfg.Jobs.Name,
 		"consumer", cfg.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
 
 	var cause error
