@@ -79,8 +79,8 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 	if res.Model == "" {
 		res.Model = c.model
 	}
-	if j.job != nil && res.Meta == nil {
-		res.Meta = j.job.Meta
+	if res.Meta == nil {
+		res.EchoMeta(j.job)
 	}
 	data, err := schema.EncodeResult(res, j.enc)
 	if err != nil {
@@ -91,7 +91,8 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 		if out.result == nil {
 			return out
 		}
-		out.result.Model, out.result.Meta = c.model, res.Meta
+		out.result.Model = c.model
+		out.result.EchoMeta(j.job)
 		if data, err = schema.EncodeResult(out.result, j.enc); err != nil {
 			out.result = nil
 			return out

@@ -189,15 +189,22 @@ func badSubjectRune(r rune) bool {
 }
 
 // quoteShort quotes at most the first 64 bytes of s (cut on a rune
-// boundary), so that a refused subject never makes a message long.
+// boundary, and shorter when escapes make the quote long), so that a
+// refused subject never makes a message long.
 func quoteShort(s string) string {
 	const n = 64
-	if len(s) <= n {
-		return strconv.Quote(s)
+	cut := min(len(s), n)
+	for {
+		for cut > 0 && cut < len(s) && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		q := strconv.Quote(s[:cut])
+		if len(q) <= n+16 || cut == 0 {
+			if cut < len(s) {
+				q += fmt.Sprintf("... (%d bytes)", len(s))
+			}
+			return q
+		}
+		cut /= 2
 	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + fmt.Sprintf("... (%d bytes)", len(s))
 }

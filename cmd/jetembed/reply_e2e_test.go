@@ -71,6 +71,12 @@ func (r *replyRig) publish(h nats.Header, body string) {
 // with code bad_reply and bounded headers.
 func (r *replyRig) deadLetter(id string) *nats.Msg {
 	r.t.Helper()
+	return r.deadLetterCode(id, schema.CodeBadReply)
+}
+
+// deadLetterCode is deadLetter for any code.
+func (r *replyRig) deadLetterCode(id string, code schema.Code) *nats.Msg {
+	r.t.Helper()
 	m, err := r.dlq.NextMsg(20 * time.Second)
 	if err != nil {
 		r.t.Fatalf("job %s: no dead letter: %v", id, err)
@@ -78,8 +84,8 @@ func (r *replyRig) deadLetter(id string) *nats.Msg {
 	if got := m.Header.Get(jetstream.HeaderDLQJobID); got != id {
 		r.t.Errorf("dead letter of job %q, want %q", got, id)
 	}
-	if code := m.Header.Get(jetstream.HeaderDLQCode); code != string(schema.CodeBadReply) || m.Subject != "embed.dlq.bad_reply" {
-		r.t.Errorf("job %s: dead letter on %s with code %q, want bad_reply", id, m.Subject, code)
+	if got := m.Header.Get(jetstream.HeaderDLQCode); got != string(code) || m.Subject != "embed.dlq."+string(code) {
+		r.t.Errorf("job %s: dead letter on %s with code %q, want %s", id, m.Subject, got, code)
 	}
 	for k, vs := range m.Header {
 		for _, v := range vs {
