@@ -101,8 +101,8 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 // Embed-Reply header, then the request's own inbox; and checks it against
 // the reply policy. A request-reply delivery (Respond set) is answered
 // through Respond, to its own inbox, since its caller waits: that inbox is
-// checked too, and the reply returned is "". A refused reply returns "" and
-// the bad_reply error.
+// checked too (all rules but the allow-list), and the reply returned is "".
+// A refused reply returns "" and the bad_reply error.
 func (c *Consumer) replyOf(j *job) (string, *schema.Error) {
 	reply := j.d.Reply
 	if j.d.Respond == nil {
@@ -112,14 +112,14 @@ func (c *Consumer) replyOf(j *job) (string, *schema.Error) {
 			reply = h
 		}
 	}
-	if reply == "" {
+	switch {
+	case reply == "":
 		return "", nil
+	case j.d.Respond != nil:
+		return "", c.cfg.Replies.CheckInbox(reply)
 	}
 	if err := c.cfg.Replies.Check(reply); err != nil {
 		return "", err
-	}
-	if j.d.Respond != nil {
-		return "", nil
 	}
 	return reply, nil
 }

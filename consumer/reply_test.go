@@ -29,6 +29,8 @@ func TestBadReply(t *testing.T) {
 		{name: "body wins over a good header", field: "$JS.API.STREAM.DELETE.X", header: "embed.results.ok"},
 		{name: "core request inbox", inbox: "$KV.EMBED_ENGINES.x"},
 		{name: "micro request inbox", inbox: "$KV.EMBED_ENGINES.x", respond: true},
+		{name: "micro request inbox on the service subject", inbox: "embed.v1.embed", respond: true},
+		{name: "micro request inbox too long", inbox: "_INBOX." + strings.Repeat("i", 300), respond: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,6 +78,23 @@ func TestBadReply(t *testing.T) {
 			r.submit(t, ok, schema.EncodingMsgpack)
 			r.resultFor(t, "ok")
 		})
+	}
+}
+
+// TestRequestInboxOutsideTheAllowList: a request is answered on its own
+// inbox even under a custom prefix that the allow-list does not name.
+func TestRequestInboxOutsideTheAllowList(t *testing.T) {
+	r := newRig(t, Config{Replies: schema.ReplyPolicy{}.WithDefaults()}, nil, nil)
+	d, _ := delivery(t, schema.NewJob("j", "x"), schema.EncodingJSON, 1)
+	d.Msg, d.Reply = nil, "_INBOX_producer-a.abc"
+	answered := make(chan []byte, 1)
+	d.Respond = func(_ map[string][]string, data []byte) error { answered <- data; return nil }
+	if err := r.c.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	res, err := schema.DecodeResult(<-answered, schema.EncodingJSON)
+	if err != nil || res.Err() != nil {
+		t.Fatalf("answer: %v %v", err, res)
 	}
 }
 

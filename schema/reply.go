@@ -35,7 +35,8 @@ func DefaultReplyDeny() []string { return []string{"embed.jobs.>", "embed.dlq.>"
 // A reply is allowed only if it is a literal subject (non-empty tokens, no
 // '*' or '>', no whitespace or control characters, valid UTF-8) of at most
 // MaxBytes bytes, does not start with '$' (the server's own subjects: $KV,
-// $JS, $SYS, $SRV...), matches none of Deny and matches one of Allow.
+// $JS, $SYS, $SRV...), matches none of Deny and matches one of Allow (a
+// request's own inbox need not: see [ReplyPolicy.CheckInbox]).
 type ReplyPolicy struct {
 	// Allow are subject patterns (NATS wildcards) a reply must match;
 	// empty means [DefaultReplyAllow].
@@ -86,7 +87,16 @@ func (p ReplyPolicy) Validate() error {
 // Check returns nil when reply may receive a result, and otherwise an
 // *Error with [CodeBadReply] whose message quotes at most the first bytes
 // of reply. The empty reply (no reply at all) is not checked here.
-func (p ReplyPolicy) Check(reply string) *Error {
+func (p ReplyPolicy) Check(reply string) *Error { return p.check(reply, true) }
+
+// CheckInbox is [ReplyPolicy.Check] for the reply inbox of a request-reply
+// call, which is answered on the inbox the caller waits on (nats-server's
+// allow_responses grants exactly that): every rule applies but the
+// allow-list, so that callers with their own inbox prefix
+// (nats.CustomInboxPrefix) are answered.
+func (p ReplyPolicy) CheckInbox(reply string) *Error { return p.check(reply, false) }
+
+func (p ReplyPolicy) check(reply string, allowList bool) *Error {
 	p = p.WithDefaults()
 	switch {
 	case len(reply) > p.MaxBytes:
@@ -102,6 +112,9 @@ func (p ReplyPolicy) Check(reply string) *Error {
 		if MatchSubject(pat, reply) {
 			return Errorf(CodeBadReply, "reply subject %s is under %s", quoteShort(reply), pat)
 		}
+	}
+	if !allowList {
+		return nil
 	}
 	for _, pat := range p.Allow {
 		if MatchSubject(pat, reply) {

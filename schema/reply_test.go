@@ -69,6 +69,23 @@ func TestReplyPolicyCheck(t *testing.T) {
 	}
 }
 
+func TestReplyPolicyCheckInbox(t *testing.T) {
+	var p ReplyPolicy
+	for reply, ok := range map[string]bool{
+		"_INBOX.abc":                         true,
+		"_INBOX_producer-a.abc":              true, // a custom prefix: not in the allow-list
+		"$KV.EMBED_ENGINES.x":                false,
+		"embed.v1.embed":                     false,
+		"embed.dlq.x":                        false,
+		"a.>":                                false,
+		"_INBOX." + strings.Repeat("x", 300): false,
+	} {
+		if err := p.CheckInbox(reply); (err == nil) != ok {
+			t.Errorf("CheckInbox(%q) = %v, want allowed %v", reply, err, ok)
+		}
+	}
+}
+
 func TestMatchSubject(t *testing.T) {
 	for _, c := range []struct {
 		pattern, subject string
