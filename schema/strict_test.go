@@ -84,21 +84,29 @@ func TestDecodeJobStrictMsgpack(t *testing.T) {
 	}
 }
 
+// echoResult decodes a job body and encodes the result that echoes its
+// meta, in encoding out.
+func echoResult(t *testing.T, body []byte, in, out Encoding) []byte {
+	t.Helper()
+	j, err := DecodeJob(body, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := &Result{V: Version, ID: j.ID}
+	res.EchoMeta(j)
+	data, err := EncodeResult(res, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
 // TestMetaEchoedByteForByte: the result carries meta exactly as the job
 // did, in both encodings, and the result still decodes in Go.
 func TestMetaEchoedByteForByte(t *testing.T) {
 	t.Run("json", func(t *testing.T) {
 		meta := `{ "z": 1.50, "a" : [1e2, "\u00e9", -0, 123456789012345678901234567890], "n": null, "o": {} }`
-		j, err := DecodeJob([]byte(`{"id":"a","texts":["x"],"meta":`+meta+`}`), EncodingJSON)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res := &Result{V: Version, ID: j.ID}
-		res.EchoMeta(j)
-		data, err := EncodeResult(res, EncodingJSON)
-		if err != nil {
-			t.Fatal(err)
-		}
+		data := echoResult(t, []byte(`{"id":"a","texts":["x"],"meta":`+meta+`}`), EncodingJSON, EncodingJSON)
 		if !bytes.Contains(data, []byte(`"meta":`+meta+`}`)) {
 			t.Errorf("meta not echoed byte for byte:\n%s", data)
 		}
@@ -115,17 +123,7 @@ func TestMetaEchoedByteForByte(t *testing.T) {
 		// Unsorted keys and an integer in a wider form than needed: a
 		// re-encoding would sort them and shrink it.
 		meta := mpMap(mpStr("z"), []byte{0xcd, 0x00, 0x05}, mpStr("a"), mpArr([]byte{0xca, 0x3f, 0xc0, 0x00, 0x00}))
-		data := mpMap(mpStr("id"), mpStr("a"), mpStr("texts"), goodTexts, mpStr("meta"), meta)
-		j, err := DecodeJob(data, EncodingMsgpack)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res := &Result{V: Version, ID: j.ID}
-		res.EchoMeta(j)
-		out, err := EncodeResult(res, EncodingMsgpack)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := echoResult(t, mpMap(mpStr("id"), mpStr("a"), mpStr("texts"), goodTexts, mpStr("meta"), meta), EncodingMsgpack, EncodingMsgpack)
 		if !bytes.Contains(out, append(mpStr("meta"), meta...)) {
 			t.Errorf("meta not echoed byte for byte: % x", out)
 		}
@@ -139,24 +137,15 @@ func TestMetaEchoedByteForByte(t *testing.T) {
 		}
 	})
 	t.Run("other encoding or a Go job", func(t *testing.T) {
-		j, err := DecodeJob([]byte(`{"id":"a","texts":["x"],"meta":{"k":"v"}}`), EncodingJSON)
-		if err != nil {
-			t.Fatal(err)
-		}
-		res := &Result{V: Version, ID: j.ID}
-		res.EchoMeta(j)
-		out, err := EncodeResult(res, EncodingMsgpack)
-		if err != nil {
-			t.Fatal(err)
-		}
+		out := echoResult(t, []byte(`{"id":"a","texts":["x"],"meta":{"k":"v"}}`), EncodingJSON, EncodingMsgpack)
 		if back, err := DecodeResult(out, EncodingMsgpack); err != nil || back.Meta["k"] != "v" {
 			t.Errorf("meta across encodings: %v %v", err, back)
 		}
 		g := NewJob("g", "x")
 		g.Meta = map[string]any{"k": 1}
-		res = &Result{V: Version, ID: "g"}
+		res := &Result{V: Version, ID: "g"}
 		res.EchoMeta(g)
-		out, err = EncodeResult(res, EncodingJSON)
+		out, err := EncodeResult(res, EncodingJSON)
 		if err != nil || !bytes.Contains(out, []byte(`"meta":{"k":1}`)) {
 			t.Errorf("meta of a Go job: %v %s", err, out)
 		}

@@ -229,3 +229,35 @@ func TestServeResultsOfTwoProducersWithOneID(t *testing.T) {
 		t.Error("two reply subjects give one result msg id")
 	}
 }
+
+// TestServeReplyAllowFlag: --reply-allow replaces the allow-list (the
+// default results subjects are then refused), and a malformed list or a
+// --max-reply-bytes over the ceiling is a usage error before connecting.
+func TestServeReplyAllowFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"--reply-allow", "a..b"},
+		{"--reply-allow", "$KV.>"},
+		{"--max-reply-bytes", "5000"},
+		{"--max-reply-bytes", "-1"},
+	} {
+		code, _, errOut := runCmd(t, context.Background(), append([]string{"serve", "--nats", "nats://127.0.0.1:1", "--http", ""}, args...)...)
+		if code != 2 {
+			t.Errorf("serve %v: exit %d (%s), want 2 (usage)", args, code, errOut)
+		}
+	}
+	r := newReplyRig(t, "--reply-allow", "custom.>", "--max-reply-bytes", "64")
+	sub, err := r.nc.SubscribeSync("custom.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.publish(nil, `{"id":"ok","texts":["x"],"reply":"custom.ok"}`)
+	if m, err := sub.NextMsg(20 * time.Second); err != nil {
+		t.Fatalf("no result on custom.ok: %v", err)
+	} else {
+		checkVectors(t, decodeMsg(t, m), 1)
+	}
+	r.publish(nil, `{"id":"default","texts":["x"],"reply":"embed.results.x"}`)
+	r.deadLetter("default")
+	r.publish(nil, `{"id":"long","texts":["x"],"reply":"custom.`+strings.Repeat("y", 60)+`"}`)
+	r.deadLetter("long")
+}
