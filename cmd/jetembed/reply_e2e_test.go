@@ -117,6 +117,10 @@ func (r *replyRig) alive(id string) {
 		r.t.Fatalf("serve did not answer job %s after the bad replies: %v", id, err)
 	}
 	checkVectors(r.t, decodeMsg(r.t, m), 1)
+	// The same connection: the server never closed it.
+	if l := r.s.log.String(); strings.Contains(l, "nats disconnected") || strings.Contains(l, "maximum control line") {
+		r.t.Errorf("serve lost its connection:\n%s", l)
+	}
 }
 
 func TestServeRefusesBadReplies(t *testing.T) {
