@@ -8,18 +8,16 @@ type Code string
 
 // The error codes of wire contract v1.
 const (
-	CodeBadPayload    Code = "bad_payload"
-	CodeBadVersion    Code = "bad_version"
-	CodeMissingID     Code = "missing_id"
-	CodeEmptyJob      Code = "empty_job"
-	CodeTooManyTexts  Code = "too_many_texts"
-	CodeJobTooLarge   Code = "job_too_large"
-	CodeUnknownOutput Code = "unknown_output"
-	CodeTextTooLong   Code = "text_too_long"
-	CodeInvalidUTF8   Code = "invalid_utf8"
-	// CodeBadReply refuses a job whose reply subject the [ReplyPolicy]
-	// does not allow: no result is sent anywhere, the job is dead-lettered.
-	CodeBadReply          Code = "bad_reply"
+	CodeBadPayload        Code = "bad_payload"
+	CodeBadVersion        Code = "bad_version"
+	CodeMissingID         Code = "missing_id"
+	CodeEmptyJob          Code = "empty_job"
+	CodeTooManyTexts      Code = "too_many_texts"
+	CodeJobTooLarge       Code = "job_too_large"
+	CodeUnknownOutput     Code = "unknown_output"
+	CodeTextTooLong       Code = "text_too_long"
+	CodeInvalidUTF8       Code = "invalid_utf8"
+	CodeBadReply          Code = "bad_reply" // refused by the [ReplyPolicy]: no result is sent
 	CodeShapeNotWarmed    Code = "shape_not_warmed"
 	CodeEngineUnavailable Code = "engine_unavailable"
 	CodeOverloaded        Code = "overloaded"
