@@ -98,7 +98,7 @@ func Reconnect(ctx context.Context, o Options, lost int) (*nats.Conn, error) {
 	for attempt := 1; ; attempt++ {
 		nc, err := Connect(ctx, o)
 		if err == nil {
-			log.Info("nats connected again", "url", nc.ConnectedUrlRedacted(), "attempts", attempt)
+			log.Info("nats connected again", "url", redact(nc.ConnectedUrl()), "attempts", attempt)
 			return nc, nil
 		}
 		if errors.Is(err, ErrOptions) || ctx.Err() != nil {
@@ -283,7 +283,7 @@ func diagnose(servers []string, timeout time.Duration) error {
 	for _, s := range servers {
 		u, err := url.Parse(s)
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, urlError(err))
 			continue
 		}
 		host := u.Host

@@ -14,6 +14,7 @@ import (
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
 	"github.com/jetembed/jetembed/telemetry"
 )
 
@@ -42,6 +43,8 @@ type serveFlags struct {
 	heartbeat      *time.Duration
 	provision      *bool
 	printConfig    *bool
+	replyAllow     *string
+	maxReplyBytes  *int
 }
 
 func addServeFlags(fs *flagSet) *serveFlags {
@@ -58,6 +61,8 @@ func addServeFlags(fs *flagSet) *serveFlags {
 		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
 		provision:      fs.Bool("provision", true, "create or update the streams, the consumer and the KV bucket at start"),
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
+		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
+		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
 	}
 }
 
@@ -91,15 +96,23 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 }
 
 // printConfig prints every flag's effective value (flag, environment, or
-// default) with its environment variable; secrets are masked.
+// default) with its environment variable; secrets are masked: the values of
+// password and token flags, and the credentials of any URL.
 func printConfig(fs *flagSet, io stdio) {
 	for _, b := range fs.bindings {
 		v := fs.Lookup(b.Flag).Value.String()
-		if v != "" && (strings.Contains(b.Flag, "password") || strings.Contains(b.Flag, "token") && strings.HasPrefix(b.Flag, "nats")) {
+		if v != "" && secretFlag(b.Flag) {
 			v = "<set>"
 		}
-		fmt.Fprintf(io.out, "--%s=%s\t%s\n", b.Flag, v, b.Env)
+		fmt.Fprintf(io.out, "--%s=%s\t%s\n", b.Flag, jetstream.RedactURLs(v), b.Env)
 	}
+}
+
+// secretFlag reports whether a flag's value is itself a secret (not a path
+// to one: --nats-creds and --nats-nkey name files and print as they are).
+func secretFlag(name string) bool {
+	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats") ||
+		strings.Contains(name, "secret")
 }
 
 // liveState is what /readyz asks while the process starts and runs.
@@ -137,6 +150,10 @@ func (s *liveState) health() telemetry.Health {
 // something needed fails at start; a connection the server closes is
 // replaced (see [session]).
 func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jetstream.Config, ef *engineFlags, ff *fleetFlags, sf *serveFlags) error {
+	replies, err := sf.replyPolicy(cfg)
+	if err != nil {
+		return err
+	}
 	shutdownTracing, err := telemetry.SetupTracing(ctx, "jetembed", version)
 	if err != nil {
 		return err
@@ -206,7 +223,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 	// as a too-long control line) ends its session: serve dials a new one
 	// and builds the fleet membership, consumer, service and fetch loop
 	// again; jobs the old session held come back after AckWait.
-	s := &session{log: log, cfg: cfg, e: e, sm: sm, ef: ef, ff: ff, sf: sf, metrics: metrics, live: &live}
+	s := &session{log: log, cfg: cfg, replies: replies, e: e, sm: sm, ef: ef, ff: ff, sf: sf, metrics: metrics, live: &live}
 	quick := 0 // sessions in a row that lasted less than a minute
 	for first := true; ; first = false {
 		start := time.Now()

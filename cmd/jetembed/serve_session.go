@@ -14,6 +14,7 @@ import (
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
 	"github.com/jetembed/jetembed/telemetry"
 )
 
@@ -23,6 +24,7 @@ import (
 type session struct {
 	log     *slog.Logger
 	cfg     jetstream.Config
+	replies schema.ReplyPolicy
 	e       *engine.Engine
 	sm      string
 	ef      *engineFlags
@@ -69,6 +71,7 @@ func (s *session) run(ctx context.Context, nc *jetstream.Conn, js natsjs.JetStre
 		gather *= max(*s.ef.sessions, 1)
 	}
 	cons, err := consumer.New(consumer.Config{
+		Replies:        s.replies,
 		Patience:       *sf.patience,
 		MaxBatchTokens: gather,
 		InFlightTokens: *sf.inFlightTokens,
@@ -109,10 +112,10 @@ func (s *session) run(ctx context.Context, nc *jetstream.Conn, js natsjs.JetStre
 	defer stopBG()
 	s.poll(bg, jc, cons)
 	if first {
-		log.Info("ready", "model", s.e.ModelID(), "nats", nc.ConnectedUrlRedacted(), "stream", cfg.Jobs.Name,
+		log.Info("ready", "model", s.e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", cfg.Jobs.Name,
 			"consumer", cfg.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
 	} else {
-		log.Info("serving again on a new connection", "nats", nc.ConnectedUrlRedacted())
+		log.Info("serving again on a new connection", "nats", jetstream.RedactURL(nc.ConnectedUrl()))
 	}
 
 	var cause error
