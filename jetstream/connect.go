@@ -101,8 +101,11 @@ func Reconnect(ctx context.Context, o Options, lost int) (*nats.Conn, error) {
 			log.Info("nats connected again", "url", redact(nc.ConnectedUrl()), "attempts", attempt)
 			return nc, nil
 		}
-		if errors.Is(err, ErrOptions) || ctx.Err() != nil {
+		if errors.Is(err, ErrOptions) {
 			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("reconnect: %w (last attempt: %w)", ctx.Err(), err)
 		}
 		d := reconnectDelay(attempt)
 		log.Warn("nats: connecting again failed", "err", err, "retry_in", d.Round(time.Millisecond))
