@@ -87,6 +87,10 @@ func TestPullIdleReopenLosesNothing(t *testing.T) {
 	// few requests expired idle.
 	offsets := []time.Duration{0, 0, time.Millisecond, 2 * time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 20 * time.Millisecond, 50 * time.Millisecond}
 	var requests atomic.Int32
+	// A job can reach the sink before its publisher has the ack: wait for
+	// the publishes before the publisher's connection closes.
+	var publishing sync.WaitGroup
+	defer publishing.Wait()
 	loop, err := Pull(context.Background(), cons, sink, PullLogger(quietLog), PullExpiry(150*time.Millisecond, 50*time.Millisecond),
 		func(o *pullOptions) {
 			o.onRequest = func() {
@@ -95,7 +99,9 @@ func TestPullIdleReopenLosesNothing(t *testing.T) {
 					return // idle requests in between, which expire
 				}
 				d := offsets[(n-3)/2]
+				publishing.Add(1)
 				time.AfterFunc(d, func() {
+					defer publishing.Done()
 					if _, err := pjs.Publish(ctx, "embed.jobs.reopen", fmt.Appendf(nil, "job %d (+%v)", n, d)); err != nil {
 						t.Error(err)
 					}
