@@ -58,7 +58,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 		logLevel:       fs.String("log-level", "info", "log level: debug, info, warn or error"),
 		logFormat:      fs.String("log-format", telemetry.LogAuto, "log format: auto (text on a terminal, else json), text or json"),
 		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
-		provision:      fs.String("provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is `jetembed provision`"),
+		provision:      fs.String("provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is jetembed provision"),
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
 	}
 }
@@ -211,7 +211,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	if err != nil {
 		return err
 	}
-	if err := checkObjects(ctx, log, js, c.JetStream, c.Provision); err != nil {
+	if err := checkObjects(ctx, log, js, c.JetStream, c.Provision, nc.LastError); err != nil {
 		return err
 	}
 	// The engine opens inside the fleet wiring: it takes a peer's probe
@@ -277,8 +277,10 @@ func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb co
 
 // checkObjects makes sure the server's objects exist (mode off), or
 // creates the missing ones (create); drift is a warning per object naming
-// each field, never applied.
-func checkObjects(ctx context.Context, log *slog.Logger, js natsjs.JetStream, cfg jetstream.Config, mode jetstream.Mode) error {
+// each field, never applied. lastErr is the connection's last error: a
+// request the user may not make only times out, and the server's reason
+// comes separately.
+func checkObjects(ctx context.Context, log *slog.Logger, js natsjs.JetStream, cfg jetstream.Config, mode jetstream.Mode, lastErr func() error) error {
 	if mode == skipProvision {
 		return nil
 	}
@@ -301,6 +303,8 @@ func checkObjects(ctx context.Context, log *slog.Logger, js natsjs.JetStream, cf
 		return fmt.Errorf("%w: %w: create them with `jetembed provision` (as a user allowed to), or start with --provision=create", errConfig, err)
 	case errors.Is(err, jetstream.ErrDrift):
 		return nil // warned above: serve runs with what the server has
+	case err != nil && lastErr() != nil:
+		return fmt.Errorf("%w: checking the server's objects: %w (the server said: %v)", errConfig, err, lastErr())
 	case err != nil:
 		return fmt.Errorf("%w: checking the server's objects: %w", errConfig, err)
 	}
