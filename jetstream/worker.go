@@ -173,7 +173,7 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 	// it finish what it holds.
 	go func() { w.runDone <- cons.Run(context.Background()) }()
 	w.log.Info("consumer settings from the server", "consumer", cfg.Config.Jobs.Name+"/"+cfg.Config.Consumer.Name,
-		"ack_wait", st.AckWait, "max_deliver", st.MaxDeliver, "backoff", fmt.Sprint(st.BackOff), "max_ack_pending", st.MaxAckPending)
+		"ack_wait", st.AckWait.String(), "max_deliver", st.MaxDeliver, "backoff", fmt.Sprint(st.BackOff), "max_ack_pending", st.MaxAckPending)
 
 	if w.svc, err = StartService(ctx, nc, w.sink, cfg.Service); err != nil {
 		w.drain(context.Background())
@@ -333,7 +333,7 @@ func (w *Worker) refresh() {
 		w.log.Warn("consumer settings from the server not usable", "err", err)
 		return
 	}
-	w.log.Info("consumer settings changed on the server", "ack_wait", st.AckWait, "max_deliver", st.MaxDeliver,
+	w.log.Info("consumer settings changed on the server", "ack_wait", st.AckWait.String(), "max_deliver", st.MaxDeliver,
 		"backoff", fmt.Sprint(st.BackOff), "max_ack_pending", st.MaxAckPending)
 	w.settings = st
 	select {
