@@ -74,7 +74,7 @@ type serveConfig struct {
 	Engine    *engineFlags
 	Fleet     *fleetFlags
 
-	Patience, Grace, Heartbeat  time.Duration
+	Patience, Grace, Heartbeat   time.Duration
 	GatherTokens, InFlightTokens int
 	PrefetchMax                  int
 	HTTP                         string
