@@ -1,7 +1,6 @@
 package deploy
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jetembed/jetembed/internal/natstest"
 )
 
 // The topology test runs the deploy files as real processes: this file
@@ -120,33 +121,16 @@ func args(c any) []string {
 type proc struct {
 	name string
 	cmd  *exec.Cmd
-	log  *lockedBuffer
+	log  *natstest.Buffer
 	done chan struct{}
 	err  error
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // start runs bin with args and exactly env (plus PATH, HOME and TMPDIR),
 // and stops it with SIGTERM at cleanup.
 func start(t *testing.T, name, bin string, args []string, env map[string]string) *proc {
 	t.Helper()
-	p := &proc{name: name, log: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{name: name, log: &natstest.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir()}
 	keys := make([]string, 0, len(env))
