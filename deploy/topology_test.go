@@ -86,22 +86,29 @@ type settings struct {
 	BackOff  string
 }
 
-func readSettings(t *testing.T, ctx context.Context, js natsjs.JetStream) settings {
+// readSettings reads them, retrying while the cluster elects leaders.
+func readSettings(t *testing.T, js natsjs.JetStream) settings {
 	t.Helper()
-	s := settings{Replicas: map[string]int{}}
-	for _, name := range []string{"EMBED_JOBS", "EMBED_RESULTS", "EMBED_DLQ", "KV_EMBED_ENGINES"} {
-		st, err := js.Stream(ctx, name)
-		if err != nil {
-			t.Fatalf("stream %s: %v", name, err)
+	var s settings
+	natstest.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		s = settings{Replicas: map[string]int{}}
+		for _, name := range []string{"EMBED_JOBS", "EMBED_RESULTS", "EMBED_DLQ", "KV_EMBED_ENGINES"} {
+			st, err := js.Stream(ctx, name)
+			if err != nil {
+				return fmt.Errorf("stream %s: %w", name, err)
+			}
+			s.Replicas[name] = st.CachedInfo().Config.Replicas
 		}
-		s.Replicas[name] = st.CachedInfo().Config.Replicas
-	}
-	c, err := js.Consumer(ctx, "EMBED_JOBS", "embedder")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cc := c.CachedInfo().Config
-	s.AckWait, s.Deliver, s.Pending, s.BackOff = cc.AckWait, cc.MaxDeliver, cc.MaxAckPending, fmt.Sprint(cc.BackOff)
+		c, err := js.Consumer(ctx, "EMBED_JOBS", "embedder")
+		if err != nil {
+			return err
+		}
+		cc := c.CachedInfo().Config
+		s.AckWait, s.Deliver, s.Pending, s.BackOff = cc.AckWait, cc.MaxDeliver, cc.MaxAckPending, fmt.Sprint(cc.BackOff)
+		return nil
+	})
 	return s
 }
 
@@ -123,8 +130,7 @@ func TestDeployTopology(t *testing.T) {
 	t.Setenv("NATS_TLS_KEY", keyFile)
 	t.Setenv("NATS_TLS_CA", caFile)
 	c := startCluster(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	ctx := context.Background() // every wait below has its own bound
 	_, pjs := c.connectAs(t, caFile, "provisioner")
 	natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
 		actx, cancel := context.WithTimeout(ctx, time.Second)
@@ -155,7 +161,7 @@ func TestDeployTopology(t *testing.T) {
 	}
 	out := run(t, "provision", bin, args(pc), penv)
 	t.Logf("provision:\n%s", out)
-	want := readSettings(t, ctx, pjs)
+	want := readSettings(t, pjs)
 	for name, r := range want.Replicas {
 		if r != 3 {
 			t.Errorf("%s: replicas %d after the provision Job, want 3", name, r)
@@ -189,7 +195,7 @@ func TestDeployTopology(t *testing.T) {
 			t.Errorf("%s warns of drift: the ConfigMap disagrees with the provision Job:\n%s", s.name, s.log.String())
 		}
 	}
-	if got := readSettings(t, ctx, pjs); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := readSettings(t, pjs); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("after two consumers started: %+v, provisioned %+v", got, want)
 	}
 
@@ -238,7 +244,7 @@ func TestDeployTopology(t *testing.T) {
 		}
 		waitReady(t, s, ready[i])
 	}
-	if got := readSettings(t, ctx, pjs); fmt.Sprint(got) != fmt.Sprint(want) {
+	if got := readSettings(t, pjs); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("at the end: %+v, provisioned %+v", got, want)
 	}
 }
