@@ -159,8 +159,8 @@ func start(t *testing.T, name, bin string, args []string, env map[string]string)
 				<-p.done
 			}
 		}
-		if t.Failed() || os.Getenv("TOPO_DEBUG") != "" {
-			t.Logf("%s %s log:\n%s", p.name, strings.Join(args, " "), tail(p.log.String(), 300))
+		if t.Failed() {
+			t.Logf("%s %s log:\n%s", p.name, strings.Join(args, " "), tail(p.log.String(), 60))
 		}
 	})
 	return p
