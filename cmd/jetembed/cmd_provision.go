@@ -61,7 +61,7 @@ func provision(ctx context.Context, o jetstream.Options, cfg jetstream.Config, i
 	if r.DryRun {
 		verb = "dry run (nothing changed) on"
 	}
-	fmt.Fprintf(io.out, "%s %s:\n%s", verb, nc.ConnectedUrlRedacted(), r)
+	fmt.Fprintf(io.out, "%s %s:\n%s", verb, jetstream.RedactURL(nc.ConnectedUrl()), r)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrDrift) || errors.Is(err, jetstream.ErrDowngrade) {
 			return fmt.Errorf("refused: %w", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
 	"github.com/jetembed/jetembed/telemetry"
 )
 
@@ -43,6 +44,8 @@ type serveFlags struct {
 	heartbeat      *time.Duration
 	provision      *string
 	printConfig    *bool
+	replyAllow     *string
+	maxReplyBytes  *int
 }
 
 // addServeFlags defines serve's flags; provision is the default of
@@ -60,6 +63,8 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
 		provision:      fs.String("provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is jetembed provision"),
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
+		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
+		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
 	}
 }
 
@@ -73,6 +78,8 @@ type serveConfig struct {
 	Provision jetstream.Mode
 	Engine    *engineFlags
 	Fleet     *fleetFlags
+
+	Replies schema.ReplyPolicy
 
 	Patience, Grace, Heartbeat   time.Duration
 	GatherTokens, InFlightTokens int
@@ -108,6 +115,9 @@ func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *eng
 		return c, fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
 	}
 	var err error
+	if c.Replies, err = sf.replyPolicy(cfg); err != nil {
+		return c, err
+	}
 	c.Provision, err = provisionMode(*sf.provision)
 	return c, err
 }
@@ -143,15 +153,23 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 }
 
 // printConfig prints every flag's effective value (flag, environment, or
-// default) with its environment variable; secrets are masked.
+// default) with its environment variable; secrets are masked: the values of
+// password and token flags, and the credentials of any URL.
 func printConfig(fs *flagSet, io stdio) {
 	for _, b := range fs.bindings {
 		v := fs.Lookup(b.Flag).Value.String()
-		if v != "" && (strings.Contains(b.Flag, "password") || strings.Contains(b.Flag, "token") && strings.HasPrefix(b.Flag, "nats")) {
+		if v != "" && secretFlag(b.Flag) {
 			v = "<set>"
 		}
-		fmt.Fprintf(io.out, "--%s=%s\t%s\n", b.Flag, v, b.Env)
+		fmt.Fprintf(io.out, "--%s=%s\t%s\n", b.Flag, jetstream.RedactURLs(v), b.Env)
 	}
+}
+
+// secretFlag reports whether a flag's value is itself a secret (not a path
+// to one: --nats-creds and --nats-nkey name files and print as they are).
+func secretFlag(name string) bool {
+	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats") ||
+		strings.Contains(name, "secret")
 }
 
 // liveState is what /readyz asks while the process starts and runs.
@@ -227,11 +245,13 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	live.loaded.Store(true)
 	live.warmed.Store(true)
 	w, err := jetstream.StartWorker(ctx, nc, c.worker(log, metrics, emb, e.ModelID()))
-	if err != nil {
+	if errors.Is(err, consumer.ErrConfig) {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	} else if err != nil {
 		return err
 	}
 	defer observe(log, metrics, w, e, c.Heartbeat)()
-	log.Info("ready", "model", e.ModelID(), "nats", nc.ConnectedUrlRedacted(), "stream", c.JetStream.Jobs.Name,
+	log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", c.JetStream.Jobs.Name,
 		"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
 	select {
 	case <-ctx.Done():
@@ -265,7 +285,7 @@ func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb co
 	}
 	return jetstream.WorkerConfig{
 		Config: c.JetStream,
-		Consumer: consumer.Config{Patience: c.Patience, MaxBatchTokens: gather, InFlightTokens: c.InFlightTokens,
+		Consumer: consumer.Config{Replies: c.Replies, Patience: c.Patience, MaxBatchTokens: gather, InFlightTokens: c.InFlightTokens,
 			Logger: log, Metrics: metrics},
 		Embedder:    emb,
 		Service:     jetstream.ServiceOptions{Version: version, Metadata: map[string]string{"model": model}, Logger: log},
