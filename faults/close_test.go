@@ -31,7 +31,7 @@ func TestServeSurvivesServerClose(t *testing.T) {
 	cfg := faultConfig(1, 2*time.Second)
 	cfg.Consumer.MaxDeliver = 2
 	b := newBulk(t, srv.ClientURL(), cfg, "close")
-	p := startServe(t, serveArgs(t, srv.ClientURL(), cfg, "--max-deliver", "2", "--nats-name", "close-victim")...)
+	p := startServe(t, serveArgs(t, srv.ClientURL(), cfg, "--nats-name", "close-victim")...)
 
 	n := 0
 	submit := func(k int) {

@@ -56,7 +56,7 @@ func TestFleetIgnoresPoisonedBucket(t *testing.T) {
 	}
 	put() // read as the bucket's initial values
 
-	var log natstest.SyncBuffer
+	var log natstest.Buffer
 	logger := slog.New(slog.NewTextHandler(&log, nil))
 	fl := startMember(t, srv, eng, e.ModelID(), "victim", func(c *jetstream.FleetConfig) {
 		c.IdleQuiet = 50 * time.Millisecond // idle compiles of wants run at once

@@ -69,9 +69,9 @@ func TestLongJobsAfterShortBurst(t *testing.T) {
 	})
 	peak := 0
 	natstest.CheckFor(t, 60*time.Second, 5*time.Millisecond, func() error {
-		peak = max(peak, w.loop.Prefetch())
+		peak = max(peak, w.w.Prefetch())
 		if st := w.cons.Stats(); st.Jobs < short {
-			return fmt.Errorf("%d of %d short jobs, prefetch %d", st.Jobs, short, w.loop.Prefetch())
+			return fmt.Errorf("%d of %d short jobs, prefetch %d", st.Jobs, short, w.w.Prefetch())
 		}
 		return nil
 	})
