@@ -57,6 +57,10 @@ type Config struct {
 	NakBackoff Backoff
 	// Limits bound what one job may ask for.
 	Limits schema.Limits
+	// Replies decides which reply subjects a result may go to; a job whose
+	// reply it refuses is dead-lettered as bad_reply with no result sent.
+	// The zero value is [schema.ReplyPolicy]'s defaults.
+	Replies schema.ReplyPolicy
 	// Model is the model id put in results; when empty, the Embedder's
 	// ModelID() is used if it has one.
 	Model string
@@ -100,6 +104,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.NakBackoff = c.NakBackoff.withDefaults()
 	c.Limits = c.Limits.WithDefaults()
+	c.Replies = c.Replies.WithDefaults()
 	if c.EstimateTokens == nil {
 		c.EstimateTokens = estimateTokens
 	}
@@ -126,17 +131,10 @@ func (c Config) validate() error {
 	case c.NakBackoff.Max < c.NakBackoff.Base:
 		return fmt.Errorf("%w: NakBackoff.Max %v below Base %v", ErrConfig, c.NakBackoff.Max, c.NakBackoff.Base)
 	}
+	if err := c.Replies.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	return nil
-}
-
-// heartbeatEvery is how long a held message may wait before InProgress.
-func (c Config) heartbeatEvery() time.Duration {
-	return time.Duration(float64(c.AckWait) * c.InProgressFraction)
-}
-
-// finalDelivery reports whether delivery n is the last JetStream makes.
-func (c Config) finalDelivery(n uint64) bool {
-	return c.MaxDeliver > 0 && n >= uint64(c.MaxDeliver)
 }
 
 // estimateTokens over-counts tokens for Latin text (about 4 bytes a token)

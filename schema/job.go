@@ -75,8 +75,27 @@ type Job struct {
 	// admission budget: what request-reply calls get). Read it with
 	// [Job.Interactive].
 	Priority Priority `msgpack:"priority,omitempty" json:"priority,omitempty"`
-	// Meta is opaque to jetembed and echoed in the [Result].
+	// Meta is opaque to jetembed and echoed in the [Result]. A decoded job
+	// also keeps meta's bytes as they arrived, which [Result.EchoMeta]
+	// echoes unchanged.
 	Meta map[string]any `msgpack:"meta,omitempty" json:"meta,omitempty"`
+
+	rawMeta rawMeta
+}
+
+// rawMeta is meta's bytes as decoded, in the encoding they came in: a JSON
+// object or a msgpack map.
+type rawMeta struct {
+	data []byte
+	enc  Encoding
+}
+
+// in returns the bytes when they are in encoding enc, else nil.
+func (m rawMeta) in(enc Encoding) []byte {
+	if m.enc != enc {
+		return nil
+	}
+	return m.data
 }
 
 // Priority is a job's scheduling class.
