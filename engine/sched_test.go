@@ -216,8 +216,9 @@ func TestPerCallCompletion(t *testing.T) {
 // interactive chunks are not held to it.
 func TestLatencyCap(t *testing.T) {
 	g := newGated()
-	// 1 ms a token: a row of 8 tokens costs 8 ms, the cap holds 3 rows.
-	e := schedEngine(t, Config{Sessions: 1, MaxBatch: 16, Cost: pack.Cost{A: 1e-3}, MaxChunkLatency: 25 * time.Millisecond}, g)
+	// 10 µs a token and 200 µs a run: a row of 8 tokens costs 80 µs,
+	// batching pays, and the 500 µs cap holds 3 rows.
+	e := schedEngine(t, Config{Sessions: 1, MaxBatch: 16, Cost: pack.Cost{A: 1e-5}, MaxChunkLatency: 500 * time.Microsecond}, g)
 	texts := make([]Text, 7)
 	for i := range texts {
 		texts[i] = Text{Text: words(6, i)}
@@ -231,7 +232,7 @@ func TestLatencyCap(t *testing.T) {
 	}
 	for _, c := range rep.Chunks {
 		if c.Batch > 3 {
-			t.Errorf("bulk chunk %dx%d: modelled %.0f ms above the 25 ms cap", c.Batch, c.Seq, e.sched.seconds(c.Batch, c.Seq)*1e3)
+			t.Errorf("bulk chunk %dx%d: modelled %.0f µs above the 500 µs cap", c.Batch, c.Seq, e.sched.seconds(c.Batch, c.Seq)*1e6)
 		}
 	}
 	_, rep, err = e.Embed(WithInteractive(context.Background()), texts)
@@ -296,8 +297,8 @@ func TestMemoryBudget(t *testing.T) {
 			t.Errorf("chunk %dx%d models %.0f bytes, above the budget %d", c.Batch, c.Seq, b, budget)
 		}
 	}
-	if err := e.WarmShape(context.Background(), 4, 40); !errors.Is(err, ErrConfig) {
-		t.Errorf("warming 4x40 over the budget: %v, want ErrConfig", err)
+	if err := e.WarmShape(context.Background(), 4, 40); !errors.Is(err, ErrShape) {
+		t.Errorf("warming 4x40 over the budget: %v, want ErrShape", err)
 	}
 	_, err = New(context.Background(), Config{NoWarmup: true, MemoryBudget: budget, Warmup: []Shape{{4, 40}}}, fakeTok{}, fakeModel(64), (&factory{}).new)
 	if !errors.Is(err, ErrConfig) {
