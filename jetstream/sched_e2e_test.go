@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"iter"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -13,9 +11,6 @@ import (
 
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/engine/model"
-	"github.com/jetembed/jetembed/engine/ort"
-	"github.com/jetembed/jetembed/engine/tokenizer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -47,35 +42,14 @@ func (g gatedRunner) Run(ctx context.Context, in engine.RunInput) (engine.RunOut
 // good when openAll is called, or the test ends.
 func openGatedEngine(t *testing.T, cfg engine.Config, gate <-chan struct{}, minSeq int) (e *engine.Engine, openAll func()) {
 	t.Helper()
-	lib := os.Getenv("JETEMBED_ORT_LIB")
-	if lib == "" {
-		t.Skip("JETEMBED_ORT_LIB not set; run `make test` or `make deps`")
-	}
-	if _, err := ort.Init(ort.LibraryOptions{Path: lib}); err != nil {
-		t.Skip(err)
-	}
-	m, err := model.Open(filepath.Join("..", "testdata", "models", "tiny-hidden"), model.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tk, err := tokenizer.Load(m.TokenizerPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.NoWarmup = true
 	open := make(chan struct{})
 	openAll = sync.OnceFunc(func() { close(open) })
-	e, err = engine.New(context.Background(), cfg, tok{tk}, m, func(int) (engine.Runner, error) {
-		r, err := ort.Open(m, ort.Provider{IntraOpThreads: 1})
-		if err != nil {
-			return nil, err
-		}
-		return gatedRunner{Runner: r, gate: gate, open: open, minSeq: minSeq}, nil
+	e = openEngineWith(t, cfg, func(r engine.Runner) engine.Runner {
+		return gatedRunner{Runner: r, gate: gate, open: open, minSeq: minSeq}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { openAll(); _ = e.Close() })
+	// Registered after the engine's Close, so it runs first: no run stays
+	// blocked while Close waits for the sessions.
+	t.Cleanup(openAll)
 	return e, openAll
 }
 

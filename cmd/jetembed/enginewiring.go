@@ -67,7 +67,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		maxTokens:       fs.Int("max-tokens", 0, "longest text in tokens before truncation (0: the model's maximum)"),
 		maxBatchTokens:  fs.Int("max-batch-tokens", 0, "padded tokens (batch x seq) per session run (0: 16384)"),
 		maxBatch:        fs.Int("max-batch", 0, "texts per session run (0: 64)"),
-		tiers:           fs.String("tiers", "", "padded sequence tiers, comma separated (default: none on cpu, where a chunk is padded to its own longest text; 4 per octave from 8 to max tokens on cuda/tensorrt)"),
+		tiers:           fs.String("tiers", "", "padded sequence tiers, comma separated (default: none on cpu without the guard, where a chunk is padded to its own longest text; else 4 per octave from 8 to max tokens)"),
 		admission:       fs.Int("engine-admission-tokens", 0, "engine admission budget: tokens of embed calls in progress; beyond it a call is refused as overloaded (0: 8 x max-batch-tokens x sessions)"),
 		guard:           fs.String("guard", "auto", "JIT guard refusing unwarmed long shapes: auto (on for tensorrt), on or off"),
 		guardSeq:        fs.Int("guard-seq", 4096, "sequence length from which the JIT guard applies"),
@@ -124,8 +124,9 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	if cfg.Tiers, err = ints("tiers", *f.tiers); err != nil {
 		return cfg, p, err
 	}
-	// Tiers only where a provider compiles shapes.
-	cfg.PadExact = cpu && len(cfg.Tiers) == 0
+	// Tiers only where a provider compiles shapes, or where the JIT guard
+	// and the fleet's shape records name them.
+	cfg.PadExact = cpu && len(cfg.Tiers) == 0 && !cfg.Guard
 	wb := *f.warmBatches
 	if wb == "auto" {
 		wb = ""
