@@ -117,10 +117,23 @@ type sched struct {
 }
 
 // minGain is how much a row must lower the modelled cost per real token
-// to join a chunk: 1%. Long texts, whose run time dwarfs a run's fixed
-// cost, then run alone (batching them buys nothing and multiplies the
-// workspace), while short ones batch until the fixed cost is amortized.
-const minGain = 0.99
+// to join a chunk whose workspace would exceed bigChunk bytes: 1%. Long
+// texts, whose run time dwarfs a run's fixed cost, then run alone
+// (batching them buys nothing and multiplies the workspace); small chunks
+// grow while the cost per token does not rise.
+const (
+	minGain  = 0.99
+	bigChunk = 256 << 20
+)
+
+// gain is the factor the cost per real token must fall by for a rows x seq
+// chunk.
+func (s *sched) gain(rows, seq int) float64 {
+	if s.cost.bytes(rows, seq) > bigChunk {
+		return minGain
+	}
+	return 1
+}
 
 // window bounds how many of a class's oldest texts a chunk is chosen
 // from, so forming a chunk stays cheap under a deep backlog.
@@ -269,14 +282,14 @@ func (s *sched) form(cl class) *work {
 		bestSide, bestScore, bestSeq := 0, cur, seq
 		if hi+1 < len(order) {
 			n := win[order[hi+1]].n
-			if sc := s.cost.seconds(rows+1, seq) / float64(real+n); sc <= bestScore*minGain && s.fits(cl, rows+1, seq) {
+			if sc := s.cost.seconds(rows+1, seq) / float64(real+n); sc <= bestScore*s.gain(rows+1, seq) && s.fits(cl, rows+1, seq) {
 				bestSide, bestScore = 1, sc
 			}
 		}
 		if lo > 0 {
 			n := win[order[lo-1]].n
 			sq := s.pad(n)
-			if sc := s.cost.seconds(rows+1, sq) / float64(real+n); sc < min(bestScore, cur*minGain) && s.fits(cl, rows+1, sq) {
+			if sc := s.cost.seconds(rows+1, sq) / float64(real+n); sc < min(bestScore, cur*s.gain(rows+1, sq)) && s.fits(cl, rows+1, sq) {
 				bestSide, bestScore, bestSeq = -1, sc, sq
 			}
 		}
