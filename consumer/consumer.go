@@ -328,7 +328,10 @@ func (c *Consumer) Closed() <-chan struct{} { return c.done }
 // than the configured fraction of AckWait, until ctx is done.
 func (c *Consumer) heartbeats(ctx context.Context) {
 	every := c.heartbeatEvery()
-	t := time.NewTicker(max(every/4, time.Millisecond))
+	// At most a quarter second between looks, so a shorter AckWait learned
+	// from the server after start (SetDeliveryLimits) is seen in time.
+	period := func(every time.Duration) time.Duration { return min(max(every/4, time.Millisecond), 250*time.Millisecond) }
+	t := time.NewTicker(period(every))
 	defer t.Stop()
 	var due []*job
 	for {
@@ -340,7 +343,7 @@ func (c *Consumer) heartbeats(ctx context.Context) {
 		// The server's AckWait may have changed (SetDeliveryLimits).
 		if e := c.heartbeatEvery(); e != every {
 			every = e
-			t.Reset(max(every/4, time.Millisecond))
+			t.Reset(period(every))
 		}
 		now := c.cfg.Now()
 		c.mu.Lock()
