@@ -330,7 +330,9 @@ func (c *Consumer) heartbeats(ctx context.Context) {
 	every := c.heartbeatEvery()
 	// At most a quarter second between looks, so a shorter AckWait learned
 	// from the server after start (SetDeliveryLimits) is seen in time.
-	period := func(every time.Duration) time.Duration { return min(max(every/4, time.Millisecond), 250*time.Millisecond) }
+	period := func(every time.Duration) time.Duration {
+		return min(max(every/4, time.Millisecond), 250*time.Millisecond)
+	}
 	t := time.NewTicker(period(every))
 	defer t.Stop()
 	var due []*job
