@@ -32,6 +32,7 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (Report, er
 	}
 	r.Outcomes = append(r.Outcomes, ensureConsumer(ctx, js, cfg.Jobs.Name, cfg.consumerConfig()))
 	r.Outcomes = append(r.Outcomes, ensureBucket(ctx, js, cfg.bucketConfig(), cfg.Replicas))
+	r.Outcomes = append(r.Outcomes, ensureObjectStore(ctx, js, cfg.blobsConfig()))
 	var errs []error
 	for _, o := range r.Outcomes {
 		if o.Err != nil {
@@ -257,4 +258,39 @@ func sorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s
+}
+
+func (c Config) blobsConfig() natsjs.ObjectStoreConfig {
+	return natsjs.ObjectStoreConfig{
+		Bucket:      c.Blobs.Name,
+		Description: "jetembed: results too large for one message",
+		TTL:         c.Blobs.TTL,
+		Storage:     natsjs.FileStorage,
+		Replicas:    c.Replicas,
+	}
+}
+
+func ensureObjectStore(ctx context.Context, js natsjs.JetStream, want natsjs.ObjectStoreConfig) Outcome {
+	obs, err := js.ObjectStore(ctx, want.Bucket)
+	if errors.Is(err, natsjs.ErrBucketNotFound) {
+		return created(ctx, "objstore", want.Bucket, func(ctx context.Context) error {
+			_, err := js.CreateObjectStore(ctx, want)
+			return err
+		})
+	}
+	if err != nil {
+		return failed("objstore", want.Bucket, err)
+	}
+	st, err := obs.Status(ctx)
+	if err != nil {
+		return failed("objstore", want.Bucket, err)
+	}
+	var d drift
+	d.check("Storage", st.Storage(), want.Storage, false)
+	d.check("TTL", st.TTL(), want.TTL, true)
+	d.check("Replicas", st.Replicas(), want.Replicas, true)
+	return d.outcome(ctx, "objstore", want.Bucket, func(ctx context.Context) error {
+		_, err := js.UpdateObjectStore(ctx, want)
+		return err
+	})
 }

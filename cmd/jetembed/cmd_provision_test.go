@@ -29,8 +29,8 @@ func TestProvisionCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if n := strings.Count(out, " created"); n != 5 {
-		t.Errorf("%d objects created, want 5:\n%s", n, out)
+	if n := strings.Count(out, " created"); n != 6 {
+		t.Errorf("%d objects created, want 6:\n%s", n, out)
 	}
 
 	nc, err := nats.Connect(s.ClientURL())
@@ -49,7 +49,7 @@ func TestProvisionCommand(t *testing.T) {
 	}
 
 	code, out, errOut = runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--max-ack-pending", "64", "--ack-wait", "30s")
-	if code != 0 || strings.Count(out, " unchanged") != 5 {
+	if code != 0 || strings.Count(out, " unchanged") != 6 {
 		t.Fatalf("re-run: exit %d, %s\n%s", code, errOut, out)
 	}
 

@@ -41,6 +41,7 @@ type serveFlags struct {
 	logFormat      *string
 	heartbeat      *time.Duration
 	provision      *bool
+	blobs          *bool
 	printConfig    *bool
 }
 
@@ -56,6 +57,7 @@ func addServeFlags(fs *flagSet) *serveFlags {
 		logFormat:      fs.String("log-format", telemetry.LogAuto, "log format: auto (text on a terminal, else json), text or json"),
 		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
 		provision:      fs.Bool("provision", true, "create or update the streams, the consumer and the KV bucket at start"),
+		blobs:          fs.Bool("blobs", true, "store results over the server's max payload in the blobs bucket and reply with a reference (false: reply result_too_large)"),
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
 	}
 }
@@ -217,7 +219,12 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 		}
 		gather *= max(*ef.sessions, 1)
 	}
+	var blobs consumer.BlobStore
+	if *sf.blobs {
+		blobs = pub
+	}
 	cons, err := consumer.New(consumer.Config{
+		Blobs:          blobs,
 		Patience:       *sf.patience,
 		MaxBatchTokens: gather,
 		InFlightTokens: *sf.inFlightTokens,
