@@ -169,7 +169,8 @@ type worker struct {
 }
 
 type workerOptions struct {
-	cfg  consumer.Config
+	cfg   consumer.Config
+	blobs bool // store oversized results in the blobs bucket, as serve --blobs
 	sink func(*consumer.Consumer) jetstream.Sink // wraps the consumer
 	pull []jetstream.PullOption
 }
@@ -183,6 +184,9 @@ func startWorker(t testing.TB, srv *server, emb consumer.Embedder, o workerOptio
 		t.Fatal(err)
 	}
 	cfg := o.cfg
+	if o.blobs {
+		cfg.Blobs = pub
+	}
 	cfg.AckWait = srv.cfg.Consumer.AckWait
 	cfg.MaxDeliver = srv.cfg.Consumer.MaxDeliver
 	if cfg.Logger == nil {
