@@ -170,9 +170,9 @@ type worker struct {
 
 type workerOptions struct {
 	cfg   consumer.Config
-	blobs bool // store oversized results in the blobs bucket, as serve --blobs
-	sink func(*consumer.Consumer) jetstream.Sink // wraps the consumer
-	pull []jetstream.PullOption
+	blobs bool                                    // store oversized results in the blobs bucket, as serve --blobs
+	sink  func(*consumer.Consumer) jetstream.Sink // wraps the consumer
+	pull  []jetstream.PullOption
 }
 
 // startWorker runs a consumer on emb against srv, like serve does.
