@@ -187,6 +187,15 @@ func TestSubmitEndToEndAndResume(t *testing.T) {
 		t.Fatalf("msgpack submit: exit %d: %s", code, errOut)
 	}
 	checkSubmitOutput(t, mp, texts)
+	// The stored results alone give the same output, without the input.
+	stored := filepath.Join(dir, "stored.jsonl")
+	code, _, errOut = runCmd(t, ctx2, "results", "--nats", url, "mp", "-o", stored)
+	if code != 1 || !strings.Contains(errOut, "6 of 45 lines failed") {
+		t.Fatalf("results mp: exit %d: %s", code, errOut)
+	}
+	if a, b := readFile(t, mp), readFile(t, stored); a != b {
+		t.Errorf("results wrote a different output than submit:\n%s\nwant\n%s", b, a)
+	}
 
 	code, stdout, errOut := runCmd(t, ctx2, "submit", "--nats", url, "--text", "hello", "--outputs", "dense,sparse")
 	if code != 0 {
@@ -197,4 +206,13 @@ func TestSubmitEndToEndAndResume(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &line); err != nil || len(line.Dense) == 0 || line.Sparse == nil || !strings.Contains(line.Model, "@") {
 		t.Errorf("submit --text printed %q (%v)", stdout, err)
 	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
