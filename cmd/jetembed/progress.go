@@ -19,9 +19,10 @@ import (
 // last line says truthfully how far the run got, whether it finished or
 // not.
 type progress struct {
-	w     io.Writer
-	what  string // "embedded" or "tokenized"
-	start time.Time
+	w            io.Writer
+	what         string // the verb of the count: "embedded"
+	start        time.Time
+	first, every time.Duration
 
 	mu     sync.Mutex
 	total  int // -1: unknown (stdin)
@@ -40,7 +41,7 @@ var (
 
 // newProgress starts the report of a run of total texts (-1: unknown).
 func newProgress(w io.Writer, what string, total int) *progress {
-	p := &progress{w: w, what: what, start: time.Now(), total: total, stop: make(chan struct{})}
+	p := &progress{w: w, what: what, start: time.Now(), first: progressFirst, every: progressEvery, total: total, stop: make(chan struct{})}
 	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 		p.pb = progressbar.NewOptions(max(total, -1),
 			progressbar.OptionSetWriter(w), progressbar.OptionSetDescription(what),
@@ -54,7 +55,7 @@ func newProgress(w io.Writer, what string, total int) *progress {
 }
 
 func (p *progress) plain() {
-	t := time.NewTimer(progressFirst)
+	t := time.NewTimer(p.first)
 	defer t.Stop()
 	for {
 		select {
@@ -65,7 +66,7 @@ func (p *progress) plain() {
 		p.mu.Lock()
 		fmt.Fprintln(p.w, p.lineLocked())
 		p.mu.Unlock()
-		t.Reset(progressEvery)
+		t.Reset(p.every)
 	}
 }
 
