@@ -9,10 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-
-	"github.com/jetembed/jetembed/internal/natstest"
 )
 
 // TestNodeExample runs examples/node/embed.mjs, with the official NATS
@@ -47,25 +43,8 @@ func TestNodeExample(t *testing.T) {
 		}
 	}
 	model := tinyModel(t, "tiny-hidden")
-	ctx, cancel := context.WithCancel(context.Background())
-	d := startDev(ctx, t, model)
-	defer func() {
-		cancel()
-		select {
-		case <-d.done:
-		case <-time.After(10 * time.Second):
-			t.Error("dev did not stop")
-		}
-	}()
-	nc, err := nats.Connect(d.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
-		_, err := nc.Request("embed.v1.embed", []byte(`{"id":"probe","texts":["x"]}`), 2*time.Second)
-		return err
-	})
+	d := serveDev(t, model)
+	ctx := context.Background()
 
 	rctx, rcancel := context.WithTimeout(ctx, 60*time.Second)
 	defer rcancel()

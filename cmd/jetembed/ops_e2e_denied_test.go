@@ -26,19 +26,9 @@ import (
 // answered with a blob reference that producer-a, with its own
 // permissions, resolves to the whole result.
 func TestOpsPublishDeniedAndBlobs(t *testing.T) {
-	url, caFile := runAccountsServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	auth := func(user string) []string {
-		return []string{"--nats", url, "--nats-user", user, "--nats-tls-ca", caFile}
-	}
-	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("provisioner"))
-	if code, out, errOut := runCmd(t, ctx, append([]string{"provision"}, auth("provisioner")...)...); code != 0 {
-		t.Fatalf("provision as provisioner: exit %d: %s%s", code, out, errOut)
-	}
-	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("embedder"))
-	s := startOps(t, url, append(auth("embedder"), "--provision=false", "--http", "")...)
-	s.waitReady(t)
+	url, caFile, s := serveUnderAccounts(t, ctx)
 
 	a := connectProducer(t, url, caFile, "producer-a")
 	ca, err := jetstream.NewClient(a.Conn, jetstream.WithRun("producer-a"))

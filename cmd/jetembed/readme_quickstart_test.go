@@ -9,10 +9,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/nats-io/nats.go"
-
-	"github.com/jetembed/jetembed/internal/natstest"
 )
 
 // quickStartCommands returns the shell commands of the README's Quick start
@@ -92,26 +88,8 @@ func TestReadmeQuickStart(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	d := startDev(ctx, t, model)
-	defer func() {
-		cancel()
-		select {
-		case <-d.done:
-		case <-time.After(10 * time.Second):
-			t.Error("dev did not stop")
-		}
-	}()
-	// As a reader would, wait for the service to answer before trying it.
-	nc, err := nats.Connect(d.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
-		_, err := nc.Request("embed.v1.embed", []byte(`{"id":"probe","texts":["x"]}`), 2*time.Second)
-		return err
-	})
+	d := serveDev(t, model)
+	ctx := context.Background()
 	script := "set -euo pipefail\n" + strings.Join(cmds, "\n") + "\nsleep 0.5\nkill $(jobs -p) 2>/dev/null || true\n"
 	sctx, scancel := context.WithTimeout(ctx, 60*time.Second)
 	defer scancel()
