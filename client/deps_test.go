@@ -7,7 +7,8 @@ import (
 )
 
 // TestDependencies holds the client to nats.go, schema and the
-// OpenTelemetry API (propagation): a producer importing it must not pull in
+// OpenTelemetry API (propagation, through internal/tracehdr): a producer
+// importing it must not pull in
 // the server side, nats-server or an OpenTelemetry SDK or exporter.
 func TestDependencies(t *testing.T) {
 	goBin, err := exec.LookPath("go")
@@ -21,6 +22,7 @@ func TestDependencies(t *testing.T) {
 	allowed := []string{
 		"github.com/jetembed/jetembed/client",
 		"github.com/jetembed/jetembed/schema",
+		"github.com/jetembed/jetembed/internal/tracehdr",
 		"github.com/nats-io/nats.go",
 		"github.com/nats-io/nkeys",
 		"github.com/nats-io/nuid",
