@@ -8,8 +8,8 @@ import (
 
 // TestDependencies holds the client to nats.go, schema and the
 // OpenTelemetry API (propagation, through internal/tracehdr): a producer
-// importing it must not pull in
-// the server side, nats-server or an OpenTelemetry SDK or exporter.
+// importing it must not pull in the server side, nats-server or an
+// OpenTelemetry SDK or exporter.
 func TestDependencies(t *testing.T) {
 	goBin, err := exec.LookPath("go")
 	if err != nil {
