@@ -2,8 +2,6 @@ package consumer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 
 	"github.com/jetembed/jetembed/schema"
@@ -33,16 +31,10 @@ type BlobStore interface {
 // (Nats-Msg-Id, the expected stream, trace context).
 const headerRoom = 512
 
-// blobName is the object name of a job's result: a hash of the job's
-// identity (reply subject and id), so a redelivery overwrites its own blob
-// and two producers using one id never share one.
-func blobName(reply, id string) string {
-	h := sha256.New()
-	h.Write([]byte(reply))
-	h.Write([]byte{0})
-	h.Write([]byte(id))
-	return "result." + hex.EncodeToString(h.Sum(nil))
-}
+// blobName is the object name of a job's result: its Nats-Msg-Id, a hash of
+// the job's identity (reply subject and id), so a redelivery overwrites its
+// own blob and two producers using one id never share one.
+func blobName(reply, id string) string { return schema.ResultMsgID(reply, id) }
 
 // msgSize is the size NATS counts against max_payload: the header block
 // (NATS/1.0, one line per value, a blank line) and the body.
@@ -79,6 +71,7 @@ func (c *Consumer) oversized(ctx context.Context, j *job, out outcome, res *sche
 			return c.publishFailed(j, out, err), nil, false
 		}
 		small := &schema.Result{V: res.V, ID: res.ID, Model: res.Model, Usage: res.Usage, Meta: res.Meta, Blob: &blob}
+		small.EchoMeta(j.job)
 		sd, err := schema.EncodeResult(small, j.enc)
 		if err == nil && msgSize(h, sd)+headerRoom <= limit {
 			c.cfg.Logger.Debug("result stored as a blob", "job", j.id, "bytes", len(data), "blob", blob.Name)
@@ -97,6 +90,7 @@ func (c *Consumer) oversized(ctx context.Context, j *job, out outcome, res *sche
 		return out, nil, false
 	}
 	out.result.Model, out.result.Meta = c.model, res.Meta
+	out.result.EchoMeta(j.job)
 	sd, err := schema.EncodeResult(out.result, j.enc)
 	if err != nil || msgSize(h, sd)+headerRoom > limit {
 		// Even the error does not fit (a huge meta): the DLQ holds it.

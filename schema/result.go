@@ -16,6 +16,8 @@ type Result struct {
 	// whole result, in the same encoding, is the named object of the blobs
 	// Object Store bucket, and this result carries no items.
 	Blob *Blob `msgpack:"blob,omitempty" json:"blob,omitempty"`
+
+	rawMeta rawMeta
 }
 
 // Blob names a result stored in the blobs Object Store bucket (EMBED_BLOBS
@@ -25,6 +27,19 @@ type Blob struct {
 	Name   string `msgpack:"name" json:"name"`
 	Size   int64  `msgpack:"size" json:"size"`
 	Digest string `msgpack:"digest" json:"digest"`
+}
+
+// EchoMeta sets the result's meta to the job's. When the job was decoded,
+// the result encoded in the job's encoding carries meta's bytes exactly as
+// they arrived (key order, number spelling, whitespace inside a JSON
+// object); in another encoding, or for a job built in Go, Meta is encoded.
+// Setting Meta afterwards does not drop the echoed bytes: call EchoMeta
+// again, or build a new Result.
+func (r *Result) EchoMeta(j *Job) {
+	if j == nil {
+		return
+	}
+	r.Meta, r.rawMeta = j.Meta, j.rawMeta
 }
 
 // Item is the result for one text. Only the outputs the job asked for are
