@@ -101,3 +101,45 @@ func TestSubmitWaitsForConsumer(t *testing.T) {
 		t.Errorf("last line does not say nothing was embedded:\n%s", errOut)
 	}
 }
+
+// TestSubmitResolvesBlobs: against a standard 1 MiB server, a job whose
+// ColBERT result is about 1.4 MB comes back as a blob reference; submit and
+// results both write the whole vectors.
+func TestSubmitResolvesBlobs(t *testing.T) {
+	srv := natstest.RunServer(t, func(o *natsserver.Options) { o.MaxPayload = natsserver.MAX_PAYLOAD_SIZE })
+	url := srv.ClientURL()
+	startServe(t, url)
+	var b strings.Builder
+	texts := bigColBERT("x").Texts
+	ids := make([]string, len(texts))
+	for i, text := range texts {
+		ids[i] = fmt.Sprint(i + 1)
+		fmt.Fprintf(&b, "{\"text\":%q}\n", text)
+	}
+	dir := t.TempDir()
+	in := filepath.Join(dir, "in.jsonl")
+	if err := os.WriteFile(in, []byte(b.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for _, args := range [][]string{
+		{"submit", "--nats", url, "--outputs", "colbert", "--run", "blobs", in, "-o", filepath.Join(dir, "submit.jsonl")},
+		{"results", "--nats", url, "blobs", "-o", filepath.Join(dir, "results.jsonl")},
+	} {
+		if code, _, errOut := runCmd(t, ctx, args...); code != 0 {
+			t.Fatalf("%s: exit %d: %s", args[0], code, errOut)
+		}
+		out := readFile(t, args[len(args)-1])
+		checkOutputLines(t, out, ids)
+		for i, line := range strings.Split(strings.TrimSpace(out), "\n") {
+			var l outputLine
+			if err := json.Unmarshal([]byte(line), &l); err != nil {
+				t.Fatal(err)
+			}
+			if l.Error != nil || len(l.ColBERT) < 500 {
+				t.Errorf("%s line %d: %d colbert rows, error %v", args[0], i+1, len(l.ColBERT), l.Error)
+			}
+		}
+	}
+}
