@@ -112,7 +112,7 @@ func (c *Consumer) publishFailed(j *job, out outcome, err error) outcome {
 	case errors.Is(err, ErrPublishDenied):
 		out.reason = ReasonPublishDenied
 		out.verdict, out.dlq = verdictTerm, true
-	case c.cfg.finalDelivery(j.d.NumDelivered):
+	case c.finalDelivery(j.d.NumDelivered):
 		// No redelivery follows: keep the job in the DLQ rather than lose it.
 		out.verdict, out.dlq = verdictTerm, true
 	default:

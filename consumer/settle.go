@@ -67,7 +67,7 @@ func (c *Consumer) deadLetter(ctx context.Context, j *job, out outcome) outcome 
 		return out
 	}
 	c.cfg.Logger.Error("dead letter not stored", "job", j.id, "code", dl.Code, "delivered", j.d.NumDelivered, "err", err)
-	if c.cfg.finalDelivery(j.d.NumDelivered) || j.d.Respond != nil {
+	if c.finalDelivery(j.d.NumDelivered) || j.d.Respond != nil {
 		return out
 	}
 	out.verdict, out.reason, out.result = verdictNak, ReasonDLQFailed, nil

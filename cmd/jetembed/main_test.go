@@ -11,7 +11,7 @@ import (
 func TestHelpAndVersion(t *testing.T) {
 	ctx := context.Background()
 	code, out, errOut := runCmd(t, ctx, "help", "serve")
-	if code != 0 || !strings.Contains(out+errOut, "-max-deliver") || strings.Contains(out+errOut, "Commands:") {
+	if code != 0 || !strings.Contains(out+errOut, "-reply-allow") || strings.Contains(out+errOut, "Commands:") {
 		t.Errorf("help serve: exit %d, output:\n%s%s", code, out, errOut)
 	}
 	for _, arg := range []string{"--version", "-version", "version"} {

@@ -127,7 +127,7 @@ func serveUnderAccounts(t *testing.T, ctx context.Context) (url, caFile string, 
 		t.Fatalf("provision as provisioner: exit %d: %s%s", code, out, errOut)
 	}
 	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("embedder"))
-	s = startOps(t, url, append(auth("embedder"), "--provision=false", "--http", "")...)
+	s = startOps(t, url, append(auth("embedder"), "--provision=off", "--http", "")...)
 	s.waitReady(t)
 	return url, caFile, s
 }
