@@ -60,8 +60,10 @@ func idToken(id string) string {
 	return "~" + base64.RawURLEncoding.EncodeToString([]byte(id))
 }
 
-// Submit queues job in the jobs stream, with Nats-Msg-Id = the job id so a
-// job submitted twice within the stream's duplicate window runs once. A job
+// Submit queues job in the jobs stream, with Nats-Msg-Id =
+// [schema.JobMsgID] (its reply subject and id) so a job submitted twice
+// within the stream's duplicate window runs once, while another producer's
+// job with the same id and its own reply subject is kept. A job
 // without a reply subject gets [Client.ReplySubject]; job itself is not
 // changed. It returns once the stream stored the job (ack.Duplicate says it
 // was already there).
