@@ -1,0 +1,88 @@
+package fleet
+
+import (
+	"fmt"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// report is what one run measured.
+type report struct {
+	plan          plan
+	maxAckPending int
+	started       time.Time
+	loadStart     string
+	loadEnd       string
+
+	pushTook, startTook, steadyWindow, drainTook time.Duration
+	steadyJobs                                   int
+	shares                                       []int // acks of each initial member in the steady window
+	added, killed, stopped                       int
+	takeWork                                     []time.Duration // start to first delivery of added members, sorted
+	selfCPU, serverCPU                           time.Duration
+	ackLat                                       []time.Duration
+	tally                                        tally
+
+	warmMembers    int
+	prewarm        []time.Duration // solo shape: compile done to each peer's pre-warm, sorted
+	wanters        int
+	lockedCompiles int // plan builds of the herd shape
+	fleetCompiles  int64
+	lockBusy       int64
+	herdTook       time.Duration
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
+
+func (r *report) markdown() string {
+	var b strings.Builder
+	p, t := r.plan, r.tally
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format+"\n", a...) }
+	w("Run of %s: %d CPUs (GOMAXPROCS %d), load average %s at the start, %s at the end.",
+		r.started.UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), runtime.GOMAXPROCS(0), r.loadStart, r.loadEnd)
+	w("Three nats-server processes (one cluster, R3 file-storage streams), %d members at the start, "+
+		"%d jobs (%.0f%% with one ~1k-token text), MaxAckPending %d, AckWait %v.",
+		p.members, t.Sent, p.long*100, r.maxAckPending, *ackWait)
+	w("Fake GPU per member: %.0f tokens/s + %v a run; source: %s.", p.cost.TokensPerSec, p.cost.Overhead, costSource)
+	w("")
+	w("| Figure | Value |")
+	w("|---|---|")
+	w("| backlog pushed (one producer, async publish) | %d jobs in %v (%.0f jobs/s) |", t.Sent, r.pushTook.Round(time.Millisecond), rate(t.Sent, r.pushTook))
+	w("| %d members started (8 at a time) | %v |", p.members, r.startTook.Round(time.Millisecond))
+	w("| cluster jobs/s, steady (%d members, first 40%% of the backlog) | %.0f |", p.members, rate(r.steadyJobs, r.steadyWindow))
+	w("| cluster jobs/s, whole drain incl. churn | %.0f (%v) |", rate(t.Sent, r.drainTook), r.drainTook.Round(time.Millisecond))
+	if len(r.shares) > 0 {
+		lo, hi, mean := slices.Min(r.shares), slices.Max(r.shares), float64(r.steadyJobs)/float64(len(r.shares))
+		w("| member share, steady: min / mean / max jobs | %d / %.0f / %d (min %.2f, max %.2f of the mean) |", lo, mean, hi, float64(lo)/mean, float64(hi)/mean)
+	}
+	w("| ack latency (delivery to ack) p50 / p99 | %s / %s |", ms(percentile(r.ackLat, 0.5)), ms(percentile(r.ackLat, 0.99)))
+	w("| results stored / sent | %d / %d (lost %d, stored twice %d, strays %d) |", t.Stored, t.Sent, t.Lost, t.StoredDuplicates, t.Strays)
+	w("| churn | +%d members, %d killed (connection closed, no drain), %d stopped (Worker.Stop) |", r.added, r.killed, r.stopped)
+	w("| jobs redelivered: after a kill / after a stop / on a live member | %d / %d / %d |", t.FromKilled, t.FromStopped, t.FromLive)
+	w("| jobs acked twice (work done twice) | %d |", t.DoubleAcked)
+	if len(r.takeWork) > 0 {
+		w("| new member: start to first job, p50 / max | %s / %s |", ms(percentile(r.takeWork, 0.5)), ms(r.takeWork[len(r.takeWork)-1]))
+	}
+	w("| jetembed CPU per job (members' process) | %.0f µs (%v over the drain) |", perJob(r.selfCPU, t.Sent), r.selfCPU.Round(time.Millisecond))
+	w("| nats-server CPU per job (3 processes) | %.0f µs (%v) |", perJob(r.serverCPU, t.Sent), r.serverCPU.Round(time.Millisecond))
+	w("| shape compiled by one member: pre-warmed on the %d others, p50 / p99 | %s / %s |", len(r.prewarm), ms(percentile(r.prewarm, 0.5)), ms(percentile(r.prewarm, 0.99)))
+	w("| %d members ask for one new shape at once | %d plan build(s), %d fleet compile(s), %d lock-busy waits, all warmed in %v |",
+		r.wanters, r.lockedCompiles, r.fleetCompiles, r.lockBusy, r.herdTook.Round(time.Millisecond))
+	return b.String()
+}
+
+func rate(n int, d time.Duration) float64 {
+	if d <= 0 {
+		return 0
+	}
+	return float64(n) / d.Seconds()
+}
+
+func perJob(d time.Duration, n int) float64 {
+	if n == 0 {
+		return 0
+	}
+	return float64(d.Microseconds()) / float64(n)
+}
