@@ -21,9 +21,9 @@ const costSource = "TEI (text-embeddings-inference) serving BAAI/bge-large-en-v1
 
 // gpuCost is the fake GPU: a session run of batch x seq takes Overhead +
 // batch*seq/TokensPerSec (padded tokens cost what real ones do). A shape
-// of at least PlanSeq tokens needs a plan, as TensorRT does: building one
-// takes Compile, loading one a peer built (from the shared engine cache)
-// takes Load.
+// of at least PlanSeq tokens needs a plan, as TensorRT does: the first run
+// of one on a session builds it in Compile, or loads the plan a peer built
+// (from the shared engine cache) in Load, instead of the run's own time.
 type gpuCost struct {
 	TokensPerSec  float64
 	Overhead      time.Duration
@@ -111,7 +111,7 @@ func (r *gpuRunner) Run(ctx context.Context, in engine.RunInput) (engine.RunOutp
 	d := r.cost.run(in.Batch, in.Seq)
 	s := engine.Shape{Batch: in.Batch, Seq: in.Seq}
 	if in.Seq >= r.cost.PlanSeq && !r.have[s] {
-		d += r.plans.take(s, r.cost)
+		d = r.plans.take(s, r.cost)
 	}
 	t := time.NewTimer(d)
 	select {

@@ -20,7 +20,10 @@ const (
 
 // delivery is one delivery of a job to a member, and its ack.
 type delivery struct {
-	member   int
+	member int
+	// num is the server's delivery count: above 1 on a job's first
+	// recorded delivery, an earlier one sat in a fetch buffer unseen.
+	num      uint64
 	received time.Time
 	acked    time.Time // zero when the ack did not reach the server
 }
@@ -38,10 +41,10 @@ func newLedger() *ledger {
 	return &ledger{jobs: map[string][]delivery{}, fates: map[int]fate{}, first: map[int]time.Time{}}
 }
 
-func (l *ledger) delivered(id string, member int, at time.Time) int {
+func (l *ledger) delivered(id string, member int, num uint64, at time.Time) int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.jobs[id] = append(l.jobs[id], delivery{member: member, received: at})
+	l.jobs[id] = append(l.jobs[id], delivery{member: member, num: num, received: at})
 	if _, ok := l.first[member]; !ok {
 		l.first[member] = at
 	}
@@ -115,6 +118,10 @@ type tally struct {
 	// live (an AckWait expiry or a NAK on a healthy member: unexplained).
 	Redelivered                       int
 	FromKilled, FromStopped, FromLive int
+	// FromBuffer counts jobs redelivered whose earlier deliveries never
+	// left a member's fetch buffer (the server counted them; no consumer
+	// saw them): NAKed by a stop, or lost with a killed connection.
+	FromBuffer int
 	// DoubleAcked counts jobs acknowledged by two deliveries: work done
 	// and settled twice.
 	DoubleAcked int
@@ -153,6 +160,10 @@ func account(sent []string, stored map[string]int, resultID func(job string) str
 			t.DoubleAcked++
 		}
 		if len(ds) < 2 {
+			if len(ds) == 1 && ds[0].num > 1 {
+				t.Redelivered++
+				t.FromBuffer++
+			}
 			continue
 		}
 		t.Redelivered++
@@ -194,7 +205,7 @@ func (s tracedSink) Submit(ctx context.Context, d consumer.Delivery) error {
 		id = v[0]
 	}
 	if id != "" && d.Msg != nil {
-		i := s.l.delivered(id, s.member, d.Received)
+		i := s.l.delivered(id, s.member, d.NumDelivered, d.Received)
 		d.Msg = ackedMsg{Message: d.Msg, done: func() { s.l.acked(id, i, time.Now()) }}
 	}
 	return s.c.Submit(ctx, d)

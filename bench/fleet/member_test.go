@@ -24,6 +24,7 @@ type member struct {
 	fl      *jetstream.Fleet
 	eng     *engine.Engine
 	started time.Time
+	ready   time.Time // StartWorker returned: fetching
 }
 
 // memberEnv is what every member shares.
@@ -77,6 +78,7 @@ func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) 
 	if err != nil {
 		return fail(err)
 	}
+	m.ready = time.Now()
 	return m, nil
 }
 

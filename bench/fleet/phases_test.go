@@ -38,11 +38,14 @@ func (f *fleetRun) drain(ctx context.Context, r *rig, sent []string) {
 	var wg sync.WaitGroup
 	for k, i := range initial[:kill+stop] {
 		m := f.remove(i)
+		held := m.w.Consumer().Stats().Held
 		if k < kill {
+			rep.heldAtKill += held
 			l.setFate(i, killed)
 			wg.Go(m.kill)
 			continue
 		}
+		rep.heldAtStop += held
 		l.setFate(i, stopped)
 		wg.Go(func() {
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -65,9 +68,11 @@ func (f *fleetRun) drain(ctx context.Context, r *rig, sent []string) {
 		f.mu.Unlock()
 		if at, ok := l.firstDelivery(i); ok && m != nil {
 			rep.takeWork = append(rep.takeWork, at.Sub(m.started))
+			rep.readyToWork = append(rep.readyToWork, at.Sub(m.ready))
 		}
 	}
 	sortedDurations(rep.takeWork)
+	sortedDurations(rep.readyToWork)
 }
 
 // waitStored waits until the results stream holds n results.
@@ -152,4 +157,8 @@ func (f *fleetRun) warm(ctx context.Context) {
 		rep.lockBusy += st.LockBusy
 	}
 	rep.fleetCompiles -= before
+	for _, m := range ms {
+		rep.published += m.fl.Stats().Published
+	}
+	rep.bucketKeys = ms[0].fl.Stats().Shapes
 }

@@ -20,7 +20,9 @@ type report struct {
 	steadyJobs                                   int
 	shares                                       []int // acks of each initial member in the steady window
 	added, killed, stopped                       int
+	heldAtKill, heldAtStop                       int             // consumer-held jobs of the members just before
 	takeWork                                     []time.Duration // start to first delivery of added members, sorted
+	readyToWork                                  []time.Duration // StartWorker returned to first delivery, sorted
 	selfCPU, serverCPU                           time.Duration
 	ackLat                                       []time.Duration
 	tally                                        tally
@@ -32,6 +34,8 @@ type report struct {
 	fleetCompiles  int64
 	lockBusy       int64
 	herdTook       time.Duration
+	published      int64 // shape records the members' in-band runs created
+	bucketKeys     int   // shape keys of the model and SM at the end
 }
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
@@ -44,7 +48,7 @@ func (r *report) markdown() string {
 		r.started.UTC().Format("2006-01-02 15:04 UTC"), runtime.NumCPU(), runtime.GOMAXPROCS(0), r.loadStart, r.loadEnd)
 	w("Three nats-server processes (one cluster, R3 file-storage streams), %d members at the start, "+
 		"%d jobs (%.0f%% with one ~1k-token text), MaxAckPending %d, AckWait %v.",
-		p.members, t.Sent, p.long*100, r.maxAckPending, *ackWait)
+		p.members, t.Sent, p.long*100, r.maxAckPending, p.ackWait)
 	w("Fake GPU per member: %.0f tokens/s + %v a run; source: %s.", p.cost.TokensPerSec, p.cost.Overhead, costSource)
 	w("")
 	w("| Figure | Value |")
@@ -60,16 +64,21 @@ func (r *report) markdown() string {
 	w("| ack latency (delivery to ack) p50 / p99 | %s / %s |", ms(percentile(r.ackLat, 0.5)), ms(percentile(r.ackLat, 0.99)))
 	w("| results stored / sent | %d / %d (lost %d, stored twice %d, strays %d) |", t.Stored, t.Sent, t.Lost, t.StoredDuplicates, t.Strays)
 	w("| churn | +%d members, %d killed (connection closed, no drain), %d stopped (Worker.Stop) |", r.added, r.killed, r.stopped)
-	w("| jobs redelivered: after a kill / after a stop / on a live member | %d / %d / %d |", t.FromKilled, t.FromStopped, t.FromLive)
+	w("| jobs held by the members when they were killed / stopped | %d / %d |", r.heldAtKill, r.heldAtStop)
+	w("| jobs redelivered: started on a killed member / on a stopped one / on a live one / from a fetch buffer | %d / %d / %d / %d |",
+		t.FromKilled, t.FromStopped, t.FromLive, t.FromBuffer)
 	w("| jobs acked twice (work done twice) | %d |", t.DoubleAcked)
 	if len(r.takeWork) > 0 {
-		w("| new member: start to first job, p50 / max | %s / %s |", ms(percentile(r.takeWork, 0.5)), ms(r.takeWork[len(r.takeWork)-1]))
+		w("| new member: start to first job, p50 / max (of which StartWorker returned to first job) | %s / %s (%s / %s) |",
+			ms(percentile(r.takeWork, 0.5)), ms(r.takeWork[len(r.takeWork)-1]),
+			ms(percentile(r.readyToWork, 0.5)), ms(r.readyToWork[len(r.readyToWork)-1]))
 	}
 	w("| jetembed CPU per job (members' process) | %.0f µs (%v over the drain) |", perJob(r.selfCPU, t.Sent), r.selfCPU.Round(time.Millisecond))
 	w("| nats-server CPU per job (3 processes) | %.0f µs (%v) |", perJob(r.serverCPU, t.Sent), r.serverCPU.Round(time.Millisecond))
 	w("| shape compiled by one member: pre-warmed on the %d others, p50 / p99 | %s / %s |", len(r.prewarm), ms(percentile(r.prewarm, 0.5)), ms(percentile(r.prewarm, 0.99)))
 	w("| %d members ask for one new shape at once | %d plan build(s), %d fleet compile(s), %d lock-busy waits, all warmed in %v |",
 		r.wanters, r.lockedCompiles, r.fleetCompiles, r.lockBusy, r.herdTook.Round(time.Millisecond))
+	w("| shape keys in the bucket (model, SM) / created by in-band runs | %d / %d |", r.bucketKeys, r.published)
 	return b.String()
 }
 

@@ -47,8 +47,16 @@ func newRig(t testing.TB, cfg jetstream.Config) *rig {
 	if r.js, err = natsjs.New(r.nc); err != nil {
 		t.Fatal(err)
 	}
+	// The meta leader first (a cheap request answers once there is one),
+	// then the streams, retried while their placement settles.
+	natstest.CheckFor(t, 60*time.Second, 100*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := r.js.AccountInfo(ctx)
+		return err
+	})
 	natstest.CheckFor(t, 60*time.Second, 250*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		_, err := jetstream.Provision(ctx, r.js, cfg)
 		return err

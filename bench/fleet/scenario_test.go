@@ -22,8 +22,8 @@ var (
 	nMembers    = flag.Int("fleet.members", 0, "members at the start (default 4, or 64 with -fleet.full); churn adds half as many")
 	nJobs       = flag.Int("fleet.jobs", 0, "jobs in the backlog (default 500, or 200000 with -fleet.full)")
 	longShare   = flag.Float64("fleet.long", 0.02, "share of jobs that hold one long text (~1k tokens)")
-	tokensPerS  = flag.Float64("fleet.tokens-per-s", defaultCost().TokensPerSec, "fake GPU throughput per member, tokens/s")
-	ackWait     = flag.Duration("fleet.ack-wait", 10*time.Second, "the consumer's AckWait: how soon a killed member's jobs come back")
+	tokensPerS  = flag.Float64("fleet.tokens-per-s", 0, "fake GPU throughput per member, tokens/s (default 62000, or 4000 in the smoke run so that churn meets work)")
+	ackWait     = flag.Duration("fleet.ack-wait", 0, "the consumer's AckWait: how soon a killed member's jobs come back (default 10s, 4s in the smoke run)")
 	maxAckPend  = flag.Int("fleet.max-ack-pending", 0, "the consumer's MaxAckPending (default 64 per member at the peak)")
 	prefetchMax = flag.Int("fleet.prefetch", 0, "each member's prefetch cap (0: the worker's default)")
 	outFile     = flag.String("fleet.out", "", "also write the Markdown report to this file")
@@ -34,12 +34,18 @@ type plan struct {
 	members, jobs int
 	long          float64
 	cost          gpuCost
+	ackWait       time.Duration
 }
 
 func planFromFlags() plan {
-	p := plan{members: 4, jobs: 500, long: *longShare, cost: defaultCost()}
+	p := plan{members: 4, jobs: 500, long: *longShare, cost: defaultCost(), ackWait: 4 * time.Second}
 	if *full {
-		p.members, p.jobs = 64, 200000
+		p.members, p.jobs, p.ackWait = 64, 200000, 10*time.Second
+	} else {
+		// The smoke run checks the mechanics: slow GPUs so that the churn
+		// meets work in flight, short compiles.
+		p.cost.TokensPerSec = 4000
+		p.cost.Compile, p.cost.Load = 300*time.Millisecond, 30*time.Millisecond
 	}
 	if *nMembers > 0 {
 		p.members = *nMembers
@@ -47,10 +53,11 @@ func planFromFlags() plan {
 	if *nJobs > 0 {
 		p.jobs = *nJobs
 	}
-	p.cost.TokensPerSec = *tokensPerS
-	if !*full {
-		// The smoke run checks the mechanics, not compile times.
-		p.cost.Compile, p.cost.Load = 300*time.Millisecond, 30*time.Millisecond
+	if *tokensPerS > 0 {
+		p.cost.TokensPerSec = *tokensPerS
+	}
+	if *ackWait > 0 {
+		p.ackWait = *ackWait
 	}
 	return p
 }
@@ -101,7 +108,7 @@ func TestFleet(t *testing.T) {
 	rep := &report{plan: p, loadStart: loadAvg(), started: time.Now()}
 	cfg := jetstream.DefaultConfig()
 	cfg.Replicas = 3
-	cfg.Consumer.AckWait, cfg.Consumer.BackOff = *ackWait, nil
+	cfg.Consumer.AckWait, cfg.Consumer.BackOff = p.ackWait, nil
 	cfg.Consumer.MaxAckPending = *maxAckPend
 	if cfg.Consumer.MaxAckPending <= 0 {
 		cfg.Consumer.MaxAckPending = 64 * (p.members + p.members/2)
@@ -140,6 +147,9 @@ func TestFleet(t *testing.T) {
 	}
 	if got.Lost > 0 || got.StoredDuplicates > 0 || got.Strays > 0 {
 		t.Errorf("results: %d lost, %d stored twice, %d strays; want none", got.Lost, got.StoredDuplicates, got.Strays)
+	}
+	if got.FromLive > 0 {
+		t.Errorf("%d jobs redelivered although the member that had them stayed up", got.FromLive)
 	}
 	if rep.lockedCompiles != 1 {
 		t.Errorf("%d members wanting one shape at once compiled it %d times, want once", rep.wanters, rep.lockedCompiles)
@@ -216,7 +226,9 @@ func (f *fleetRun) remove(i int) *member {
 func (f *fleetRun) closeAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	var wg sync.WaitGroup
 	for _, m := range f.live() {
-		_ = m.stop(ctx)
+		wg.Go(func() { _ = m.stop(ctx) })
 	}
+	wg.Wait()
 }
