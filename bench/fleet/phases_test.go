@@ -61,7 +61,12 @@ func (f *fleetRun) drain(ctx context.Context, r *rig, sent []string) {
 	f.waitStored(ctx, r, uint64(len(sent)))
 	tEnd := time.Now()
 	rep.drainTook = tEnd.Sub(tAll)
-	rep.selfCPU, rep.serverCPU = selfCPU()-cpu0, r.serverCPU()-srv0
+	rep.selfCPU = selfCPU() - cpu0
+	for i, c := range r.serverCPU() {
+		rep.nodeCPU = append(rep.nodeCPU, c-srv0[i])
+		rep.serverCPU += c - srv0[i]
+	}
+	rep.nodeRoles = r.leaders(ctx)
 	for _, i := range added {
 		f.mu.Lock()
 		m := f.members[i]

@@ -24,6 +24,8 @@ type report struct {
 	takeWork                                     []time.Duration // start to first delivery of added members, sorted
 	readyToWork                                  []time.Duration // StartWorker returned to first delivery, sorted
 	selfCPU, serverCPU                           time.Duration
+	nodeCPU                                      []time.Duration // each server's CPU over the drain
+	nodeRoles                                    []string        // what each server leads
 	ackLat                                       []time.Duration
 	tally                                        tally
 
@@ -75,6 +77,13 @@ func (r *report) markdown() string {
 	}
 	w("| jetembed CPU per job (members' process) | %.0f µs (%v over the drain) |", perJob(r.selfCPU, t.Sent), r.selfCPU.Round(time.Millisecond))
 	w("| nats-server CPU per job (3 processes) | %.0f µs (%v) |", perJob(r.serverCPU, t.Sent), r.serverCPU.Round(time.Millisecond))
+	for i, c := range r.nodeCPU {
+		role := r.nodeRoles[i]
+		if role == "" {
+			role = "follower only"
+		}
+		w("| node %d CPU over the drain (leads: %s) | %v (%.0f%% of the servers') |", i+1, role, c.Round(time.Millisecond), 100*c.Seconds()/max(r.serverCPU.Seconds(), 1e-9))
+	}
 	w("| shape compiled by one member: pre-warmed on the %d others, p50 / p99 | %s / %s |", len(r.prewarm), ms(percentile(r.prewarm, 0.5)), ms(percentile(r.prewarm, 0.99)))
 	w("| %d members ask for one new shape at once | %d plan build(s), %d fleet compile(s), %d lock-busy waits, all warmed in %v |",
 		r.wanters, r.lockedCompiles, r.fleetCompiles, r.lockBusy, r.herdTook.Round(time.Millisecond))

@@ -166,13 +166,38 @@ func (r *rig) resultCount(ctx context.Context) (uint64, error) {
 	return info.State.Msgs, nil
 }
 
-// serverCPU is the CPU time the server processes used so far.
-func (r *rig) serverCPU() time.Duration {
-	var sum time.Duration
-	for _, p := range r.procs {
-		sum += procCPU(p.PID())
+// serverCPU is the CPU time each server process used so far.
+func (r *rig) serverCPU() []time.Duration {
+	out := make([]time.Duration, len(r.procs))
+	for i, p := range r.procs {
+		out[i] = procCPU(p.PID())
 	}
-	return sum
+	return out
+}
+
+// leaders names, for each node (by index), the streams and the durable
+// consumer it leads: where the cluster's hotspot is.
+func (r *rig) leaders(ctx context.Context) []string {
+	out := make([]string, len(r.procs))
+	add := func(leader, what string) {
+		// StartProcessCluster names node i "<cluster>-S<i+1>".
+		k := strings.LastIndex(leader, "-S")
+		if k < 0 {
+			return
+		}
+		if i, err := strconv.Atoi(leader[k+2:]); err == nil && i >= 1 && i <= len(out) {
+			out[i-1] = strings.TrimPrefix(out[i-1]+", "+what, ", ")
+		}
+	}
+	for _, name := range []string{r.cfg.Jobs.Name, r.cfg.Results.Name, "KV_" + r.cfg.Engines.Name} {
+		if s, err := r.js.Stream(ctx, name); err == nil && s.CachedInfo().Cluster != nil {
+			add(s.CachedInfo().Cluster.Leader, name)
+		}
+	}
+	if c, err := r.js.Consumer(ctx, r.cfg.Jobs.Name, r.cfg.Consumer.Name); err == nil && c.CachedInfo().Cluster != nil {
+		add(c.CachedInfo().Cluster.Leader, "consumer "+r.cfg.Consumer.Name)
+	}
+	return out
 }
 
 // procCPU reads utime+stime of a process from /proc (0 where there is no
