@@ -38,6 +38,8 @@ type memberEnv struct {
 	log    *slog.Logger
 	// prefetch caps each member's pull loop (0: the worker's default).
 	prefetch int
+	// batchTokens and inFlight are the consumer's budgets (0: defaults).
+	batchTokens, inFlight int
 }
 
 func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) {
@@ -68,7 +70,7 @@ func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) 
 	}
 	m.w, err = jetstream.StartWorker(ctx, m.nc, jetstream.WorkerConfig{
 		Config:      env.cfg,
-		Consumer:    consumer.Config{Logger: env.log},
+		Consumer:    consumer.Config{Logger: env.log, MaxBatchTokens: env.batchTokens, InFlightTokens: env.inFlight},
 		Embedder:    consumer.WithWants(m.eng, m.fl),
 		Sink:        func(c *consumer.Consumer) jetstream.Sink { return tracedSink{c: c, l: env.ledger, member: idx} },
 		PrefetchMax: env.prefetch,

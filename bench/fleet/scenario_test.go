@@ -26,6 +26,8 @@ var (
 	ackWait     = flag.Duration("fleet.ack-wait", 0, "the consumer's AckWait: how soon a killed member's jobs come back (default 10s, 4s in the smoke run)")
 	maxAckPend  = flag.Int("fleet.max-ack-pending", 0, "the consumer's MaxAckPending (default 64 per member at the peak)")
 	prefetchMax = flag.Int("fleet.prefetch", 0, "each member's prefetch cap (0: the worker's default)")
+	batchTokens = flag.Int("fleet.batch-tokens", 0, "each member's consumer MaxBatchTokens (serve --gather-tokens; 0: the default)")
+	inFlight    = flag.Int("fleet.inflight-tokens", 0, "each member's consumer InFlightTokens (serve --in-flight-tokens; 0: the default, 4 x batch tokens)")
 	outFile     = flag.String("fleet.out", "", "also write the Markdown report to this file")
 )
 
@@ -126,7 +128,8 @@ func TestFleet(t *testing.T) {
 	t.Logf("backlog of %d jobs stored in %v", len(sent), rep.pushTook.Round(time.Millisecond))
 
 	env := &memberEnv{urls: r.urls, cfg: cfg, mf: openModel(t), cost: p.cost, plans: newPlanCache(),
-		ledger: newLedger(), log: benchLogger(), prefetch: *prefetchMax}
+		ledger: newLedger(), log: benchLogger(), prefetch: *prefetchMax,
+		batchTokens: *batchTokens, inFlight: *inFlight}
 	f := &fleetRun{t: t, env: env, rep: rep}
 	defer f.closeAll()
 	f.drain(ctx, r, sent)
@@ -150,6 +153,7 @@ func TestFleet(t *testing.T) {
 	}
 	if got.FromLive > 0 {
 		t.Errorf("%d jobs redelivered although the member that had them stayed up", got.FromLive)
+		logLiveRedeliveries(t, env.ledger)
 	}
 	if rep.lockedCompiles != 1 {
 		t.Errorf("%d members wanting one shape at once compiled it %d times, want once", rep.wanters, rep.lockedCompiles)
@@ -231,4 +235,24 @@ func (f *fleetRun) closeAll() {
 		wg.Go(func() { _ = m.stop(ctx) })
 	}
 	wg.Wait()
+}
+
+// logLiveRedeliveries shows a few jobs a live member had when they were
+// delivered again: how long after the first delivery reached its consumer,
+// and whether (and when) that first one was acked.
+func logLiveRedeliveries(t testing.TB, l *ledger) {
+	n := 0
+	for id, ds := range l.jobs {
+		if len(ds) < 2 || l.fates[ds[0].member] != live || n >= 8 {
+			continue
+		}
+		n++
+		first, second := ds[0], ds[1]
+		acked := "never"
+		if !first.acked.IsZero() {
+			acked = first.acked.Sub(first.received).Round(time.Millisecond).String()
+		}
+		t.Logf("job %s: delivery %d to m%03d, acked after %s; delivery %d to m%03d %v after the first reached its consumer",
+			id, first.num, first.member, acked, second.num, second.member, second.received.Sub(first.received).Round(time.Millisecond))
+	}
 }
