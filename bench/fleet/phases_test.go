@@ -33,6 +33,9 @@ func (f *fleetRun) drain(ctx context.Context, r *rig, sent []string) {
 	}
 
 	add, kill, stop := max(p.members/2, 1), max(p.members/8, 1), max(p.members/8, 1)
+	if kill+stop >= p.members { // keep one initial member
+		kill, stop = min(kill, p.members-1), 0
+	}
 	rep.added, rep.killed, rep.stopped = add, kill, stop
 	added := f.startN(ctx, add)
 	var wg sync.WaitGroup
