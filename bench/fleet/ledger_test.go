@@ -28,8 +28,9 @@ type delivery struct {
 	acked    time.Time // zero when the ack did not reach the server
 }
 
-// ledger records every delivery and ack of the run, by job id. The
-// members' sinks write it from many goroutines.
+// ledger records every delivery and ack of the run, by the job's
+// Nats-Msg-Id (its identity: reply and id hashed). The members' sinks
+// write it from many goroutines.
 type ledger struct {
 	mu    sync.Mutex
 	jobs  map[string][]delivery
