@@ -71,6 +71,21 @@ func (l *ledger) firstDelivery(member int) (time.Time, bool) {
 	return at, ok
 }
 
+// snapshot copies the deliveries and fates, for the accounting.
+func (l *ledger) snapshot() (map[string][]delivery, map[int]fate) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	jobs := make(map[string][]delivery, len(l.jobs))
+	for id, ds := range l.jobs {
+		jobs[id] = append([]delivery(nil), ds...)
+	}
+	fates := make(map[int]fate, len(l.fates))
+	for m, f := range l.fates {
+		fates[m] = f
+	}
+	return jobs, fates
+}
+
 // ackedIn counts each member's acks within [from, to).
 func (l *ledger) ackedIn(from, to time.Time) map[int]int {
 	l.mu.Lock()

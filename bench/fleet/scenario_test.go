@@ -137,7 +137,8 @@ func TestFleet(t *testing.T) {
 	f.warm(ctx)
 	t.Logf("fleet part in %v", time.Since(warmStart).Round(time.Millisecond))
 
-	got := account(sent, r.storedResults(ctx), r.resultMsgID, env.ledger.jobs, env.ledger.fates)
+	seen, fates := env.ledger.snapshot()
+	got := account(sent, r.storedResults(ctx), r.resultMsgID, seen, fates)
 	rep.tally = got
 	rep.ackLat = env.ledger.ackLatencies()
 	rep.loadEnd = loadAvg()
@@ -153,7 +154,7 @@ func TestFleet(t *testing.T) {
 	}
 	if got.FromLive > 0 {
 		t.Errorf("%d jobs redelivered although the member that had them stayed up", got.FromLive)
-		logLiveRedeliveries(t, env.ledger)
+		logLiveRedeliveries(t, seen, fates)
 	}
 	if rep.lockedCompiles != 1 {
 		t.Errorf("%d members wanting one shape at once compiled it %d times, want once", rep.wanters, rep.lockedCompiles)
@@ -240,10 +241,10 @@ func (f *fleetRun) closeAll() {
 // logLiveRedeliveries shows a few jobs a live member had when they were
 // delivered again: how long after the first delivery reached its consumer,
 // and whether (and when) that first one was acked.
-func logLiveRedeliveries(t testing.TB, l *ledger) {
+func logLiveRedeliveries(t testing.TB, jobs map[string][]delivery, fates map[int]fate) {
 	n := 0
-	for id, ds := range l.jobs {
-		if len(ds) < 2 || l.fates[ds[0].member] != live || n >= 8 {
+	for id, ds := range jobs {
+		if len(ds) < 2 || fates[ds[0].member] != live || n >= 8 {
 			continue
 		}
 		n++
