@@ -276,6 +276,13 @@ func (s *sched) form(cl class) *work {
 	lo, hi := anchor, anchor
 	seq := s.pad(win[0].n)
 	real := win[0].n
+	if s.refused(seq) {
+		// Refused alone: no other text shares the refusal.
+		w := &work{seq: seq, cl: cl, err: schema.Errorf(schema.CodeShapeNotWarmed, "chunk 1x%d is above the warmed ceiling", seq)}
+		s.take(cl, order[anchor:anchor+1], w)
+		s.scratch = order
+		return w
+	}
 	for {
 		rows := hi - lo + 1
 		cur := s.cost.seconds(rows, seq) / float64(real)
@@ -286,7 +293,8 @@ func (s *sched) form(cl class) *work {
 				bestSide, bestScore = 1, sc
 			}
 		}
-		if lo > 0 {
+		// A longer text whose padding the guard refuses never joins.
+		if lo > 0 && !s.refused(s.pad(win[order[lo-1]].n)) {
 			n := win[order[lo-1]].n
 			sq := s.pad(n)
 			if sc := s.cost.seconds(rows+1, sq) / float64(real+n); sc < min(bestScore, cur*s.gain(rows+1, sq)) && s.fits(cl, rows+1, sq) {
@@ -304,9 +312,6 @@ func (s *sched) form(cl class) *work {
 		default:
 			w := &work{seq: seq, cl: cl}
 			s.take(cl, order[lo:hi+1], w)
-			if s.refused(seq) {
-				w.err = schema.Errorf(schema.CodeShapeNotWarmed, "chunk %dx%d is above the warmed ceiling", len(w.rows), seq)
-			}
 			s.scratch = order
 			return w
 		}

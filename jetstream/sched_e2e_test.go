@@ -142,7 +142,8 @@ func TestRequestUnderBacklog(t *testing.T) {
 func TestJobSettlesAlone(t *testing.T) {
 	srv := newServer(t, nil)
 	gate := make(chan struct{})
-	e, openAll := openGatedEngine(t, engine.Config{Sessions: 2}, gate, 64)
+	// One text a run: no short text shares the gated long one's chunk.
+	e, openAll := openGatedEngine(t, engine.Config{Sessions: 2, MaxBatch: 1}, gate, 64)
 	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("alone"))
 	if err != nil {
 		t.Fatal(err)
