@@ -1,8 +1,3 @@
-// Command jetembed turns a NATS JetStream work queue into BGE-M3 embeddings.
-//
-// Each subcommand lives in its own file (cmd_<name>.go) and registers itself
-// with [register] from an init function. All wiring of packages happens here,
-// in cmd/: the packages below know nothing of flags or environment variables.
 package main
 
 import (
