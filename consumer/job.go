@@ -148,18 +148,7 @@ func (j *job) expired(now time.Time) bool {
 }
 
 // outputs returns the engine outputs the job asks for.
-func (j *job) outputs() (o engine.Output) {
-	if j.job.Wants(schema.OutputDense) {
-		o |= engine.Dense
-	}
-	if j.job.Wants(schema.OutputSparse) {
-		o |= engine.Sparse
-	}
-	if j.job.Wants(schema.OutputColBERT) {
-		o |= engine.ColBERT
-	}
-	return o
-}
+func (j *job) outputs() engine.Output { return engine.OutputsOf(j.job.Outputs) }
 
 // heartbeat sends InProgress when the message has waited every since its
 // delivery or its last InProgress, unless it was settled meanwhile.

@@ -218,21 +218,7 @@ func parseOutputs(s string) (engine.Output, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: --outputs: %w", errUsage, err)
 	}
-	var o engine.Output
-	for _, x := range outs {
-		switch x {
-		case schema.OutputDense:
-			o |= engine.Dense
-		case schema.OutputSparse:
-			o |= engine.Sparse
-		case schema.OutputColBERT:
-			o |= engine.ColBERT
-		}
-	}
-	if o == 0 {
-		o = engine.Dense
-	}
-	return o, nil
+	return engine.OutputsOf(outs), nil
 }
 
 // embedLines embeds one batch of lines and writes one result per line, in
@@ -253,7 +239,7 @@ func embedLines(ctx context.Context, e *engine.Engine, lines []lineText, want en
 	for _, l := range lines {
 		it := schema.Item{Error: l.err}
 		if l.err == nil {
-			it = item(embs[next], want)
+			it = embs[next].Item(want)
 			next++
 		}
 		if it.Error != nil {
@@ -264,32 +250,4 @@ func embedLines(ctx context.Context, e *engine.Engine, lines []lineText, want en
 		}
 	}
 	return failed, nil
-}
-
-// item converts an engine result to its wire form.
-func item(e engine.Embedding, want engine.Output) schema.Item {
-	it := schema.Item{Tokens: e.Tokens, Truncated: e.Truncated, Error: e.Err}
-	if e.Err != nil {
-		return it
-	}
-	it.Dense = e.Dense
-	if want.Has(engine.Sparse) {
-		// Present even when empty: every token may have been dropped.
-		it.Sparse = &schema.Sparse{IDs: nonNil(e.SparseIDs), Weights: nonNil(e.SparseWeights)}
-	}
-	if e.ColBERTDim > 0 {
-		it.ColBERT = make([]schema.Vector, 0, len(e.ColBERT)/e.ColBERTDim)
-		for r := 0; r+e.ColBERTDim <= len(e.ColBERT); r += e.ColBERTDim {
-			it.ColBERT = append(it.ColBERT, e.ColBERT[r:r+e.ColBERTDim])
-		}
-	}
-	return it
-}
-
-// nonNil makes an empty list encode as [] rather than null.
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }
