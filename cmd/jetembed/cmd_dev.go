@@ -82,6 +82,9 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 		subjectRoot(cfg.Jobs.Subjects[0]), url)
 	fmt.Fprintf(io.out, "request:      nats req %s '{\"id\":\"1\",\"texts\":[\"hello\"]}' -H Content-Type:application/json --server %s\n", jetstream.EndpointSubject, url)
 	fmt.Fprintf(io.out, "or:           jetembed submit --nats %s --text hello\n", url)
+	if a := *sf.api.listen; a != "" {
+		fmt.Fprintf(io.out, "HTTP API:     curl http://%s/v1/embeddings -H Content-Type:application/json -d '{\"input\":\"hello\"}'\n", a)
+	}
 	fmt.Fprintf(io.out, "serving model %s; press Ctrl-C to stop\n", *ef.modelDir)
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*sf.logLevel)); err != nil {

@@ -42,6 +42,7 @@ type serveFlags struct {
 	heartbeat      *time.Duration
 	provision      *bool
 	printConfig    *bool
+	api            *gatewayFlags
 }
 
 func addServeFlags(fs *flagSet) *serveFlags {
@@ -57,6 +58,7 @@ func addServeFlags(fs *flagSet) *serveFlags {
 		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
 		provision:      fs.Bool("provision", true, "create or update the streams, the consumer and the KV bucket at start"),
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
+		api:            addGatewayFlags(fs, "http-api", ""),
 	}
 }
 
@@ -94,7 +96,7 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 func printConfig(fs *flagSet, io stdio) {
 	for _, b := range fs.bindings {
 		v := fs.Lookup(b.Flag).Value.String()
-		if v != "" && (strings.Contains(b.Flag, "password") || strings.Contains(b.Flag, "token") && strings.HasPrefix(b.Flag, "nats")) {
+		if v != "" && (strings.Contains(b.Flag, "password") || strings.Contains(b.Flag, "token") && strings.HasPrefix(b.Flag, "nats") || b.Flag == "api-key") {
 			v = "<set>"
 		}
 		fmt.Fprintf(io.out, "--%s=%s\t%s\n", b.Flag, v, b.Env)
@@ -240,6 +242,19 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 	if err != nil {
 		return drainAfter(log, cons, sf, err)
 	}
+	// The HTTP API (--http-api) reaches this process's service and its
+	// peers through NATS, like a separate gateway would.
+	client, err := jetstream.NewClient(nc)
+	if err != nil {
+		_ = svc.Stop()
+		return drainAfter(log, cons, sf, err)
+	}
+	stopAPI, err := startAPI(ctx, log, sf.api, gatewayFleet{client, jetstream.ServicePinger(nc)}, metrics, nc.MaxPayload())
+	if err != nil {
+		_ = svc.Stop()
+		return drainAfter(log, cons, sf, err)
+	}
+	defer stopAPI()
 	jc, err := js.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name)
 	if err != nil {
 		_ = svc.Stop()
@@ -303,6 +318,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 	}
 	live.draining.Store(true)
 	loop.Stop()
+	stopAPI()
 	if err := svc.Stop(); err != nil {
 		log.Warn("micro service stop", "err", err)
 	}
