@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/gateway"
 	"github.com/jetembed/jetembed/schema"
 	"github.com/jetembed/jetembed/telemetry"
 )
@@ -323,7 +324,7 @@ func printedConfig(t *testing.T, out string) map[string][2]string {
 
 // secretFlag reports whether print-config masks the flag's value.
 func secretFlag(name string) bool {
-	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats")
+	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats") || name == "api-key"
 }
 
 // envValueFor returns a value for f's variable that differs from its
@@ -429,21 +430,22 @@ func TestReadmeMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	names := append(slices.Clone(telemetry.MetricNames), gateway.MetricNames...)
 	mentioned := map[string]bool{}
 	for _, m := range regexp.MustCompile(`jetembed_[a-z_]+`).FindAllString(string(b), -1) {
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-			if base := strings.TrimSuffix(m, suffix); base != m && slices.Contains(telemetry.MetricNames, base) {
+			if base := strings.TrimSuffix(m, suffix); base != m && slices.Contains(names, base) {
 				m = base
 			}
 		}
 		mentioned[m] = true
 	}
 	for m := range mentioned {
-		if !slices.Contains(telemetry.MetricNames, m) {
-			t.Errorf("README mentions metric %s, which telemetry does not expose", m)
+		if !slices.Contains(names, m) {
+			t.Errorf("README mentions metric %s, which neither telemetry nor the gateway exposes", m)
 		}
 	}
-	for _, m := range telemetry.MetricNames {
+	for _, m := range names {
 		if !mentioned[m] {
 			t.Errorf("metric %s is not in the README", m)
 		}
