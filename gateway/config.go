@@ -50,7 +50,8 @@ const (
 	DefaultJobBytes      = 512 << 10
 	DefaultParallel      = 4
 	DefaultTimeout       = 30 * time.Second
-	DefaultMaxConcurrent = 256
+	DefaultMaxConcurrent = 64
+	DefaultColBERTBytes  = 64 << 10
 	DefaultHealthWindow  = 10 * time.Second
 	DefaultRetryAfter    = time.Second
 )
@@ -84,11 +85,16 @@ type Config struct {
 	// MaxTextBytes bounds one input; a longer one is refused with 413
 	// before it reaches the fleet.
 	MaxTextBytes int
+	// ColBERTBytes bounds the text of a call that asks for ColBERT
+	// vectors: they take about 4 KiB a token (12 KiB in JSON), so a call
+	// may not carry more than this many bytes of text (413 otherwise).
+	ColBERTBytes int
 	// Timeout bounds one HTTP call, all its fleet jobs included; past it
 	// the call is answered 504. The jobs carry it as their deadline.
 	Timeout time.Duration
 	// MaxConcurrent bounds the embedding calls in flight in this gateway;
-	// beyond it a call is answered 429 with Retry-After.
+	// beyond it a call is answered 429 with Retry-After. With MaxBodyBytes
+	// it bounds the gateway's memory.
 	MaxConcurrent int
 	// HealthWindow is how recent a member's answer must be for /health to
 	// say ok without asking again.
@@ -118,6 +124,7 @@ func (c Config) WithDefaults() Config {
 	def(&c.Parallel, DefaultParallel)
 	def(&c.MaxTextBytes, schema.DefaultMaxTextBytes)
 	def(&c.MaxConcurrent, DefaultMaxConcurrent)
+	def(&c.ColBERTBytes, DefaultColBERTBytes)
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
 	}

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 
 	"github.com/jetembed/jetembed/schema"
@@ -34,6 +35,9 @@ func (s *Server) endpoint(k kind) http.HandlerFunc {
 		if aerr == nil {
 			aerr = s.checkDimensions(k, req)
 		}
+		if aerr == nil && k != kindDense && (req.ColBERT || req.ReturnColBERT) {
+			aerr = s.checkColBERT(texts)
+		}
 		if aerr == nil {
 			aerr = s.checkModel(r.Context(), req.Model)
 		}
@@ -47,7 +51,11 @@ func (s *Server) endpoint(k kind) http.HandlerFunc {
 		out, err := s.embed(ctx, texts, k.outputs(req), req.Truncate)
 		if err != nil {
 			aerr := fleetError(err)
-			s.cfg.Logger.Warn("gateway call failed", "path", r.URL.Path, "inputs", len(texts), "status", aerr.Status, "code", aerr.Code)
+			level := slog.LevelDebug // refusals the client hears about
+			if aerr.Status >= 500 && aerr.Status != http.StatusServiceUnavailable {
+				level = slog.LevelWarn
+			}
+			s.cfg.Logger.Log(ctx, level, "gateway call failed", "path", r.URL.Path, "inputs", len(texts), "status", aerr.Status, "code", aerr.Code)
 			writeError(w, aerr, s.retryAfter())
 			return
 		}
@@ -85,6 +93,22 @@ func (s *Server) checkDimensions(k kind, req *embedRequest) *apiError {
 	}
 	if d := int(s.health.dim.Load()); d > 0 && *req.Dimensions != d {
 		return dimensionsError(*req.Dimensions, d)
+	}
+	return nil
+}
+
+// checkColBERT bounds the text of a call asking for ColBERT vectors, whose
+// answer grows by kilobytes a token.
+func (s *Server) checkColBERT(texts []string) *apiError {
+	n := 0
+	for _, t := range texts {
+		n += len(t)
+	}
+	if n > s.cfg.ColBERTBytes {
+		e := newError(http.StatusRequestEntityTooLarge, codeColBERTTooLarge,
+			"a call asking for colbert vectors may carry %d bytes of text, this one has %d: split it, or leave colbert out", s.cfg.ColBERTBytes, n)
+		e.Param = "input"
+		return e
 	}
 	return nil
 }

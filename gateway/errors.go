@@ -32,6 +32,7 @@ const (
 	codeModelNotFound      = "model_not_found"
 	codeBodyTooLarge       = "body_too_large"
 	codeTooManyInputs      = "too_many_inputs"
+	codeColBERTTooLarge    = "colbert_too_large"
 	codeNotFound           = "not_found"
 	codeMethodNotAllowed   = "method_not_allowed"
 	codeGatewayBusy        = "gateway_busy"

@@ -115,7 +115,7 @@ func TestSeedEndpoints(t *testing.T) {
 // TestErrorMapping checks the answer to every stable code of the wire
 // contract, and to every refusal of the gateway's own.
 func TestErrorMapping(t *testing.T) {
-	r := newRig(t, true, func(c *gateway.Config) { c.MaxInputs = 3; c.MaxBodyBytes = 1000; c.MaxTextBytes = 100 })
+	r := newRig(t, true, func(c *gateway.Config) { c.MaxInputs = 3; c.MaxBodyBytes = 1000; c.MaxTextBytes = 100; c.ColBERTBytes = 50 })
 	data(t, r.post(t, "/v1/embeddings", `{"input":"learn the dimension"}`))
 	cases := []struct {
 		name, path, body string
@@ -149,6 +149,7 @@ func TestErrorMapping(t *testing.T) {
 		{"too many inputs", "", `{"input":["a","b","c","d"]}`, 400, "invalid_request_error", "too_many_inputs", false},
 		{"body too large", "", `{"input":"` + strings.Repeat("x", 2000) + `"}`, 413, "invalid_request_error", "body_too_large", false},
 		{"text too large", "", `{"input":"` + strings.Repeat("x", 200) + `"}`, 413, "invalid_request_error", "job_too_large", false},
+		{"colbert too large", "/v1/embeddings:both", `{"input":["` + strings.Repeat("x", 30) + `","` + strings.Repeat("y", 30) + `"],"colbert":true}`, 413, "invalid_request_error", "colbert_too_large", false},
 		{"unknown model", "", `{"input":"a","model":"text-embedding-3-small"}`, 404, "invalid_request_error", "model_not_found", false},
 		{"unknown path", "/v1/chat/completions", `{}`, 404, "invalid_request_error", "not_found", false},
 	}

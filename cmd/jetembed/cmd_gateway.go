@@ -33,6 +33,7 @@ type gatewayFlags struct {
 	maxInputs       *int
 	jobTexts, jobB  *int
 	maxConcurrent   *int
+	colbertBytes    *int
 	timeout         *time.Duration
 }
 
@@ -49,7 +50,8 @@ func addGatewayFlags(fs *flagSet, listenFlag, listenDefault string) *gatewayFlag
 		maxInputs:     fs.Int("api-max-inputs", gateway.DefaultMaxInputs, "most inputs in one HTTP API call; more are refused with 400"),
 		jobTexts:      fs.Int("api-job-texts", gateway.DefaultJobTexts, "most texts in one fleet job; a larger call is split into jobs sent concurrently and reassembled in order"),
 		jobB:          fs.Int("api-job-bytes", 0, "most bytes of text in one fleet job (0: 512 KiB or half the NATS server's max_payload, the smaller)"),
-		maxConcurrent: fs.Int("api-max-concurrent", gateway.DefaultMaxConcurrent, "HTTP API calls in flight at once; beyond, 429 with Retry-After"),
+		maxConcurrent: fs.Int("api-max-concurrent", gateway.DefaultMaxConcurrent, "HTTP API calls in flight at once; beyond, 429 with Retry-After (with --api-max-body-bytes, this bounds the API's memory)"),
+		colbertBytes:  fs.Int("api-colbert-bytes", gateway.DefaultColBERTBytes, "most bytes of text in one HTTP API call that asks for colbert vectors (about 4 KiB of answer a token); more is refused with 413"),
 		timeout:       fs.Duration("api-timeout", gateway.DefaultTimeout, "bound on one HTTP API call, all its fleet jobs included; past it, 504"),
 	}
 }
@@ -130,7 +132,7 @@ func newGateway(log *slog.Logger, gf *gatewayFlags, fleet gatewayFleet, m *telem
 		Requester: fleet, Pinger: fleet,
 		APIKey: *gf.apiKey, TLSCertFile: *gf.tlsCert, TLSKeyFile: *gf.tlsKey,
 		MaxBodyBytes: int64(*gf.maxBody), MaxInputs: *gf.maxInputs,
-		JobTexts: *gf.jobTexts, JobBytes: jobBytes, MaxConcurrent: *gf.maxConcurrent,
+		JobTexts: *gf.jobTexts, JobBytes: jobBytes, MaxConcurrent: *gf.maxConcurrent, ColBERTBytes: *gf.colbertBytes,
 		Timeout: *gf.timeout, Logger: log, Registerer: m.Registerer(),
 	})
 	if err != nil {
