@@ -101,6 +101,14 @@ var codeStatus = map[schema.Code]int{
 	schema.CodeInternal:          http.StatusInternalServerError,
 }
 
+// CodeStatus is the HTTP status the gateway answers for a stable code of
+// the wire contract; ok is false for a code it does not know (answered
+// 502, or 503 when the fleet says it is retriable).
+func CodeStatus(c schema.Code) (status int, ok bool) {
+	status, ok = codeStatus[c]
+	return status, ok
+}
+
 // fleetError maps what a fleet call returned to the answer.
 func fleetError(err error) *apiError {
 	var se *schema.Error

@@ -452,6 +452,26 @@ func TestReadmeMetrics(t *testing.T) {
 	}
 }
 
+// TestGatewayMapsEveryCode checks that the HTTP gateway has a status for
+// every error code of the wire contract, and that the README's HTTP API
+// error table names it.
+func TestGatewayMapsEveryCode(t *testing.T) {
+	b, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(b), "## HTTP API")
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, c := range schemaCodes(t) {
+		if _, ok := gateway.CodeStatus(schema.Code(c)); !ok {
+			t.Errorf("the gateway has no HTTP status for code %s", c)
+		}
+		if !strings.Contains(section, "`"+c+"`") {
+			t.Errorf("the README's HTTP API section does not name code %s", c)
+		}
+	}
+}
+
 // schemaCodes returns the values of the Code constants declared in package
 // schema, read from its source so that a new code cannot be missed.
 func schemaCodes(t *testing.T) []string {
