@@ -115,7 +115,12 @@ func TestSeedEndpoints(t *testing.T) {
 // TestErrorMapping checks the answer to every stable code of the wire
 // contract, and to every refusal of the gateway's own.
 func TestErrorMapping(t *testing.T) {
-	r := newRig(t, true, func(c *gateway.Config) { c.MaxInputs = 3; c.MaxBodyBytes = 1000; c.MaxTextBytes = 100; c.ColBERTBytes = 50 })
+	r := newRig(t, true, func(c *gateway.Config) {
+		c.MaxInputs = 3
+		c.MaxBodyBytes = 1000
+		c.MaxTextBytes = 100
+		c.ColBERTBytes = 50
+	})
 	data(t, r.post(t, "/v1/embeddings", `{"input":"learn the dimension"}`))
 	cases := []struct {
 		name, path, body string

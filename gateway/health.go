@@ -7,9 +7,10 @@ import (
 	"math"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/jetembed/jetembed/schema"
 )
@@ -19,20 +20,14 @@ import (
 const pingTimeout = 2 * time.Second
 
 // health remembers when a member last answered and which model the fleet
-// serves. Concurrent pings share one request.
+// serves. Concurrent pings share one request, and concurrent deep checks
+// one canary.
 type health struct {
 	pinger Pinger
 	last   atomic.Int64 // unix nanoseconds of the last answer
 	model  atomic.Pointer[string]
 	dim    atomic.Int64 // dense dimension seen, 0 until a dense vector came back
-
-	mu     sync.Mutex
-	flight *pingCall
-}
-
-type pingCall struct {
-	done chan struct{}
-	err  error
+	flight singleflight.Group
 }
 
 func (h *health) answered(now time.Time) { h.last.Store(now.UnixNano()) }
@@ -59,40 +54,38 @@ func (h *health) since(now time.Time) time.Duration {
 	return now.Sub(time.Unix(0, last))
 }
 
-// ping asks one member who it is, sharing a request already out.
+// shared runs f once for all the callers asking for key meanwhile, detached
+// from any one caller's ctx so that its hanging up fails no other.
+func (h *health) shared(ctx context.Context, key string, timeout time.Duration, f func(context.Context) (any, error)) (any, error) {
+	ch := h.flight.DoChan(key, func() (any, error) {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		return f(fctx)
+	})
+	select {
+	case r := <-ch:
+		return r.Val, r.Err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// ping asks one member who it is.
 func (h *health) ping(ctx context.Context) error {
 	if h.pinger == nil {
 		return errors.New("no pinger configured and no call answered yet")
 	}
-	h.mu.Lock()
-	call := h.flight
-	if call == nil {
-		call = &pingCall{done: make(chan struct{})}
-		h.flight = call
-		go func() {
-			pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), pingTimeout)
-			defer cancel()
-			m, err := h.pinger.Ping(pctx)
-			if err == nil {
-				h.answered(time.Now())
-				if m.Model != "" {
-					h.sawModel(m.Model)
-				}
+	_, err := h.shared(ctx, "ping", pingTimeout, func(ctx context.Context) (any, error) {
+		m, err := h.pinger.Ping(ctx)
+		if err == nil {
+			h.answered(time.Now())
+			if m.Model != "" {
+				h.sawModel(m.Model)
 			}
-			call.err = err
-			h.mu.Lock()
-			h.flight = nil
-			h.mu.Unlock()
-			close(call.done)
-		}()
-	}
-	h.mu.Unlock()
-	select {
-	case <-call.done:
-		return call.err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+		}
+		return nil, err
+	})
+	return err
 }
 
 // handleHealth answers 200 "ok" when a member answered within the health
@@ -120,17 +113,19 @@ const canaryText = "jetembed gateway canary"
 // vector: 200 with the model and timing, or 503 with the error.
 func (s *Server) handleDeep(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	ctx, cancel := context.WithTimeout(r.Context(), min(s.cfg.Timeout, 10*time.Second))
-	defer cancel()
-	out, err := s.embed(ctx, []string{canaryText}, nil, nil)
-	if err == nil {
-		err = checkCanary(out.items[0])
-	}
+	v, err := s.health.shared(r.Context(), "deep", min(s.cfg.Timeout, 10*time.Second), func(ctx context.Context) (any, error) {
+		out, err := s.embed(ctx, []string{canaryText}, nil, nil)
+		if err == nil {
+			err = checkCanary(out.items[0])
+		}
+		return out, err
+	})
 	if err != nil {
 		ae := fleetError(err)
 		writeError(w, newError(http.StatusServiceUnavailable, codeCanaryFailed, "canary embed failed: %s: %s", ae.Code, ae.Message), s.retryAfter())
 		return
 	}
+	out := v.(*embedded)
 	writeJSON(w, http.StatusOK, map[string]any{
 		"status": "ok", "model": out.model, "dimensions": len(out.items[0].Dense),
 		"took_ms": time.Since(start).Milliseconds(),

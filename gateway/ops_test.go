@@ -1,26 +1,18 @@
 package gateway_test
 
 import (
-	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jetembed/jetembed/gateway"
+	"github.com/jetembed/jetembed/internal/natstest"
 )
 
 func TestAuth(t *testing.T) {
@@ -122,41 +114,14 @@ func TestHealthWindow(t *testing.T) {
 	}
 }
 
-// selfSigned writes a certificate for 127.0.0.1 and its key.
-func selfSigned(t *testing.T) (certFile, keyFile string, pool *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "jetembed test"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	pool = x509.NewCertPool()
-	pool.AddCert(cert)
-	return certFile, keyFile, pool
-}
-
 func TestTLS(t *testing.T) {
-	certFile, keyFile, pool := selfSigned(t)
+	caFile, certFile, keyFile := natstest.WriteTLS(t, t.TempDir())
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
 	if _, err := gateway.New(gateway.Config{Requester: fleet{}, TLSCertFile: certFile}); !errors.Is(err, gateway.ErrInvalidConfig) {
 		t.Errorf("a certificate without its key: %v", err)
 	}
@@ -167,19 +132,9 @@ func TestTLS(t *testing.T) {
 	if err != nil || !gw.TLS() {
 		t.Fatalf("tls gateway: %v", err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	addr := serve(t, gw)
 	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	resp, err := c.Get("https://" + ln.Addr().String() + "/v1/unknown")
+	resp, err := c.Get("https://" + addr + "/v1/unknown")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +143,7 @@ func TestTLS(t *testing.T) {
 	if resp.StatusCode != 404 || !strings.Contains(string(body), "not_found") {
 		t.Errorf("over https: %d %s", resp.StatusCode, body)
 	}
-	if resp, err := http.Get("http://" + ln.Addr().String() + "/health"); err == nil {
+	if resp, err := http.Get("http://" + addr + "/health"); err == nil {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest {
 			t.Errorf("plain http on the https port: %d", resp.StatusCode)

@@ -183,6 +183,14 @@ func newRig(t *testing.T, withFleet bool, tweak func(*gateway.Config)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.url = "http://" + serve(t, gw)
+	return r
+}
+
+// serve runs gw on a loopback port until the test ends and returns the
+// address.
+func serve(t *testing.T, gw *gateway.Server) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -196,8 +204,7 @@ func newRig(t *testing.T, withFleet bool, tweak func(*gateway.Config)) *rig {
 			t.Errorf("serve: %v", err)
 		}
 	})
-	r.url = "http://" + ln.Addr().String()
-	return r
+	return ln.Addr().String()
 }
 
 type lockedWriter struct {
