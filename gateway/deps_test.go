@@ -1,0 +1,29 @@
+package gateway
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestImports holds the gateway to what its doc says: of the project only
+// schema, and no NATS client or server (the fleet comes in through
+// Requester and Pinger), so it runs, and is tested, without either.
+func TestImports(t *testing.T) {
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-deps", ".").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	project := []string{"github.com/jetembed/jetembed/gateway", "github.com/jetembed/jetembed/schema"}
+	for _, p := range strings.Fields(string(out)) {
+		if strings.HasPrefix(p, "github.com/jetembed/jetembed/") && !slices.Contains(project, p) {
+			t.Errorf("gateway imports %s", p)
+		}
+		if strings.HasPrefix(p, "github.com/nats-io/") || strings.Contains(p, "onnxruntime") {
+			t.Errorf("gateway depends on %s", p)
+		}
+	}
+}
