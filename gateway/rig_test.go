@@ -42,7 +42,7 @@ type fakeFleet struct {
 	seen []int // texts per job, in arrival order
 }
 
-func startFakeFleet(t *testing.T, nc *nats.Conn) *fakeFleet {
+func startFakeFleet(t testing.TB, nc *nats.Conn) *fakeFleet {
 	t.Helper()
 	f := &fakeFleet{}
 	svc, err := micro.AddService(nc, micro.Config{Name: jetstream.ServiceName, Version: "0.0.1",
@@ -158,7 +158,7 @@ type rig struct {
 	logMu *sync.Mutex
 }
 
-func newRig(t *testing.T, withFleet bool, tweak func(*gateway.Config)) *rig {
+func newRig(t testing.TB, withFleet bool, tweak func(*gateway.Config)) *rig {
 	t.Helper()
 	srv := natstest.RunServer(t, natstest.WithoutJetStream())
 	nc, err := nats.Connect(srv.ClientURL())
@@ -189,7 +189,7 @@ func newRig(t *testing.T, withFleet bool, tweak func(*gateway.Config)) *rig {
 
 // serve runs gw on a loopback port until the test ends and returns the
 // address.
-func serve(t *testing.T, gw *gateway.Server) string {
+func serve(t testing.TB, gw *gateway.Server) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
