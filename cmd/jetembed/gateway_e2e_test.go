@@ -28,14 +28,10 @@ type apiDev struct {
 }
 
 // startAPIDev runs dev with the HTTP API on a free port and waits for the
-// API's address in its JSON log.
+// API's address in its JSON log and for the ready line.
 func startAPIDev(ctx context.Context, t *testing.T, model string, extra ...string) *apiDev {
 	t.Helper()
-	d := &devRun{out: &lockedBuffer{}, errOut: &lockedBuffer{}, done: make(chan int, 1)}
-	args := append([]string{"dev", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--model", model,
-		"--http", "", "--warmup-batches", "", "--probe=false", "--threads", "1", "--heartbeat", "0",
-		"--log-format", "json", "--patience", "2ms", "--http-api", "127.0.0.1:0"}, extra...)
-	go func() { d.done <- runMain(ctx, args, stdio{in: strings.NewReader(""), out: d.out, err: d.errOut}) }()
+	d := startDev(ctx, t, model, append([]string{"--log-format", "json", "--patience", "2ms", "--http-api", "127.0.0.1:0"}, extra...)...)
 	a := &apiDev{devRun: d}
 	natstest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		select {
@@ -48,7 +44,6 @@ func startAPIDev(ctx context.Context, t *testing.T, model string, extra ...strin
 			return fmt.Errorf("not ready yet")
 		}
 		a.api = "http://" + addr
-		a.url = logValue(d.errOut.String(), "ready", "nats")
 		return nil
 	})
 	t.Cleanup(func() {
