@@ -94,16 +94,16 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	window := s.cfg.HealthWindow
-	if ago := s.health.since(time.Now()); ago < window {
-		fmt.Fprintf(w, "ok: a member of the embed service answered %s ago\n", ago.Round(time.Millisecond))
-		return
+	ago := s.health.since(time.Now())
+	if ago >= window {
+		if err := s.health.ping(r.Context()); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "unavailable: no member of the embed service answered in the last %s: %v\n", window, err)
+			return
+		}
+		ago = s.health.since(time.Now())
 	}
-	if err := s.health.ping(r.Context()); err != nil {
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintf(w, "unavailable: no member of the embed service answered in the last %s: %v\n", window, err)
-		return
-	}
-	fmt.Fprintf(w, "ok: a member of the embed service answered a ping just now\n")
+	fmt.Fprintf(w, "ok: a member of the embed service (model %s) answered %s ago\n", s.health.servedModel(), ago.Round(time.Millisecond))
 }
 
 // canaryText is what /health/deep embeds.

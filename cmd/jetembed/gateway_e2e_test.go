@@ -226,13 +226,23 @@ func TestGatewaySeedEndpointsAndCommand(t *testing.T) {
 	want := localItems(t, model, "dense,sparse,colbert", gatewayTexts)
 	input, _ := json.Marshal(map[string]any{"input": gatewayTexts, "colbert": true})
 
-	var sp, both seedAnswer
-	if code := httpJSON(t, d.api+"/v1/sparse-embeddings", "", string(input), &sp); code != 200 || len(sp.Data) != len(want) {
-		t.Fatalf("/v1/sparse-embeddings: %d %+v", code, sp)
+	// With curl when there is one, as the README shows it.
+	post := func(path string) seedAnswer {
+		var a seedAnswer
+		if curl, err := exec.LookPath("curl"); err == nil {
+			out, err := exec.CommandContext(ctx, curl, "-sS", "--fail-with-body", d.api+path, "-H", "Content-Type:application/json", "-d", string(input)).Output()
+			if err != nil || json.Unmarshal(out, &a) != nil {
+				t.Fatalf("curl %s: %v: %s", path, err, out)
+			}
+		} else if code := httpJSON(t, d.api+path, "", string(input), &a); code != 200 {
+			t.Fatalf("%s: %d %+v", path, code, a)
+		}
+		if a.Object != "list" || len(a.Data) != len(want) {
+			t.Fatalf("%s: %+v", path, a)
+		}
+		return a
 	}
-	if code := httpJSON(t, d.api+"/v1/embeddings:both", "", string(input), &both); code != 200 || len(both.Data) != len(want) {
-		t.Fatalf("/v1/embeddings:both: %d %+v", code, both)
-	}
+	sp, both := post("/v1/sparse-embeddings"), post("/v1/embeddings:both")
 	for i, it := range want {
 		for name, a := range map[string]seedAnswer{"sparse": sp, "both": both} {
 			got := a.Data[i]
