@@ -221,3 +221,18 @@ func TestBusyGateway(t *testing.T) {
 		t.Errorf("slow call: %d %s", a.status, a.body)
 	}
 }
+
+// TestSplitCallFailsWhole checks that one refused job of a split call
+// fails the call with its code, and that an item error names its input's
+// index in the whole call, not in its job.
+func TestSplitCallFailsWhole(t *testing.T) {
+	r := newRig(t, true, func(c *gateway.Config) { c.JobTexts = 2; c.Parallel = 2 })
+	a := r.post(t, "/v1/embeddings", `{"input":["a","b","c","code:overloaded","e"]}`)
+	if a.status != 429 || a.errField("code") != "overloaded" {
+		t.Errorf("a split call with one overloaded job: %d %s", a.status, a.body)
+	}
+	a = r.post(t, "/v1/embeddings", `{"input":["a","b","c","d","item:text_too_long"]}`)
+	if a.status != 400 || !strings.HasPrefix(a.errField("message"), "input[4]: ") {
+		t.Errorf("an item error in the third job: %d %s", a.status, a.body)
+	}
+}
