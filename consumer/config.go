@@ -55,6 +55,10 @@ type Config struct {
 	NakBackoff Backoff
 	// Limits bound what one job may ask for.
 	Limits schema.Limits
+	// Replies decides which reply subjects a result may go to; a job whose
+	// reply it refuses is dead-lettered as bad_reply with no result sent.
+	// The zero value is [schema.ReplyPolicy]'s defaults.
+	Replies schema.ReplyPolicy
 	// Model is the model id put in results; when empty, the Embedder's
 	// ModelID() is used if it has one.
 	Model string
@@ -98,6 +102,7 @@ func (c Config) WithDefaults() Config {
 	}
 	c.NakBackoff = c.NakBackoff.withDefaults()
 	c.Limits = c.Limits.WithDefaults()
+	c.Replies = c.Replies.WithDefaults()
 	if c.EstimateTokens == nil {
 		c.EstimateTokens = estimateTokens
 	}
@@ -123,6 +128,9 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: NakBackoff.Jitter %g above 1 could make a delay negative", ErrConfig, c.NakBackoff.Jitter)
 	case c.NakBackoff.Max < c.NakBackoff.Base:
 		return fmt.Errorf("%w: NakBackoff.Max %v below Base %v", ErrConfig, c.NakBackoff.Max, c.NakBackoff.Base)
+	}
+	if err := c.Replies.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }

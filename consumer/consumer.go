@@ -182,7 +182,7 @@ func (c *Consumer) safeAdmit(d Delivery, now time.Time) (j *job, jobErr error) {
 		if p := recover(); p != nil {
 			c.cfg.Logger.Error("decoding a job panicked", "panic", fmt.Sprint(p), "delivered", d.NumDelivered)
 			j = &job{d: d, id: header(d.Header, schema.HeaderMsgID), queued: now, lastTouch: now}
-			j.reply = c.replyOf(j)
+			j.reply, _ = c.replyOf(j)
 			jobErr = schema.Errorf(schema.CodeInternal, "internal error decoding the job")
 		}
 	}()

@@ -14,6 +14,9 @@
 // The outcome of every delivery is decided in one place (decide, in
 // outcome.go) and carried out in one place (settle.go): success is ACKed only
 // after its result is confirmed; bad input gets a DLQ copy, an error result
-// and a TERM; retriable refusals are NAKed with a delay grown from the
-// delivery count until MaxDeliver makes them final.
+// and a TERM; a reply subject the [Config.Replies] policy refuses gets a DLQ
+// copy (bad_reply) and a TERM and no result anywhere; retriable refusals are
+// NAKed with a delay grown from the delivery count until MaxDeliver makes
+// them final. Results carry the job's meta byte for byte and a dedupe id
+// derived from the reply subject and the job id.
 package consumer

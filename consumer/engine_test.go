@@ -90,10 +90,10 @@ type results struct {
 	data map[string][]byte
 }
 
-func (r *results) PublishResult(_ context.Context, _, msgID string, _ map[string][]string, data []byte) error {
+func (r *results) PublishResult(_ context.Context, _, _ string, h map[string][]string, data []byte) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.data[msgID] = slices.Clone(data)
+	r.data[h[schema.HeaderJobID][0]] = slices.Clone(data)
 	return nil
 }
 
@@ -129,7 +129,7 @@ func TestRealEngine(t *testing.T) {
 			texts = append(texts, strings.Repeat("long text ", 20)) // over 24 tokens: cut and flagged
 		}
 		j := schema.NewJob(fmt.Sprint("job-", k), texts...)
-		j.Outputs, j.Reply = outputs[k%len(outputs)], "r"
+		j.Outputs, j.Reply = outputs[k%len(outputs)], "embed.results.real"
 		enc := schema.Encoding(k % 2)
 		data, err := schema.EncodeJob(j, enc)
 		if err != nil {

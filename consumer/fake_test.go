@@ -89,10 +89,12 @@ type fakePub struct {
 	mu      sync.Mutex
 	results []published
 	dlq     []DeadLetter
-	events  []string // "result" and "dlq", in order
-	fail    func(subject string) error
-	failDLQ error
-	delay   time.Duration
+	// dlqHeaders are the headers of each dead letter, as dlq.
+	dlqHeaders []map[string][]string
+	events     []string // "result" and "dlq", in order
+	fail       func(subject string) error
+	failDLQ    error
+	delay      time.Duration
 }
 
 func (p *fakePub) PublishResult(ctx context.Context, subject, msgID string, header map[string][]string, data []byte) error {
@@ -122,6 +124,7 @@ func (p *fakePub) PublishDLQ(ctx context.Context, reason DeadLetter, header map[
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.dlq = append(p.dlq, reason)
+	p.dlqHeaders = append(p.dlqHeaders, header)
 	p.events = append(p.events, "dlq")
 	return nil
 }
@@ -334,6 +337,11 @@ func newRigWith(tb testing.TB, cfg Config, emb Embedder, pub *fakePub) *rig {
 	if cfg.NakBackoff == (Backoff{}) {
 		cfg.NakBackoff = Backoff{Base: 100 * time.Millisecond, Max: time.Second, Jitter: -1}
 	}
+	if cfg.Replies.Allow == nil {
+		// The tests name short reply subjects; the policy's own checks
+		// (and its deny list) still apply.
+		cfg.Replies.Allow = []string{">"}
+	}
 	cfg.Metrics = r.met
 	cfg.Logger = slog.New(slog.NewJSONHandler(r.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := New(cfg, emb, pub)
@@ -387,7 +395,10 @@ func (r *rig) resultFor(tb testing.TB, id string) (*schema.Result, published) {
 	tb.Helper()
 	var found []published
 	for _, p := range r.pub.Results() {
-		if p.msgID == id {
+		if h := p.header[schema.HeaderJobID]; len(h) > 0 && h[0] == id {
+			if want := schema.ResultMsgID(p.subject, id); p.msgID != want {
+				tb.Errorf("job %s: result msg id %q, want %q", id, p.msgID, want)
+			}
 			found = append(found, p)
 		}
 	}

@@ -47,7 +47,8 @@ type Delivery struct {
 type Publisher interface {
 	// PublishResult sends a result to subject. For subjects bound to a
 	// stream (async bulk) it returns only after the stream confirmed it;
-	// msgID (the job id) lets the stream drop a duplicate.
+	// msgID ([schema.ResultMsgID] of the reply and job id, "" for a job
+	// without an id) lets the stream drop a duplicate.
 	PublishResult(ctx context.Context, subject, msgID string, header map[string][]string, data []byte) error
 	// PublishDLQ stores a copy of a terminated job with the reason.
 	PublishDLQ(ctx context.Context, reason DeadLetter, header map[string][]string, data []byte) error
@@ -55,7 +56,10 @@ type Publisher interface {
 
 // DeadLetter says why a job was terminated.
 type DeadLetter struct {
-	JobID        string
+	JobID string
+	// MsgID is the dead letter's dedupe id, derived from the job as it
+	// arrived, so that one job is dead-lettered once per code.
+	MsgID        string
 	Code         string
 	Message      string
 	NumDelivered uint64

@@ -69,7 +69,13 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 	if j.id == "" {
 		j.id = header(d.Header, schema.HeaderMsgID)
 	}
-	j.reply = c.replyOf(j)
+	// A refused reply wins over any other refusal: it decides that no
+	// result goes anywhere.
+	reply, replyErr := c.replyOf(j)
+	j.reply = reply
+	if replyErr != nil {
+		return j, replyErr
+	}
 	if jobErr != nil {
 		return j, jobErr
 	}
@@ -92,19 +98,30 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 }
 
 // replyOf resolves where a job's result goes: the job's reply field, the
-// Embed-Reply header, then the request's own inbox. A request-reply delivery
-// (Respond set) is always answered through Respond, since its caller waits.
-func (c *Consumer) replyOf(j *job) string {
-	if j.d.Respond != nil {
-		return ""
+// Embed-Reply header, then the request's own inbox; and checks it against
+// the reply policy. A request-reply delivery (Respond set) is answered
+// through Respond, to its own inbox, since its caller waits: that inbox is
+// checked too (all rules but the allow-list), and the reply returned is "".
+// A refused reply returns "" and the bad_reply error.
+func (c *Consumer) replyOf(j *job) (string, *schema.Error) {
+	reply := j.d.Reply
+	if j.d.Respond == nil {
+		if j.job != nil && j.job.Reply != "" {
+			reply = j.job.Reply
+		} else if h := header(j.d.Header, schema.HeaderReply); h != "" {
+			reply = h
+		}
 	}
-	if j.job != nil && j.job.Reply != "" {
-		return j.job.Reply
+	switch {
+	case reply == "":
+		return "", nil
+	case j.d.Respond != nil:
+		return "", c.cfg.Replies.CheckInbox(reply)
 	}
-	if h := header(j.d.Header, schema.HeaderReply); h != "" {
-		return h
+	if err := c.cfg.Replies.Check(reply); err != nil {
+		return "", err
 	}
-	return j.d.Reply
+	return reply, nil
 }
 
 // since is when the job's queue wait began: stored in the stream (for a

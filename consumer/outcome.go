@@ -66,6 +66,7 @@ func badInput(code schema.Code) bool {
 // failure, nil on success.
 //
 //   - success: publish res, ACK.
+//   - bad_reply: no result (the reply may not receive one), DLQ, TERM.
 //   - bad input: error result, DLQ, TERM. A request-reply job too gets its
 //     DLQ copy (it has no message to TERM): DESIGN.md says no bad job is
 //     silent, and the DLQ is where operators look for the producer that
@@ -94,6 +95,9 @@ func (c *Consumer) decide(j *job, res *schema.Result, err error) outcome {
 	}
 	out := outcome{code: se.Code, reason: string(se.Code), err: se}
 	switch {
+	case se.Code == schema.CodeBadReply:
+		// Nowhere to send a result: the dead letter is the only trace.
+		out.verdict, out.dlq = verdictTerm, true
 	case badInput(se.Code):
 		out.verdict, out.dlq = verdictTerm, true
 		out.result = schema.ErrorResult(j.id, se)

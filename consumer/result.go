@@ -16,7 +16,8 @@ func (c *Consumer) assemble(j *job, embs []engine.Embedding, seq, idx []int) (*s
 		}
 	}
 	sj := j.job
-	res := &schema.Result{V: schema.Version, ID: j.id, Model: c.model, Meta: sj.Meta, Items: make([]schema.Item, len(sj.Texts))}
+	res := &schema.Result{V: schema.Version, ID: j.id, Model: c.model, Items: make([]schema.Item, len(sj.Texts))}
+	res.EchoMeta(sj)
 	for i, e := range j.items {
 		if e != nil {
 			res.Items[i].Error = e

@@ -57,7 +57,8 @@ func (c *Consumer) deadLetter(ctx context.Context, j *job, out outcome) outcome 
 	if out.reason == ReasonPublishFailed {
 		dl.Code, dl.Message = ReasonPublishFailed, "result not published on the final delivery"
 	}
-	err := c.pub.PublishDLQ(ctx, dl, j.d.Header, j.d.Data)
+	dl.JobID, dl.MsgID = c.boundID(j.id), deadLetterID(dl.Code, j)
+	err := c.pub.PublishDLQ(ctx, dl, c.boundHeader(j.d.Header), j.d.Data)
 	if err == nil {
 		return out
 	}
@@ -78,8 +79,8 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 	if res.Model == "" {
 		res.Model = c.model
 	}
-	if j.job != nil && res.Meta == nil {
-		res.Meta = j.job.Meta
+	if res.Meta == nil {
+		res.EchoMeta(j.job)
 	}
 	data, err := schema.EncodeResult(res, j.enc)
 	if err != nil {
@@ -90,24 +91,22 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 		if out.result == nil {
 			return out
 		}
-		out.result.Model, out.result.Meta = c.model, res.Meta
+		out.result.Model = c.model
+		out.result.EchoMeta(j.job)
 		if data, err = schema.EncodeResult(out.result, j.enc); err != nil {
 			out.result = nil
 			return out
 		}
 		res = out.result
 	}
-	h := map[string][]string{schema.HeaderContentType: {j.enc.ContentType()}}
-	if res.Error != nil {
-		h[schema.HeaderErrorCode] = []string{string(res.Error.Code)}
-	}
+	h := schema.ResultHeader(res, j.reply, j.enc)
 	telemetry.InjectHeaders(ctx, h)
 	start := c.cfg.Now()
 	switch {
 	case j.d.Respond != nil:
 		err = j.d.Respond(h, data)
 	case j.reply != "":
-		err = c.pub.PublishResult(ctx, j.reply, j.id, h, data)
+		err = c.pub.PublishResult(ctx, j.reply, schema.ResultMsgID(j.reply, j.id), h, data)
 	default:
 		if c.noReplyWarned.CompareAndSwap(false, true) {
 			c.cfg.Logger.Warn("job has no reply subject: result discarded (logged once)", "job", j.id)

@@ -79,6 +79,19 @@ func TestAccountsConfParses(t *testing.T) {
 		if u.Account.Name != "SYS" && u.Permissions == nil {
 			t.Errorf("user %s has no permissions: it could do anything in its account", u.Username)
 		}
+		// Producers are denied what no allow list may ever grant them,
+		// so that widening an allow list later cannot open it.
+		if strings.HasPrefix(u.Username, "producer-") {
+			var deny []string
+			if u.Permissions != nil && u.Permissions.Publish != nil {
+				deny = u.Permissions.Publish.Deny
+			}
+			for _, must := range []string{"embed.dlq.>", "embed.results.>", "$KV.>"} {
+				if !slices.Contains(deny, must) {
+					t.Errorf("user %s: publish deny %v lacks %s", u.Username, deny, must)
+				}
+			}
+		}
 	}
 	slices.Sort(users)
 	want := []string{"embedder@EMBED", "producer-a@EMBED", "producer-b@EMBED", "provisioner@EMBED", "sys@SYS"}
@@ -306,6 +319,20 @@ func TestPermissionModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	prodB.denied(t, "publish", "$JS.API.STREAM.DELETE.EMBED_JOBS")
+	// Nor forge dead letters or results, nor write the fleet's KV bucket
+	// (the KV-poisoning reply of issue 11, sent directly), nor settle
+	// jobs: the deny list of every producer.
+	for _, subj := range []string{
+		"embed.dlq.bad_payload", "embed.dlq.x.y", "embed.results.producer-b.b1", "embed.results.producer-a.a1",
+		"$KV.EMBED_ENGINES.bge-m3_abc.cpu.b1000000000000000.s8192", "$JS.ACK.EMBED_JOBS.embedder.1.1.1.1.1.1",
+	} {
+		for _, p := range []*client{prodA, prodB} {
+			if err := p.Publish(subj, []byte("forged")); err != nil {
+				t.Fatal(err)
+			}
+			p.denied(t, "publish", subj)
+		}
+	}
 
 	// The embedder pulls the job, publishes the result and a DLQ copy, ACKs.
 	ejs, err := natsjs.New(emb.Conn)
@@ -348,6 +375,11 @@ func TestPermissionModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	emb.denied(t, "publish", "$JS.API.STREAM.PURGE.EMBED_JOBS")
+	// Dead letters go to embed.dlq.<code>: one token, nothing deeper.
+	if err := emb.Publish("embed.dlq.a.b", nil); err != nil {
+		t.Fatal(err)
+	}
+	emb.denied(t, "publish", "embed.dlq.a.b")
 
 	// The embedder shares engine shapes through the KV bucket.
 	kv, err := ejs.KeyValue(ctx, "EMBED_ENGINES")

@@ -170,7 +170,7 @@ func (b *bulk) verify() {
 	msgs := storedMsgs(b.t, b.js, b.cfg.Results.Name, "embed.results."+b.run+".>")
 	seen := map[string]int{}
 	for _, m := range msgs {
-		id := m.Headers().Get(schema.HeaderMsgID)
+		id := m.Headers().Get(schema.HeaderJobID)
 		seen[id]++
 		if seen[id] > 1 {
 			continue

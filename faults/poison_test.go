@@ -52,7 +52,10 @@ var poisons = []poison{
 	{"too-many", false, msgpackJob(func(j *schema.Job) { j.Texts = make([]string, schema.DefaultMaxTexts+1) }), schema.CodeTooManyTexts, false},
 	{"oversized", false, msgpackJob(func(j *schema.Job) { j.Texts = []string{strings.Repeat("big ", schema.DefaultMaxTextBytes/4+1)} }), schema.CodeJobTooLarge, false},
 	{"utf8-id", false, msgpackJob(func(j *schema.Job) { j.ID += "\xff\xfe" }), schema.CodeBadPayload, false},
-	{"bad-reply", true, jsonBody(`{"id":%q,"texts":["x"],"reply":"not a subject"}`), schema.CodeBadPayload, true},
+	{"bad-reply", true, jsonBody(`{"id":%q,"texts":["x"],"reply":"not a subject"}`), schema.CodeBadReply, true},
+	{"kv-reply", true, jsonBody(`{"id":%q,"texts":["x"],"reply":"$KV.EMBED_ENGINES.m.cpu.b1000000000000000.s8192"}`), schema.CodeBadReply, true},
+	{"long-reply", true, jsonBody(`{"id":%q,"texts":["x"],"reply":"embed.results.poison.` + strings.Repeat("x", 5000) + `"}`), schema.CodeBadReply, true},
+	{"duplicate-key", true, jsonBody(`{"id":%q,"texts":["x"],"texts":["y"]}`), schema.CodeBadPayload, false},
 }
 
 // TestPoisonFlood queues good jobs with a tenth of poison mixed in, of every
@@ -185,7 +188,7 @@ func checkUTF8Items(t *testing.T, b *bulk, broken map[string]bool) {
 	t.Helper()
 	seen := map[string]int{}
 	for _, m := range storedMsgs(t, b.js, b.cfg.Results.Name, "embed.results.poison.>") {
-		id := m.Headers().Get(schema.HeaderMsgID)
+		id := m.Headers().Get(schema.HeaderJobID)
 		if _, good := b.texts[id]; !good {
 			continue
 		}

@@ -99,6 +99,9 @@ var codeStatus = map[schema.Code]int{
 	schema.CodeOverloaded:        http.StatusTooManyRequests,
 	schema.CodeDeadlineExceeded:  http.StatusGatewayTimeout,
 	schema.CodeInternal:          http.StatusInternalServerError,
+	// The fleet refused the gateway's own reply inbox: a deployment
+	// mismatch (reply policy, inbox prefix), not the caller's fault.
+	schema.CodeBadReply: http.StatusBadGateway,
 }
 
 // CodeStatus is the HTTP status the gateway answers for a stable code of

@@ -142,6 +142,7 @@ func TestErrorMapping(t *testing.T) {
 		{"overloaded", "", `{"input":"code:overloaded"}`, 429, "rate_limit_error", "overloaded", true},
 		{"deadline_exceeded", "", `{"input":"code:deadline_exceeded"}`, 504, "server_error", "deadline_exceeded", false},
 		{"internal", "", `{"input":"code:internal"}`, 500, "server_error", "internal", false},
+		{"bad_reply", "", `{"input":"code:bad_reply"}`, 502, "server_error", "bad_reply", false},
 		{"a newer fleet's code", "", `{"input":"code:brand_new"}`, 502, "server_error", "brand_new", false},
 		{"token ids", "", `{"input":[1,2,3]}`, 400, "invalid_request_error", "token_ids_unsupported", false},
 		{"token id arrays", "", `{"input":[[1,2],[3]]}`, 400, "invalid_request_error", "token_ids_unsupported", false},

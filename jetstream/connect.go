@@ -239,7 +239,7 @@ func diagnose(servers []string, timeout time.Duration) error {
 	for _, s := range servers {
 		u, err := url.Parse(s)
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, urlError(err))
 			continue
 		}
 		host := u.Host

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -104,7 +105,7 @@ func (o Options) servers() ([]string, error) {
 				s = "nats://" + s
 			}
 			if _, err := url.Parse(s); err != nil {
-				return nil, fmt.Errorf("%w: url %q: %w", ErrOptions, redact(s), err)
+				return nil, fmt.Errorf("%w: url %q: %w", ErrOptions, redact(s), urlError(err))
 			}
 			out = append(out, s)
 		}
@@ -129,9 +130,14 @@ func (o Options) identity() string {
 	}
 	for _, s := range o.URLs {
 		for _, part := range strings.Split(s, ",") {
-			if u, err := url.Parse(strings.TrimSpace(part)); err == nil && u.User != nil {
+			u, err := url.Parse(strings.TrimSpace(part))
+			if err != nil || u.User == nil {
+				continue
+			}
+			if _, ok := u.User.Password(); ok {
 				return fmt.Sprintf("as user %q of the URL", u.User.Username())
 			}
+			return "with the token of the URL"
 		}
 	}
 	return "without credentials"
@@ -158,11 +164,54 @@ func (o Options) validate() error {
 	return nil
 }
 
-// redact hides a password written into a URL (nats://user:pass@host).
-func redact(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.User == nil {
+// RedactURL hides the credentials of a server URL: the password of
+// nats://user:password@host, and the whole userinfo of nats://token@host
+// (a user name without a password is a token). A URL that does not parse
+// loses everything up to its last '@'. It is what every log line, error
+// and printed configuration shows of a URL.
+func RedactURL(s string) string {
+	if !strings.Contains(s, "@") {
 		return s
 	}
-	return u.Redacted()
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil && u.Host == "" {
+		// Unparsable, or "user:password@host" without a scheme (which
+		// parses as the scheme "user" with an opaque rest).
+		at := strings.LastIndex(s, "@")
+		if i := strings.Index(s, "://"); i >= 0 && i < at {
+			return s[:i+3] + "xxxxx" + s[at:]
+		}
+		return "xxxxx" + s[at:]
+	}
+	if u.User == nil {
+		return s
+	}
+	if _, ok := u.User.Password(); ok {
+		u.User = url.UserPassword(u.User.Username(), "xxxxx")
+	} else {
+		u.User = url.User("xxxxx")
+	}
+	return u.String()
+}
+
+// RedactURLs is [RedactURL] of each URL of a comma-separated list (the
+// --nats flag).
+func RedactURLs(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		parts[i] = RedactURL(p)
+	}
+	return strings.Join(parts, ",")
+}
+
+func redact(s string) string { return RedactURL(s) }
+
+// urlError is the cause of a failed url.Parse without the URL itself, which
+// *url.Error repeats in full, credentials included.
+func urlError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		return ue.Err
+	}
+	return err
 }

@@ -203,7 +203,7 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 	a.stop(t, time.Millisecond)
 	var byA []string
 	for _, m := range streamMsgs(t, srv.js, srv.cfg.Results.Name, "") {
-		byA = append(byA, m.Headers().Get(schema.HeaderMsgID))
+		byA = append(byA, m.Headers().Get(schema.HeaderJobID))
 	}
 	published := len(byA)
 	if published == 0 {

@@ -37,8 +37,8 @@ var ErrNotConfirmed = errors.New("publish not confirmed")
 // [consumer.Publisher].
 //
 // A result for a subject of the results stream is published to JetStream
-// with Nats-Msg-Id set to the job id and returns only once the stream
-// acknowledged it (a redelivered job's second result is dropped by the
+// with Nats-Msg-Id set to the msgID it is given (derived from the job's
+// reply and id) and returns only once the stream acknowledged it (a redelivered job's second result is dropped by the
 // stream's duplicate window). Any other subject, such as a requester's
 // inbox, is a core publish followed by a flush: the server has the message,
 // which is all core NATS can confirm.
@@ -128,9 +128,11 @@ func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, head
 	h.Set(HeaderDLQDelivered, strconv.FormatUint(dl.NumDelivered, 10))
 	m := &nats.Msg{Subject: p.dlqBase + subjectToken(code), Header: h, Data: data}
 	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(p.dlqName)}
-	if dl.JobID != "" {
-		// One dead letter per job and reason, even if the TERM is lost and
-		// the job terminated again.
+	// One dead letter per job and reason, even if the TERM is lost and the
+	// job terminated again.
+	if dl.MsgID != "" {
+		opts = append(opts, natsjs.WithMsgID(dl.MsgID))
+	} else if dl.JobID != "" {
 		opts = append(opts, natsjs.WithMsgID("dlq:"+code+":"+dl.JobID))
 	}
 	if _, err := p.js.PublishMsg(ctx, m, opts...); err != nil {

@@ -12,8 +12,11 @@ import (
 
 // DecodeJob decodes a job body. Any failure is an *Error with
 // [CodeBadPayload]: malformed bytes, a body that is not a map/object, a
-// field of the wrong type, trailing data. Unknown fields are ignored, so
-// producers may add fields ahead of consumers.
+// field of the wrong type, a key given twice (anywhere, meta included),
+// trailing data; in JSON also a number no float64 holds. Field names match
+// exactly. Unknown fields are ignored, so producers may add fields ahead of
+// consumers. Meta keeps its bytes as they arrived: [Result.EchoMeta] echoes
+// them unchanged.
 //
 // On failure the returned Job may still be non-nil, holding the fields
 // decoded before the failure (typically ID and Reply), so that the caller
@@ -23,17 +26,7 @@ func DecodeJob(data []byte, enc Encoding) (*Job, error) {
 	j := new(Job)
 	var err error
 	if enc == EncodingJSON {
-		// The outer V shadows Job.V, telling an absent or null "v"
-		// (version 1) from an explicit 0 (bad_version) in one parse.
-		aux := struct {
-			V *int `json:"v"`
-			*jobFields
-		}{jobFields: (*jobFields)(j)}
-		err = decodeJSON(data, &aux)
-		j.V = Version
-		if aux.V != nil {
-			j.V = *aux.V
-		}
+		err = decodeJobJSON(data, j)
 	} else {
 		err = decodeMsgpack(data, j)
 	}
@@ -56,10 +49,14 @@ func (j *Job) DecodeMsgpack(dec *msgpack.Decoder) error {
 		return errors.New("job is nil")
 	}
 	sawV := false
+	var seen keySet
 	for range n {
 		key, err := r.str()
 		if err != nil {
 			return fmt.Errorf("field name: %w", err)
+		}
+		if seen.add(key) {
+			return fmt.Errorf("field %s given twice", quoteShort(key))
 		}
 		if err := j.decodeField(r, key, &sawV); err != nil {
 			return fmt.Errorf("field %q: %w", key, err)
@@ -102,7 +99,11 @@ func (j *Job) decodeField(r reader, key string, sawV *bool) error {
 	case "deadline":
 		j.Deadline, err = r.str()
 	case "meta":
+		start, ok := r.offset()
 		j.Meta, err = r.meta()
+		if err == nil && ok {
+			j.rawMeta = rawMeta{data: r.rawFrom(start), enc: EncodingMsgpack}
+		}
 	default:
 		err = r.skip()
 	}
@@ -117,10 +118,6 @@ func clampInt(v int64) int {
 	}
 	return int(v)
 }
-
-// jobFields is Job without its methods, so that embedding it does not
-// promote Job's DecodeMsgpack and the JSON decoder sees plain fields.
-type jobFields Job
 
 // decodeMsgpack decodes data into v, which must use a reader-based
 // DecodeMsgpack, and refuses trailing bytes.

@@ -64,10 +64,14 @@ func (r reader) fields(what string, field func(key string) error) error {
 	if n < 0 {
 		return fmt.Errorf("%s is nil", what)
 	}
+	var seen keySet
 	for range n {
 		key, err := r.str()
 		if err != nil {
 			return fmt.Errorf("%s field name: %w", what, err)
+		}
+		if seen.add(key) {
+			return fmt.Errorf("%s field %s given twice", what, quoteShort(key))
 		}
 		isNil, err := r.isNil()
 		if err == nil && !isNil {

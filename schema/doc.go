@@ -22,7 +22,15 @@
 //
 // Empty fields are omitted. An absent "v" means 1; any other version is
 // refused with bad_version. Absent "outputs" means [dense]; absent
-// "truncate" means true. Unknown fields are ignored.
+// "truncate" means true. Unknown fields are ignored. Field names match
+// exactly, a key given twice is bad_payload, and meta is echoed byte for
+// byte ([Result.EchoMeta]).
+//
+// # Reply subjects
+//
+// A [ReplyPolicy] decides which reply subjects a result may be published
+// to; a refused one is bad_reply. Results carry [ResultMsgID] (reply and
+// job id, hashed) as their Nats-Msg-Id.
 //
 // # Vectors in msgpack
 //

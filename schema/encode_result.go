@@ -8,8 +8,9 @@ import (
 // ColBERT row into an interface (one allocation per vector) and walk struct
 // tags per item. Empty fields are omitted, as their tags say for JSON.
 func (res *Result) EncodeMsgpack(enc *msgpack.Encoder) error {
+	raw := res.rawMeta.in(EncodingMsgpack)
 	n := 2 + count(res.Model != "") + count(len(res.Items) > 0) + count(!res.Usage.IsZero()) +
-		count(res.Error != nil) + count(len(res.Meta) > 0)
+		count(res.Error != nil) + count(len(res.Meta) > 0 || raw != nil)
 	if err := enc.EncodeMapLen(n); err != nil {
 		return err
 	}
@@ -36,7 +37,12 @@ func (res *Result) EncodeMsgpack(enc *msgpack.Encoder) error {
 		w.key("error")
 		w.errorValue(res.Error)
 	}
-	if len(res.Meta) > 0 {
+	switch {
+	case raw != nil:
+		w.key("meta")
+		_, err := enc.Writer().Write(raw)
+		w.do(err)
+	case len(res.Meta) > 0:
 		w.key("meta")
 		w.do(enc.Encode(res.Meta))
 	}
@@ -132,7 +138,7 @@ func count(b bool) int {
 // allocated once rather than doubled a dozen times for a large ColBERT
 // result.
 func (res *Result) sizeHint() int {
-	n := 128 + len(res.ID) + len(res.Model)
+	n := 128 + len(res.ID) + len(res.Model) + len(res.rawMeta.data)
 	for i := range res.Items {
 		it := &res.Items[i]
 		n += 64 + 4*len(it.Dense)

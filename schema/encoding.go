@@ -74,13 +74,26 @@ func encode(v any, enc Encoding) ([]byte, error) {
 	if r, ok := v.(*Result); ok {
 		buf.Grow(r.sizeHint())
 	}
+	var rawMeta []byte
+	if r, ok := v.(*Result); ok && enc == EncodingJSON {
+		if rawMeta = r.rawMeta.in(EncodingJSON); rawMeta != nil {
+			c := *r
+			c.Meta = nil
+			v = &c
+		}
+	}
 	if enc == EncodingJSON {
 		je := json.NewEncoder(&buf)
 		je.SetEscapeHTML(false) // texts and meta echo as sent
 		if err := je.Encode(v); err != nil {
 			return nil, fmt.Errorf("encode json: %w", err)
 		}
-		return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+		out := bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+		if rawMeta != nil {
+			// A result object always has v and id: meta follows them.
+			out = append(append(append(out[:len(out)-1], `,"meta":`...), rawMeta...), '}')
+		}
+		return out, nil
 	}
 	e := msgpack.GetEncoder()
 	defer msgpack.PutEncoder(e)

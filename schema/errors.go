@@ -17,6 +17,7 @@ const (
 	CodeUnknownOutput     Code = "unknown_output"
 	CodeTextTooLong       Code = "text_too_long"
 	CodeInvalidUTF8       Code = "invalid_utf8"
+	CodeBadReply          Code = "bad_reply" // refused by the [ReplyPolicy]: no result is sent
 	CodeShapeNotWarmed    Code = "shape_not_warmed"
 	CodeEngineUnavailable Code = "engine_unavailable"
 	CodeOverloaded        Code = "overloaded"

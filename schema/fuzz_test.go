@@ -2,7 +2,11 @@ package schema
 
 import (
 	"bytes"
+	"encoding/json"
+	"strings"
 	"testing"
+
+	"github.com/vmihailenco/msgpack/v5"
 )
 
 // checkJobRoundTrip is the fuzz property shared by both decoders: decoding
@@ -20,6 +24,7 @@ func checkJobRoundTrip(t *testing.T, data []byte, enc Encoding) {
 	if jobErr, _ := DefaultLimits().Validate(j); jobErr != nil {
 		return
 	}
+	checkMetaEcho(t, j, enc)
 	b1, err := EncodeJob(j, enc)
 	if err != nil {
 		t.Fatalf("valid job %#v does not encode: %v", j, err)
@@ -40,12 +45,43 @@ func checkJobRoundTrip(t *testing.T, data []byte, enc Encoding) {
 	}
 }
 
+// checkMetaEcho: the result of a job that decoded carries its meta's bytes
+// unchanged, and decodes (with DecodeResult, and with the plain decoders a
+// client may use instead).
+func checkMetaEcho(t *testing.T, j *Job, enc Encoding) {
+	res := &Result{V: Version, ID: j.ID}
+	res.EchoMeta(j)
+	data, err := EncodeResult(res, enc)
+	if err != nil {
+		t.Fatalf("result echoing meta does not encode: %v", err)
+	}
+	if raw := j.rawMeta.in(enc); raw != nil && !bytes.Contains(data, raw) {
+		t.Fatalf("meta not echoed byte for byte:\n%q\n%q", raw, data)
+	}
+	if _, err := DecodeResult(data, enc); err != nil {
+		t.Fatalf("result echoing meta does not decode: %v\n%q", err, data)
+	}
+	var plain map[string]any
+	if enc == EncodingJSON {
+		err = json.Unmarshal(data, &plain)
+	} else {
+		err = msgpack.Unmarshal(data, &plain)
+	}
+	if err != nil {
+		t.Fatalf("a plain decoder cannot decode the result: %v\n%q", err, data)
+	}
+}
+
 func FuzzDecodeJobMsgpack(f *testing.F) {
 	for _, j := range []*Job{NewJob("a", "x"), fullJob(EncodingMsgpack)} {
 		f.Add(mustEncodeJob(f, j, EncodingMsgpack))
 	}
 	f.Add(mpMap(mpStr("id"), mpStr("a"), mpStr("texts"), array32Huge))
 	f.Add(mpMap(mpStr("meta"), mpMap(mpStr("a"), map32Huge)))
+	f.Add(mpMap(mpStr("id"), mpStr("a"), mpStr("texts"), goodTexts, mpStr("id"), mpStr("b")))
+	f.Add(mpMap(mpStr("id"), mpStr("a"), mpStr("texts"), goodTexts, mpStr("meta"),
+		mpMap(mpStr("z"), []byte{0xcd, 0, 5}, mpStr("a"), mpMap(mpStr("k"), []byte{1}, mpStr("k"), []byte{2}))))
+	f.Add(mpMap(mpStr("id"), mpStr("a"), mpStr("texts"), goodTexts, mpStr("REPLY"), mpStr("x.y"), mpStr("meta"), mpMap(mpStr("z"), []byte{0xcb, 0x7f, 0xf0, 0, 0, 0, 0, 0, 0})))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkJobRoundTrip(t, data, EncodingMsgpack)
 	})
@@ -57,6 +93,11 @@ func FuzzDecodeJobJSON(f *testing.F) {
 	}
 	f.Add([]byte(`{"v":0,"id":"a","texts":["x"]}`))
 	f.Add([]byte(`{"ID":"a","Texts":["\ud800"],"meta":{"n":1e400}}`))
+	f.Add([]byte(`{"id":"a","texts":["x"],"meta":{"n":1e999}}`))
+	f.Add([]byte(`{"id":"a","texts":["x"],"id":"b"}`))
+	f.Add([]byte(`{"id":"a","texts":["x"],"\u0069d":"b","REPLY":"$KV.x"}`))
+	f.Add([]byte(`{"id":"a","texts":["x"],"meta":{ "z": 1.50, "a" : [1e2, "\u00e9", {"k":1,"k":2}] }}`))
+	f.Add([]byte(`{"id":"a","texts":["x"],"meta":{"d":` + strings.Repeat("[", 70) + strings.Repeat("]", 70) + `}}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		checkJobRoundTrip(t, data, EncodingJSON)
 	})

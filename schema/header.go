@@ -1,6 +1,11 @@
 package schema
 
-import "strings"
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"strings"
+)
 
 // Header names of wire contract v1. Headers let a router or the consumer
 // act on a message without decoding its body.
@@ -13,9 +18,12 @@ const (
 	HeaderReply = "Embed-Reply"
 	// HeaderDeadline is an RFC 3339 deadline, as the job's deadline field.
 	HeaderDeadline = "Embed-Deadline"
-	// HeaderMsgID is the JetStream dedupe id; producers set it to the job id
-	// and results published to a stream carry it too.
+	// HeaderMsgID is the JetStream dedupe id. Producers set it to the job
+	// id (the idempotency key of jobs); a result carries [ResultMsgID].
 	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderJobID is set on results to the job id, so that a reader can
+	// tell whose result it is without decoding the body.
+	HeaderJobID = "Embed-Job-Id"
 	// HeaderErrorCode is set on results that carry a job-level error, to
 	// the error's [Code].
 	HeaderErrorCode = "Embed-Error-Code"
@@ -36,19 +44,40 @@ func JobHeader(j *Job, enc Encoding) map[string][]string {
 	return h
 }
 
-// ResultHeader returns the headers of a result encoded with enc: the
-// Content-Type, the job id as Nats-Msg-Id (results published to a stream
-// dedupe by job id when a job runs twice) and, for a job-level error, its
-// code as Embed-Error-Code.
-func ResultHeader(res *Result, enc Encoding) map[string][]string {
+// ResultHeader returns the headers of a result sent to reply, encoded with
+// enc: the Content-Type, [ResultMsgID] as Nats-Msg-Id (a job that runs twice
+// is stored once), the job id as Embed-Job-Id and, for a job-level error,
+// its code as Embed-Error-Code.
+func ResultHeader(res *Result, reply string, enc Encoding) map[string][]string {
 	h := map[string][]string{
 		HeaderContentType: {enc.ContentType()},
-		HeaderMsgID:       {res.ID},
+		HeaderJobID:       {res.ID},
+	}
+	if id := ResultMsgID(reply, res.ID); id != "" {
+		h[HeaderMsgID] = []string{id}
 	}
 	if res.Error != nil {
 		h[HeaderErrorCode] = []string{string(res.Error.Code)}
 	}
 	return h
+}
+
+// ResultMsgID is the dedupe id of the result of job id sent to reply: a
+// hash of both, so that a redelivered job's second result is dropped by the
+// results stream while two producers that use the same id (with their own
+// reply subjects) never collide. It is "" for a job without an id, whose
+// results are not deduplicated.
+func ResultMsgID(reply, id string) string {
+	if id == "" {
+		return ""
+	}
+	h := sha256.New()
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(len(reply)))
+	h.Write(n[:])
+	h.Write([]byte(reply))
+	h.Write([]byte(id))
+	return "r1-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // ApplyHeader fills the job's Reply and Deadline from the Embed-Reply and

@@ -19,13 +19,35 @@ func TestJobHeader(t *testing.T) {
 }
 
 func TestResultHeader(t *testing.T) {
-	got := ResultHeader(&Result{V: 1, ID: "j"}, EncodingMsgpack)
-	if _, ok := got["Embed-Error-Code"]; ok || got["Nats-Msg-Id"][0] != "j" {
+	got := ResultHeader(&Result{V: 1, ID: "j"}, "embed.results.a.j", EncodingMsgpack)
+	if _, ok := got["Embed-Error-Code"]; ok || got["Nats-Msg-Id"][0] != ResultMsgID("embed.results.a.j", "j") || got["Embed-Job-Id"][0] != "j" {
 		t.Errorf("ResultHeader(success) = %v", got)
 	}
-	got = ResultHeader(ErrorResult("j", Errorf(CodeShapeNotWarmed, "later")), EncodingJSON)
+	got = ResultHeader(ErrorResult("j", Errorf(CodeShapeNotWarmed, "later")), "r", EncodingJSON)
 	if got["Embed-Error-Code"][0] != "shape_not_warmed" || got["Content-Type"][0] != "application/json" {
 		t.Errorf("ResultHeader(error) = %v", got)
+	}
+	if got := ResultHeader(ErrorResult("", Errorf(CodeMissingID, "no id")), "r", EncodingJSON); got["Nats-Msg-Id"] != nil {
+		t.Errorf("ResultHeader(no id) = %v: results of jobs without an id must not dedupe together", got)
+	}
+}
+
+func TestResultMsgID(t *testing.T) {
+	a := ResultMsgID("embed.results.pa.doc-1", "doc-1")
+	if a != ResultMsgID("embed.results.pa.doc-1", "doc-1") {
+		t.Error("ResultMsgID is not stable: redeliveries would not dedupe")
+	}
+	for _, other := range [][2]string{
+		{"embed.results.pb.doc-1", "doc-1"}, // another producer, same id
+		{"embed.results.pa.doc-1", "doc-2"},
+		{"embed.results.pa.doc-1d", "oc-1"}, // the same concatenation
+	} {
+		if ResultMsgID(other[0], other[1]) == a {
+			t.Errorf("ResultMsgID(%q, %q) collides with ResultMsgID(embed.results.pa.doc-1, doc-1)", other[0], other[1])
+		}
+	}
+	if ResultMsgID("r", "") != "" {
+		t.Error("a job without an id has a result msg id")
 	}
 }
 

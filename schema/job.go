@@ -69,8 +69,27 @@ type Job struct {
 	// Deadline is an optional RFC 3339 timestamp; a job still queued past it
 	// is answered with deadline_exceeded instead of being embedded.
 	Deadline string `msgpack:"deadline,omitempty" json:"deadline,omitempty"`
-	// Meta is opaque to jetembed and echoed in the [Result].
+	// Meta is opaque to jetembed and echoed in the [Result]. A decoded job
+	// also keeps meta's bytes as they arrived, which [Result.EchoMeta]
+	// echoes unchanged.
 	Meta map[string]any `msgpack:"meta,omitempty" json:"meta,omitempty"`
+
+	rawMeta rawMeta
+}
+
+// rawMeta is meta's bytes as decoded, in the encoding they came in: a JSON
+// object or a msgpack map.
+type rawMeta struct {
+	data []byte
+	enc  Encoding
+}
+
+// in returns the bytes when they are in encoding enc, else nil.
+func (m rawMeta) in(enc Encoding) []byte {
+	if m.enc != enc {
+		return nil
+	}
+	return m.data
 }
 
 // NewJob returns a version 1 job with the default outputs (dense) and

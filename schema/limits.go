@@ -1,9 +1,6 @@
 package schema
 
-import (
-	"strings"
-	"unicode/utf8"
-)
+import "unicode/utf8"
 
 // Limits bound what a job may ask for. They protect the consumer's memory
 // and keep one job from monopolizing a batch; the model's own token limit is
@@ -78,8 +75,7 @@ func (l Limits) CheckPayload(n int) *Error {
 // vectors. Item errors are only returned when the job-level error is nil.
 //
 // Job-level checks, in order: bad_version (V is not 1), missing_id (empty),
-// bad_payload (ID over MaxIDBytes, ID not UTF-8, reply not a publishable
-// NATS subject, deadline not RFC 3339),
+// bad_payload (ID over MaxIDBytes, ID not UTF-8, deadline not RFC 3339),
 // empty_job (no texts), too_many_texts, job_too_large (one text over
 // MaxTextBytes, or all texts together over MaxJobBytes), unknown_output.
 func (l Limits) Validate(j *Job) (*Error, []*Error) {
@@ -99,11 +95,6 @@ func (l Limits) Validate(j *Job) (*Error, []*Error) {
 		return Errorf(CodeEmptyJob, "job has no texts"), nil
 	case len(j.Texts) > l.MaxTexts:
 		return Errorf(CodeTooManyTexts, "job has %d texts, over the limit of %d", len(j.Texts), l.MaxTexts), nil
-	}
-	if j.Reply != "" && !ValidSubject(j.Reply) {
-		// Caught here because a publish to it would fail on every
-		// redelivery.
-		return Errorf(CodeBadPayload, "reply %q is not a valid NATS subject", j.Reply), nil
 	}
 	if _, _, err := j.DeadlineTime(); err != nil {
 		return err.(*Error), nil
@@ -150,22 +141,4 @@ func (l Limits) DecodeJob(data []byte, enc Encoding) (j *Job, items []*Error, jo
 	}
 	jobErr, items = l.Validate(j)
 	return j, items, jobErr
-}
-
-// ValidSubject reports whether s can be published to (a reply subject from
-// a job or an Embed-Reply header): dot-separated
-// non-empty tokens, no whitespace or control characters, no wildcards.
-func ValidSubject(s string) bool {
-	if !utf8.ValidString(s) {
-		return false
-	}
-	for _, tok := range strings.Split(s, ".") {
-		if tok == "" || tok == "*" || tok == ">" {
-			return false
-		}
-		if strings.ContainsFunc(tok, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-			return false
-		}
-	}
-	return true
 }

@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"math"
@@ -38,6 +39,24 @@ func (r reader) left() int {
 		return n
 	}
 	return unknownLeft
+}
+
+// offset returns how many bytes of the message were read, when the decoder
+// reads from memory (ok is false for streams).
+func (r reader) offset() (int64, bool) {
+	br, ok := r.dec.Buffered().(*bytes.Reader)
+	if !ok {
+		return 0, false
+	}
+	return br.Size() - int64(br.Len()), true
+}
+
+// rawFrom copies the bytes read since offset start (see [reader.offset]).
+func (r reader) rawFrom(start int64) []byte {
+	end, _ := r.offset()
+	b := make([]byte, end-start)
+	_, _ = r.dec.Buffered().(*bytes.Reader).ReadAt(b, start)
+	return b
 }
 
 // peek returns the next code without consuming it.

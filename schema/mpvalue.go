@@ -98,6 +98,7 @@ func (r reader) object(depth int, discard bool) (any, error) {
 	if !discard {
 		out = make(map[string]any, min(n, r.left()/2))
 	}
+	var keys keySet
 	for range n {
 		c, err := r.peek()
 		if err != nil {
@@ -106,14 +107,12 @@ func (r reader) object(depth int, discard bool) (any, error) {
 		if !msgpcode.IsString(c) {
 			return nil, fmt.Errorf("map key must be a string, got code 0x%02x", c)
 		}
-		var k string
-		if discard {
-			err = r.discardBytes()
-		} else {
-			k, err = r.str()
-		}
+		k, err := r.str()
 		if err != nil {
 			return nil, err
+		}
+		if keys.add(k) {
+			return nil, fmt.Errorf("key %s given twice", quoteShort(k))
 		}
 		v, err := r.value(depth+1, discard)
 		if err != nil {

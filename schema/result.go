@@ -12,6 +12,21 @@ type Result struct {
 	// Error is set when the whole job failed; Items is then empty.
 	Error *Error         `msgpack:"error,omitempty" json:"error,omitempty"`
 	Meta  map[string]any `msgpack:"meta,omitempty" json:"meta,omitempty"`
+
+	rawMeta rawMeta
+}
+
+// EchoMeta sets the result's meta to the job's. When the job was decoded,
+// the result encoded in the job's encoding carries meta's bytes exactly as
+// they arrived (key order, number spelling, whitespace inside a JSON
+// object); in another encoding, or for a job built in Go, Meta is encoded.
+// Setting Meta afterwards does not drop the echoed bytes: call EchoMeta
+// again, or build a new Result.
+func (r *Result) EchoMeta(j *Job) {
+	if j == nil {
+		return
+	}
+	r.Meta, r.rawMeta = j.Meta, j.rawMeta
 }
 
 // Item is the result for one text. Only the outputs the job asked for are

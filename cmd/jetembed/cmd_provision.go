@@ -48,7 +48,7 @@ func provision(ctx context.Context, o jetstream.Options, cfg jetstream.Config, i
 		return err
 	}
 	r, err := jetstream.Provision(ctx, js, cfg)
-	fmt.Fprintf(io.out, "provisioned %s:\n%s", nc.ConnectedUrlRedacted(), r)
+	fmt.Fprintf(io.out, "provisioned %s:\n%s", jetstream.RedactURL(nc.ConnectedUrl()), r)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrDrift) {
 			return fmt.Errorf("refused: %w", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
 	"github.com/jetembed/jetembed/telemetry"
 )
 
@@ -42,6 +43,8 @@ type serveFlags struct {
 	heartbeat      *time.Duration
 	provision      *bool
 	printConfig    *bool
+	replyAllow     *string
+	maxReplyBytes  *int
 	api            *gatewayFlags
 }
 
@@ -58,6 +61,8 @@ func addServeFlags(fs *flagSet) *serveFlags {
 		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
 		provision:      fs.Bool("provision", true, "create or update the streams, the consumer and the KV bucket at start"),
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
+		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
+		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
 		api:            addGatewayFlags(fs, "http-api", ""),
 	}
 }
@@ -92,15 +97,23 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 }
 
 // printConfig prints every flag's effective value (flag, environment, or
-// default) with its environment variable; secrets are masked.
+// default) with its environment variable; secrets are masked: the values of
+// password and token flags, and the credentials of any URL.
 func printConfig(fs *flagSet, io stdio) {
 	for _, b := range fs.bindings {
 		v := fs.Lookup(b.Flag).Value.String()
-		if v != "" && (strings.Contains(b.Flag, "password") || strings.Contains(b.Flag, "token") && strings.HasPrefix(b.Flag, "nats") || b.Flag == "api-key") {
+		if v != "" && secretFlag(b.Flag) {
 			v = "<set>"
 		}
-		fmt.Fprintf(io.out, "--%s=%s\t%s\n", b.Flag, v, b.Env)
+		fmt.Fprintf(io.out, "--%s=%s\t%s\n", b.Flag, jetstream.RedactURLs(v), b.Env)
 	}
+}
+
+// secretFlag reports whether a flag's value is itself a secret (not a path
+// to one: --nats-creds and --nats-nkey name files and print as they are).
+func secretFlag(name string) bool {
+	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats") ||
+		strings.Contains(name, "secret") || name == "api-key"
 }
 
 // liveState is what /readyz asks while the process starts and runs.
@@ -137,6 +150,10 @@ func (s *liveState) health() telemetry.Health {
 // It returns nil after a drain when ctx ends (SIGTERM), and an error when
 // something needed fails or the NATS connection closes for good.
 func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jetstream.Config, ef *engineFlags, ff *fleetFlags, sf *serveFlags) error {
+	replies, err := sf.replyPolicy(cfg)
+	if err != nil {
+		return err
+	}
 	shutdownTracing, err := telemetry.SetupTracing(ctx, "jetembed", version)
 	if err != nil {
 		return err
@@ -220,6 +237,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 		gather *= max(*ef.sessions, 1)
 	}
 	cons, err := consumer.New(consumer.Config{
+		Replies:        replies,
 		Patience:       *sf.patience,
 		MaxBatchTokens: gather,
 		InFlightTokens: *sf.inFlightTokens,
@@ -301,7 +319,7 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 			return telemetry.HeartbeatStats{Texts: st.Texts, Tokens: st.Tokens, Jobs: st.Jobs, Pending: uint64(pending.Load()), InFlight: st.Held}
 		})
 	}
-	log.Info("ready", "model", e.ModelID(), "nats", nc.ConnectedUrlRedacted(), "stream", cfg.Jobs.Name,
+	log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", cfg.Jobs.Name,
 		"consumer", cfg.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
 
 	var cause error

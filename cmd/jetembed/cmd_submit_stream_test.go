@@ -60,7 +60,7 @@ func (r *submitRig) msgs(t *testing.T, stream string) uint64 {
 }
 
 // storeResult stores data as the result of job id of run, as the consumer
-// would (Nats-Msg-Id = job id).
+// would (Nats-Msg-Id derived from the reply subject and job id).
 func (r *submitRig) storeResult(t *testing.T, run, id string, data []byte) {
 	t.Helper()
 	c, err := jetstream.NewClient(r.nc, jetstream.WithRun(run))
@@ -69,7 +69,8 @@ func (r *submitRig) storeResult(t *testing.T, run, id string, data []byte) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	h := nats.Header{schema.HeaderMsgID: {id}, schema.HeaderContentType: {schema.EncodingMsgpack.ContentType()}}
+	h := nats.Header{schema.HeaderMsgID: {schema.ResultMsgID(c.ReplySubject(id), id)}, schema.HeaderJobID: {id},
+		schema.HeaderContentType: {schema.EncodingMsgpack.ContentType()}}
 	if _, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: c.ReplySubject(id), Header: h, Data: data}); err != nil {
 		t.Fatal(err)
 	}

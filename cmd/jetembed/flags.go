@@ -41,12 +41,13 @@ func (fs *flagSet) bind(name, usage string) string {
 	return fmt.Sprintf("%s (env %s)", usage, env)
 }
 
-// String defines a string flag backed by its environment variable.
+// String defines a string flag backed by its environment variable. The
+// variable's value is not the flag's default, so that --help never prints
+// it (it may be a password).
 func (fs *flagSet) String(name, def, usage string) *string {
-	if v, ok := os.LookupEnv(envName(name)); ok {
-		def = v
-	}
-	return fs.FlagSet.String(name, def, fs.bind(name, usage))
+	p := fs.FlagSet.String(name, def, fs.bind(name, usage))
+	fs.fromEnv(name)
+	return p
 }
 
 // Int defines an int flag backed by its environment variable.

@@ -322,11 +322,6 @@ func printedConfig(t *testing.T, out string) map[string][2]string {
 	return got
 }
 
-// secretFlag reports whether print-config masks the flag's value.
-func secretFlag(name string) bool {
-	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats") || name == "api-key"
-}
-
 // envValueFor returns a value for f's variable that differs from its
 // default, and how print-config should show it.
 func envValueFor(t *testing.T, f usageFlag) (set, shown string) {
