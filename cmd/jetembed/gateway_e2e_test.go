@@ -316,3 +316,44 @@ func TestGatewaySeedEndpointsAndCommand(t *testing.T) {
 		t.Error("gateway did not stop")
 	}
 }
+
+// TestGatewayKeyNeverPrinted plants the API key in the environment and
+// looks for it in --print-config, --help and a gateway run's log.
+func TestGatewayKeyNeverPrinted(t *testing.T) {
+	t.Setenv("JETEMBED_API_KEY", planted)
+	for _, cmd := range []string{"gateway", "serve", "dev"} {
+		code, out, errOut := runCmd(t, context.Background(), cmd, "--print-config")
+		if code != 0 || !strings.Contains(out, "--api-key=<set>\tJETEMBED_API_KEY") {
+			t.Errorf("%s --print-config: exit %d: %s%s", cmd, code, out, errOut)
+		}
+		checkNoSecret(t, cmd+" --print-config", out+errOut)
+		_, out, errOut = runCmd(t, context.Background(), cmd, "--help")
+		checkNoSecret(t, cmd+" --help", out+errOut)
+	}
+	srv := natstest.RunServer(t, natstest.WithoutJetStream())
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	log := &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- runMain(ctx, []string{"gateway", "--nats", srv.ClientURL(), "--listen", "127.0.0.1:0", "--http", "", "--log-format", "json", "--log-level", "debug"},
+			stdio{in: strings.NewReader(""), out: io.Discard, err: log})
+	}()
+	var api string
+	natstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if api = logValue(log.String(), "http api listening", "addr"); api == "" {
+			return fmt.Errorf("no api address yet")
+		}
+		return nil
+	})
+	for _, key := range []string{planted, "wrong"} {
+		// No fleet: 503 with the right key, 401 with the wrong one.
+		want := map[string]int{planted: 503, "wrong": 401}[key]
+		if code := httpJSON(t, "http://"+api+"/v1/embeddings", key, `{"input":"a"}`, nil); code != want {
+			t.Errorf("key %q: %d, want %d", key, code, want)
+		}
+	}
+	cancel()
+	<-done
+	checkNoSecret(t, "the gateway's log", log.String())
+}
