@@ -82,50 +82,18 @@ func withNATS(ctx context.Context, f func(env *natsEnv) error) error {
 		if err != nil {
 			return nil, err
 		}
-		pub, err := jetstream.NewPublisher(wnc, cfg)
+		w, err := jetstream.StartWorker(ctx, wnc, jetstream.WorkerConfig{
+			Config: cfg, Consumer: cc, Embedder: emb,
+			Service: jetstream.ServiceOptions{Version: "0.0.0-bench"}, Logger: quiet,
+		})
 		if err != nil {
-			wnc.Close()
-			return nil, err
-		}
-		cc.AckWait, cc.MaxDeliver, cc.Logger = cfg.Consumer.AckWait, cfg.Consumer.MaxDeliver, quiet
-		cons, err := consumer.New(cc, emb, pub)
-		if err != nil {
-			wnc.Close()
-			return nil, err
-		}
-		runDone := make(chan error, 1)
-		go func() { runDone <- cons.Run(context.WithoutCancel(ctx)) }()
-		wjs, err := jetstream.New(wnc)
-		if err != nil {
-			wnc.Close()
-			return nil, err
-		}
-		svc, err := jetstream.StartService(ctx, wnc, cons, jetstream.ServiceOptions{Version: "0.0.0-bench", Logger: quiet})
-		if err != nil {
-			wnc.Close()
-			return nil, err
-		}
-		jc, err := wjs.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name)
-		if err != nil {
-			_ = svc.Stop()
-			wnc.Close()
-			return nil, err
-		}
-		loop, err := jetstream.Pull(context.WithoutCancel(ctx), jc, cons, jetstream.PullLogger(quiet),
-			jetstream.PullAckWait(cfg.Consumer.AckWait))
-		if err != nil {
-			_ = svc.Stop()
 			wnc.Close()
 			return nil, err
 		}
 		return func() {
-			loop.Stop()
-			_ = svc.Stop()
 			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_ = cons.Drain(dctx)
+			_ = w.Stop(dctx)
 			cancel()
-			<-loop.Closed()
-			<-runDone
 			_ = wnc.Drain()
 		}, nil
 	}

@@ -135,16 +135,6 @@ func (c Config) validate() error {
 	return nil
 }
 
-// heartbeatEvery is how long a held message may wait before InProgress.
-func (c Config) heartbeatEvery() time.Duration {
-	return time.Duration(float64(c.AckWait) * c.InProgressFraction)
-}
-
-// finalDelivery reports whether delivery n is the last JetStream makes.
-func (c Config) finalDelivery(n uint64) bool {
-	return c.MaxDeliver > 0 && n >= uint64(c.MaxDeliver)
-}
-
 // estimateTokens over-counts tokens for Latin text (about 4 bytes a token)
 // and is near for CJK (3 bytes a character, often a token each), so the
 // budgets err on the side of memory.

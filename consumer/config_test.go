@@ -43,14 +43,24 @@ func TestConfigDefaults(t *testing.T) {
 	if err := c.validate(); err != nil {
 		t.Errorf("defaults invalid: %v", err)
 	}
-	if got := c.heartbeatEvery(); got != 15*time.Second {
+	cons, err := New(Config{}, &fakeEmb{}, &fakePub{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cons.heartbeatEvery(); got != 15*time.Second {
 		t.Errorf("heartbeat every %v, want half of 30s", got)
 	}
-	if c.finalDelivery(4) || !c.finalDelivery(5) || !c.finalDelivery(6) {
+	if cons.finalDelivery(4) || !cons.finalDelivery(5) || !cons.finalDelivery(6) {
 		t.Error("final delivery is the MaxDeliver'th")
 	}
-	if (Config{MaxDeliver: -1}).WithDefaults().finalDelivery(1 << 40) {
-		t.Error("MaxDeliver -1 has no final delivery")
+	if err := cons.SetDeliveryLimits(DeliveryLimits{AckWait: time.Second, MaxDeliver: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if cons.finalDelivery(1<<40) || cons.heartbeatEvery() != 500*time.Millisecond {
+		t.Error("MaxDeliver -1 has no final delivery; heartbeats follow the new AckWait")
+	}
+	if err := cons.SetDeliveryLimits(DeliveryLimits{AckWait: 0, MaxDeliver: 2}); !errors.Is(err, ErrConfig) {
+		t.Errorf("AckWait 0: err %v", err)
 	}
 }
 

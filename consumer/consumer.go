@@ -46,6 +46,7 @@ type Consumer struct {
 	done         chan struct{} // closed when Run returned
 	cancelWork   context.CancelFunc
 
+	limits        atomic.Pointer[DeliveryLimits]
 	noReplyWarned atomic.Bool
 	jobs, texts   atomic.Uint64
 	tokens        atomic.Uint64
@@ -83,6 +84,7 @@ func New(cfg Config, emb Embedder, pub Publisher) (*Consumer, error) {
 		draining: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	c.limits.Store(&DeliveryLimits{AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver})
 	if m, ok := emb.(interface{ ModelID() string }); ok && c.model == "" {
 		c.model = m.ModelID()
 	}
@@ -299,7 +301,7 @@ func (c *Consumer) Closed() <-chan struct{} { return c.done }
 // heartbeats sends InProgress for every held message that waited longer
 // than the configured fraction of AckWait, until ctx is done.
 func (c *Consumer) heartbeats(ctx context.Context) {
-	every := c.cfg.heartbeatEvery()
+	every := c.heartbeatEvery()
 	t := time.NewTicker(max(every/4, time.Millisecond))
 	defer t.Stop()
 	var due []*job
@@ -308,6 +310,11 @@ func (c *Consumer) heartbeats(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		// The server's AckWait may have changed (SetDeliveryLimits).
+		if e := c.heartbeatEvery(); e != every {
+			every = e
+			t.Reset(max(every/4, time.Millisecond))
 		}
 		now := c.cfg.Now()
 		c.mu.Lock()

@@ -107,7 +107,7 @@ func (c *Consumer) decide(j *job, res *schema.Result, err error) outcome {
 	case j.d.Respond != nil:
 		out.verdict = verdictAck
 		out.result = schema.ErrorResult(j.id, se)
-	case c.cfg.finalDelivery(j.d.NumDelivered):
+	case c.finalDelivery(j.d.NumDelivered):
 		final := *se
 		final.Retriable = se.Code.Retriable()
 		out.verdict, out.dlq = verdictTerm, true

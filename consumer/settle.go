@@ -63,7 +63,7 @@ func (c *Consumer) deadLetter(ctx context.Context, j *job, out outcome) outcome 
 		return out
 	}
 	c.cfg.Logger.Error("dead letter not stored", "job", j.id, "code", dl.Code, "delivered", j.d.NumDelivered, "err", err)
-	if c.cfg.finalDelivery(j.d.NumDelivered) || j.d.Respond != nil {
+	if c.finalDelivery(j.d.NumDelivered) || j.d.Respond != nil {
 		return out
 	}
 	out.verdict, out.reason, out.result = verdictNak, ReasonDLQFailed, nil
@@ -119,7 +119,7 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 		c.cfg.Logger.Warn("result not published", "job", j.id, "reply", j.reply, "delivered", j.d.NumDelivered, "err", err)
 		if out.verdict == verdictAck {
 			out.reason = ReasonPublishFailed
-			if c.cfg.finalDelivery(j.d.NumDelivered) {
+			if c.finalDelivery(j.d.NumDelivered) {
 				// No redelivery follows: keep the job in the DLQ rather
 				// than lose it.
 				out.verdict, out.dlq = verdictTerm, true

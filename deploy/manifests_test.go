@@ -15,6 +15,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nats-io/nats-server/v2/server"
 	"gopkg.in/yaml.v3"
 
 	"github.com/jetembed/jetembed/telemetry"
@@ -347,12 +348,40 @@ func TestCompose(t *testing.T) {
 		if p := str(s, "environment", "JETEMBED_PROVIDER"); p != "cpu" {
 			t.Errorf("%s provider %q, want cpu", name, p)
 		}
+		if u, p := str(s, "environment", "JETEMBED_NATS_USER"), str(s, "environment", "JETEMBED_PROVISION"); u != "embedder" || p != "off" {
+			t.Errorf("%s runs as %q with JETEMBED_PROVISION=%q, want embedder and off (provision owns the objects)", name, u, p)
+		}
 		urls := str(s, "environment", "JETEMBED_NATS")
 		for _, n := range nats {
 			if !strings.Contains(urls, "nats://"+n+":4222") {
 				t.Errorf("%s JETEMBED_NATS=%q lacks %s", name, urls, n)
 			}
 		}
+	}
+	for _, n := range nats {
+		for _, v := range accountVariables(t) {
+			if str(services[n], "environment", v) == "" {
+				t.Errorf("compose %s does not set $%s, which accounts.conf uses", n, v)
+			}
+		}
+	}
+	if u := str(services["provision"], "environment", "JETEMBED_NATS_USER"); u != "provisioner" {
+		t.Errorf("compose provisions as %q, want provisioner", u)
+	}
+	// The servers load compose/nats.conf with accounts.conf mounted beside
+	// it, and the passwords from the environment.
+	setPasswords(t)
+	t.Setenv("NATS_NAME", "nats-1")
+	dir := t.TempDir()
+	for src, dst := range map[string]string{"compose/nats.conf": "nats.conf", "nats/accounts.conf": "accounts.conf"} {
+		if err := os.WriteFile(filepath.Join(dir, dst), []byte(readFile(t, src)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf")); err != nil {
+		t.Errorf("compose/nats.conf: %v", err)
+	} else if len(opts.Users) < 4 {
+		t.Errorf("compose/nats.conf has %d users: accounts.conf is not included", len(opts.Users))
 	}
 	conf := readFile(t, "compose/nats.conf")
 	for _, n := range nats {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	"sigs.k8s.io/yaml"
@@ -23,6 +24,7 @@ var kinds = map[string]func() any{
 	"v1/Service":                    func() any { return &corev1.Service{} },
 	"v1/PersistentVolumeClaim":      func() any { return &corev1.PersistentVolumeClaim{} },
 	"apps/v1/Deployment":            func() any { return &appsv1.Deployment{} },
+	"batch/v1/Job":                  func() any { return &batchv1.Job{} },
 	"policy/v1/PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
 }
 

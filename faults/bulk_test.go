@@ -41,10 +41,10 @@ func faultConfig(replicas int, ackWait time.Duration) jetstream.Config {
 	return cfg
 }
 
-// serveArgs are the flags that make serve agree with cfg.
+// serveArgs are the flags that make serve agree with cfg; the consumer's
+// settings serve reads from the server.
 func serveArgs(t testing.TB, url string, cfg jetstream.Config, extra ...string) []string {
-	args := append(baseServeArgs(t, url), "--ack-wait", cfg.Consumer.AckWait.String(), "--backoff", "none",
-		"--replicas", fmt.Sprint(cfg.Replicas))
+	args := append(baseServeArgs(t, url), "--replicas", fmt.Sprint(cfg.Replicas))
 	return append(args, extra...)
 }
 

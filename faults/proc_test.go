@@ -102,7 +102,7 @@ type serveProc struct {
 func baseServeArgs(t testing.TB, url string) []string {
 	return []string{"serve", "--nats", url, "--model", tinyModel(t), "--threads", "1",
 		"--warmup-batches", "", "--probe=false", "--heartbeat", "0", "--log-format", "json",
-		"--http", "", "--provision=false", "--grace", "5s"}
+		"--http", "", "--provision=off", "--grace", "5s"}
 }
 
 // startServe starts serve with args after the binary name and waits until it

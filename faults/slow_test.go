@@ -108,46 +108,32 @@ func runSlow(t *testing.T, heartbeats bool) (uint64, *bulk) {
 	b.submit(40)
 
 	e := openTiny(t)
-	pub, err := jetstream.NewPublisher(b.nc, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cons, err := consumer.New(consumer.Config{
-		AckWait: ackWait, MaxDeliver: cfg.Consumer.MaxDeliver, MaxBatchJobs: 20,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	}, slowEmbedder{e, 5 * ackWait / 2}, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runDone := make(chan error, 1)
-	go func() { runDone <- cons.Run(context.Background()) }()
 	log := &deliveryLog{max: map[string]uint64{}}
-	sink := sinkFunc(func(ctx context.Context, d consumer.Delivery) error {
-		if id := d.Header[schema.HeaderMsgID]; len(id) > 0 {
-			log.mu.Lock()
-			log.max[id[0]] = max(log.max[id[0]], d.NumDelivered)
-			log.mu.Unlock()
-		}
-		if !heartbeats {
-			d.Msg = silent{d.Msg}
-		}
-		return cons.Submit(ctx, d)
-	})
-	jc, err := b.js.Consumer(context.Background(), cfg.Jobs.Name, cfg.Consumer.Name)
-	if err != nil {
-		t.Fatal(err)
+	sink := func(cons *consumer.Consumer) jetstream.Sink {
+		return sinkFunc(func(ctx context.Context, d consumer.Delivery) error {
+			if id := d.Header[schema.HeaderMsgID]; len(id) > 0 {
+				log.mu.Lock()
+				log.max[id[0]] = max(log.max[id[0]], d.NumDelivered)
+				log.mu.Unlock()
+			}
+			if !heartbeats {
+				d.Msg = silent{d.Msg}
+			}
+			return cons.Submit(ctx, d)
+		})
 	}
-	loop, err := jetstream.Pull(context.Background(), jc, sink, jetstream.PullAckWait(ackWait))
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	w, err := jetstream.StartWorker(context.Background(), b.nc, jetstream.WorkerConfig{
+		Config: cfg, Consumer: consumer.Config{MaxBatchJobs: 20}, Embedder: slowEmbedder{e, 5 * ackWait / 2},
+		Sink: sink, Logger: quiet,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		loop.Stop()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = cons.Drain(ctx)
-		<-loop.Closed()
-		<-runDone
+		_ = w.Stop(ctx)
 	}()
 	start := time.Now()
 	b.waitResults(len(b.ids), 60*time.Second)

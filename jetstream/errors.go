@@ -27,4 +27,14 @@ var (
 	// wanted config in a field JetStream cannot change in place. The error
 	// names the object and the fields.
 	ErrDrift = errors.New("config drift that cannot be updated in place")
+
+	// ErrDowngrade means provisioning would lower a stream's or the
+	// bucket's replicas or remove a stream's subjects, which it does only
+	// when told so ([AllowDowngrade]).
+	ErrDowngrade = errors.New("refused downgrade")
+
+	// ErrMissing means a stream, consumer or bucket the process needs does
+	// not exist and it was not allowed to create it ([ModeCheck]). The
+	// error names the objects.
+	ErrMissing = errors.New("missing jetstream objects")
 )

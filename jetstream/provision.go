@@ -15,28 +15,47 @@ import (
 // stream, and the engines KV bucket. It is idempotent: what is missing is
 // created, what matches is left alone (Unchanged), and drift is updated in
 // place where JetStream allows it (limits, subjects, replicas, the
-// consumer's ack wait, max deliver, backoff and max ack pending). Drift
-// JetStream cannot apply in place (a stream's retention or storage, a
+// consumer's ack wait, max deliver, backoff and max ack pending).
+//
+// Drift JetStream cannot apply in place (a stream's retention or storage, a
 // consumer's deliver, ack or replay policy) is refused: that object is left
 // as it is and the error, wrapping [ErrDrift], names the object and fields.
+// A downgrade (fewer replicas, a subject removed) is refused the same way,
+// wrapping [ErrDowngrade], unless [AllowDowngrade] is given.
+//
+// [WithMode] narrows what Provision may do: [ModeCreate] creates what is
+// missing and changes nothing else, [ModeCheck] only looks. In both, drift
+// is reported (Drifted) and never applied. [DryRun] reports what would be
+// done without doing it.
 //
 // Every object is tried even if another fails; the error joins all
 // failures, and the [Report] says what happened to each object.
-func Provision(ctx context.Context, js natsjs.JetStream, cfg Config) (Report, error) {
+func Provision(ctx context.Context, js natsjs.JetStream, cfg Config, opts ...ProvisionOption) (Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return Report{}, err
 	}
-	var r Report
-	for _, sc := range cfg.streamConfigs() {
-		r.Outcomes = append(r.Outcomes, ensureStream(ctx, js, sc))
+	var o provisionOptions
+	for _, opt := range opts {
+		opt(&o)
 	}
-	r.Outcomes = append(r.Outcomes, ensureConsumer(ctx, js, cfg.Jobs.Name, cfg.consumerConfig()))
-	r.Outcomes = append(r.Outcomes, ensureBucket(ctx, js, cfg.bucketConfig(), cfg.Replicas))
+	r := Report{DryRun: o.dryRun}
+	for _, sc := range cfg.streamConfigs() {
+		r.Outcomes = append(r.Outcomes, ensureStream(ctx, js, sc, o))
+	}
+	r.Outcomes = append(r.Outcomes, ensureConsumer(ctx, js, cfg.Jobs.Name, cfg.consumerConfig(), o))
+	r.Outcomes = append(r.Outcomes, ensureBucket(ctx, js, cfg.bucketConfig(), cfg.Replicas, o))
 	var errs []error
-	for _, o := range r.Outcomes {
-		if o.Err != nil {
-			errs = append(errs, o.Err)
+	var missing []string
+	for _, oc := range r.Outcomes {
+		switch {
+		case oc.Action == Missing:
+			missing = append(missing, oc.Kind+" "+oc.Name)
+		case oc.Err != nil:
+			errs = append(errs, oc.Err)
 		}
+	}
+	if len(missing) > 0 {
+		errs = append(errs, fmt.Errorf("%w: %s", ErrMissing, strings.Join(missing, ", ")))
 	}
 	return r, errors.Join(errs...)
 }
@@ -102,11 +121,21 @@ type drift struct {
 }
 
 func (d *drift) check(field string, have, want any, updatable bool) {
+	d.add(field, have, want, updatable, false)
+}
+
+// checkDown is check for a field whose change from have to want is a
+// downgrade when lower reports so.
+func (d *drift) checkDown(field string, have, want any, lower bool) {
+	d.add(field, have, want, true, lower)
+}
+
+func (d *drift) add(field string, have, want any, updatable, down bool) {
 	h, w := fmt.Sprint(have), fmt.Sprint(want)
 	if h == w {
 		return
 	}
-	c := Change{Field: field, Have: h, Want: w}
+	c := Change{Field: field, Have: h, Want: w, Downgrade: down}
 	if updatable {
 		d.updatable = append(d.updatable, c)
 	} else {
@@ -115,25 +144,38 @@ func (d *drift) check(field string, have, want any, updatable bool) {
 }
 
 // outcome turns the drift into the object's outcome; apply performs the
-// update when there is updatable drift and nothing refused.
-func (d drift) outcome(ctx context.Context, kind, name string, apply func(context.Context) error) Outcome {
-	o := Outcome{Kind: kind, Name: name}
-	switch {
-	case len(d.refused) > 0:
-		o.Action, o.Changes = Refused, d.refused
-		o.Err = fmt.Errorf("%w: %s %s: %s", ErrDrift, kind, name, changeList(d.refused))
-	case len(d.updatable) == 0:
-		o.Action = Unchanged
-	default:
-		o.Changes = d.updatable
-		if err := apply(ctx); err != nil {
-			o.Action = Failed
-			o.Err = fmt.Errorf("update %s %s (%s): %w", kind, name, changeList(d.updatable), err)
-		} else {
-			o.Action = Updated
+// update when the options allow it, there is updatable drift and nothing
+// refused.
+func (d drift) outcome(ctx context.Context, kind, name string, o provisionOptions, apply func(context.Context) error) Outcome {
+	oc := Outcome{Kind: kind, Name: name}
+	var downs []Change
+	for _, c := range d.updatable {
+		if c.Downgrade {
+			downs = append(downs, c)
 		}
 	}
-	return o
+	switch {
+	case len(d.refused) > 0:
+		oc.Action, oc.Changes = Refused, d.refused
+		oc.Err = fmt.Errorf("%w: %s %s: %s", ErrDrift, kind, name, changeList(d.refused))
+	case len(d.updatable) == 0:
+		oc.Action = Unchanged
+	case o.mode != ModeApply:
+		oc.Action, oc.Changes = Drifted, d.updatable
+	case len(downs) > 0 && !o.allowDowngrade:
+		oc.Action, oc.Changes = Refused, downs
+		oc.Err = fmt.Errorf("%w: %s %s: %s (give --allow-downgrade to apply)", ErrDowngrade, kind, name, changeList(downs))
+	default:
+		oc.Action, oc.Changes = Updated, d.updatable
+		if o.dryRun {
+			return oc
+		}
+		if err := apply(ctx); err != nil {
+			oc.Action = Failed
+			oc.Err = fmt.Errorf("update %s %s (%s): %w", kind, name, changeList(d.updatable), err)
+		}
+	}
+	return oc
 }
 
 func changeList(cs []Change) string {
@@ -144,10 +186,20 @@ func changeList(cs []Change) string {
 	return strings.Join(parts, ", ")
 }
 
-func ensureStream(ctx context.Context, js natsjs.JetStream, want natsjs.StreamConfig) Outcome {
+// lostSubjects reports whether have holds a subject that want has not.
+func lostSubjects(have, want []string) bool {
+	for _, s := range have {
+		if !slices.Contains(want, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func ensureStream(ctx context.Context, js natsjs.JetStream, want natsjs.StreamConfig, o provisionOptions) Outcome {
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
-		return created(ctx, "stream", want.Name, func(ctx context.Context) error {
+		return created(ctx, "stream", want.Name, o, func(ctx context.Context) error {
 			_, err := js.CreateStream(ctx, want)
 			return err
 		})
@@ -159,15 +211,15 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, want natsjs.StreamCo
 	var d drift
 	d.check("Retention", have.Retention, want.Retention, false)
 	d.check("Storage", have.Storage, want.Storage, false)
-	d.check("Subjects", sorted(have.Subjects), sorted(want.Subjects), true)
+	d.checkDown("Subjects", sorted(have.Subjects), sorted(want.Subjects), lostSubjects(have.Subjects, want.Subjects))
 	d.check("Discard", have.Discard, want.Discard, true)
 	d.check("MaxAge", have.MaxAge, want.MaxAge, true)
 	d.check("MaxBytes", have.MaxBytes, want.MaxBytes, true)
 	if want.Duplicates > 0 {
 		d.check("Duplicates", have.Duplicates, want.Duplicates, true)
 	}
-	d.check("Replicas", have.Replicas, want.Replicas, true)
-	return d.outcome(ctx, "stream", want.Name, func(ctx context.Context) error {
+	d.checkDown("Replicas", have.Replicas, want.Replicas, want.Replicas < have.Replicas)
+	return d.outcome(ctx, "stream", want.Name, o, func(ctx context.Context) error {
 		upd := have
 		upd.Subjects, upd.Discard = want.Subjects, want.Discard
 		upd.MaxAge, upd.MaxBytes, upd.Replicas = want.MaxAge, want.MaxBytes, want.Replicas
@@ -179,11 +231,12 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, want natsjs.StreamCo
 	})
 }
 
-func ensureConsumer(ctx context.Context, js natsjs.JetStream, stream string, want natsjs.ConsumerConfig) Outcome {
+func ensureConsumer(ctx context.Context, js natsjs.JetStream, stream string, want natsjs.ConsumerConfig, o provisionOptions) Outcome {
 	name := stream + "/" + want.Durable
 	c, err := js.Consumer(ctx, stream, want.Durable)
-	if errors.Is(err, natsjs.ErrConsumerNotFound) {
-		return created(ctx, "consumer", name, func(ctx context.Context) error {
+	// Without its stream (check mode, dry run) the consumer is missing too.
+	if errors.Is(err, natsjs.ErrConsumerNotFound) || errors.Is(err, natsjs.ErrStreamNotFound) {
+		return created(ctx, "consumer", name, o, func(ctx context.Context) error {
 			_, err := js.CreateConsumer(ctx, stream, want)
 			return err
 		})
@@ -196,12 +249,14 @@ func ensureConsumer(ctx context.Context, js natsjs.JetStream, stream string, wan
 	d.check("DeliverPolicy", have.DeliverPolicy, want.DeliverPolicy, false)
 	d.check("AckPolicy", have.AckPolicy, want.AckPolicy, false)
 	d.check("ReplayPolicy", have.ReplayPolicy, want.ReplayPolicy, false)
-	d.check("AckWait", have.AckWait, want.AckWait, true)
-	d.check("MaxDeliver", have.MaxDeliver, want.MaxDeliver, true)
-	d.check("BackOff", have.BackOff, want.BackOff, true)
-	d.check("MaxAckPending", have.MaxAckPending, want.MaxAckPending, true)
+	if !o.serverTuning {
+		d.check("AckWait", have.AckWait, want.AckWait, true)
+		d.check("MaxDeliver", have.MaxDeliver, want.MaxDeliver, true)
+		d.check("BackOff", have.BackOff, want.BackOff, true)
+		d.check("MaxAckPending", have.MaxAckPending, want.MaxAckPending, true)
+	}
 	d.check("FilterSubject", have.FilterSubject, want.FilterSubject, true)
-	return d.outcome(ctx, "consumer", name, func(ctx context.Context) error {
+	return d.outcome(ctx, "consumer", name, o, func(ctx context.Context) error {
 		upd := have
 		upd.AckWait, upd.MaxDeliver, upd.BackOff = want.AckWait, want.MaxDeliver, want.BackOff
 		upd.MaxAckPending, upd.FilterSubject = want.MaxAckPending, want.FilterSubject
@@ -210,10 +265,10 @@ func ensureConsumer(ctx context.Context, js natsjs.JetStream, stream string, wan
 	})
 }
 
-func ensureBucket(ctx context.Context, js natsjs.JetStream, want natsjs.KeyValueConfig, replicas int) Outcome {
+func ensureBucket(ctx context.Context, js natsjs.JetStream, want natsjs.KeyValueConfig, replicas int, o provisionOptions) Outcome {
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
-		return created(ctx, "kv", want.Bucket, func(ctx context.Context) error {
+		return created(ctx, "kv", want.Bucket, o, func(ctx context.Context) error {
 			_, err := js.CreateKeyValue(ctx, want)
 			return err
 		})
@@ -234,15 +289,21 @@ func ensureBucket(ctx context.Context, js natsjs.JetStream, want natsjs.KeyValue
 	d.check("Storage", info.Storage, want.Storage, false)
 	d.check("History", st.History(), int64(want.History), true)
 	d.check("TTL", st.TTL(), want.TTL, true)
-	d.check("Replicas", info.Replicas, replicas, true)
+	d.checkDown("Replicas", info.Replicas, replicas, replicas < info.Replicas)
 	d.check("LimitMarkerTTL", info.SubjectDeleteMarkerTTL, want.LimitMarkerTTL, true)
-	return d.outcome(ctx, "kv", want.Bucket, func(ctx context.Context) error {
+	return d.outcome(ctx, "kv", want.Bucket, o, func(ctx context.Context) error {
 		_, err := js.UpdateKeyValue(ctx, want)
 		return err
 	})
 }
 
-func created(ctx context.Context, kind, name string, create func(context.Context) error) Outcome {
+func created(ctx context.Context, kind, name string, o provisionOptions, create func(context.Context) error) Outcome {
+	if o.mode == ModeCheck {
+		return Outcome{Kind: kind, Name: name, Action: Missing}
+	}
+	if o.dryRun {
+		return Outcome{Kind: kind, Name: name, Action: Created}
+	}
 	if err := create(ctx); err != nil {
 		return failed(kind, name, fmt.Errorf("create: %w", err))
 	}

@@ -75,8 +75,8 @@ func TestExponentialBackOff(t *testing.T) {
 func TestReportString(t *testing.T) {
 	r := Report{Outcomes: []Outcome{
 		{Kind: "stream", Name: "EMBED_JOBS", Action: Created},
-		{Kind: "stream", Name: "EMBED_DLQ", Action: Updated, Changes: []Change{{"MaxAge", "1h0m0s", "2h0m0s"}}},
-		{Kind: "consumer", Name: "EMBED_JOBS/embedder", Action: Refused, Changes: []Change{{"AckPolicy", "none", "explicit"}}},
+		{Kind: "stream", Name: "EMBED_DLQ", Action: Updated, Changes: []Change{{Field: "MaxAge", Have: "1h0m0s", Want: "2h0m0s"}}},
+		{Kind: "consumer", Name: "EMBED_JOBS/embedder", Action: Refused, Changes: []Change{{Field: "AckPolicy", Have: "none", Want: "explicit"}}},
 		{Kind: "kv", Name: "EMBED_ENGINES", Action: Failed, Err: errors.New("boom")},
 	}}
 	lines := strings.Split(strings.TrimSuffix(r.String(), "\n"), "\n")

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -21,6 +22,12 @@ const (
 	Refused
 	// Failed means the server refused a create or an update.
 	Failed
+	// Missing means the object does not exist and [ModeCheck] created
+	// nothing.
+	Missing
+	// Drifted means fields differ that [ModeCreate] or [ModeCheck] left
+	// alone: only `jetembed provision` changes them.
+	Drifted
 )
 
 func (a Action) String() string {
@@ -35,6 +42,10 @@ func (a Action) String() string {
 		return "refused"
 	case Failed:
 		return "failed"
+	case Missing:
+		return "missing"
+	case Drifted:
+		return "drifted"
 	}
 	return fmt.Sprintf("Action(%d)", int(a))
 }
@@ -45,6 +56,8 @@ type Change struct {
 	Field string
 	// Have and Want are the current and the wanted value, printed.
 	Have, Want string
+	// Downgrade marks a change that lowers replicas or removes subjects.
+	Downgrade bool
 }
 
 func (c Change) String() string {
@@ -74,9 +87,15 @@ func (o Outcome) Fields() []string {
 	return out
 }
 
-func (o Outcome) String() string {
+func (o Outcome) String() string { return o.format(false) }
+
+func (o Outcome) format(dryRun bool) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-8s %-24s %s", o.Kind, o.Name, o.Action)
+	action := o.Action.String()
+	if dryRun && (o.Action == Created || o.Action == Updated) {
+		action = "would be " + action
+	}
+	fmt.Fprintf(&b, "%-8s %-24s %s", o.Kind, o.Name, action)
 	for i, c := range o.Changes {
 		if i == 0 {
 			b.WriteString(" ")
@@ -87,7 +106,15 @@ func (o Outcome) String() string {
 	}
 	switch o.Action {
 	case Refused:
-		b.WriteString(" (JetStream cannot change this in place; recreate the object or keep its config)")
+		if errors.Is(o.Err, ErrDowngrade) {
+			b.WriteString(" (a downgrade: give --allow-downgrade to apply it)")
+		} else {
+			b.WriteString(" (JetStream cannot change this in place; recreate the object or keep its config)")
+		}
+	case Drifted:
+		b.WriteString(" (not applied: run `jetembed provision` to change it)")
+	case Missing:
+		b.WriteString(" (create it with `jetembed provision`)")
 	case Failed:
 		fmt.Fprintf(&b, ": %v", o.Err)
 	}
@@ -97,19 +124,23 @@ func (o Outcome) String() string {
 // Report lists what [Provision] did, one [Outcome] per object.
 type Report struct {
 	Outcomes []Outcome
+	// DryRun says nothing was changed: Created and Updated are what would
+	// have been done.
+	DryRun bool
 }
 
 // String prints one line per object.
 func (r Report) String() string {
 	var b strings.Builder
 	for _, o := range r.Outcomes {
-		b.WriteString(o.String())
+		b.WriteString(o.format(r.DryRun))
 		b.WriteByte('\n')
 	}
 	return b.String()
 }
 
-// Changed reports whether anything was created or updated.
+// Changed reports whether anything was created or updated (or, in a dry
+// run, would be).
 func (r Report) Changed() bool {
 	for _, o := range r.Outcomes {
 		if o.Action == Created || o.Action == Updated {
@@ -137,4 +168,16 @@ func (r Report) Find(kind, name string) (Outcome, bool) {
 		}
 	}
 	return Outcome{}, false
+}
+
+// Drift returns the outcomes whose fields differ but were left alone
+// ([Drifted]).
+func (r Report) Drift() []Outcome {
+	var out []Outcome
+	for _, o := range r.Outcomes {
+		if o.Action == Drifted {
+			out = append(out, o)
+		}
+	}
+	return out
 }

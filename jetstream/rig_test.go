@@ -8,13 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
@@ -158,14 +156,11 @@ func connect(t testing.TB, url string) *nats.Conn {
 	return nc
 }
 
-// worker is one consumer process: its connection, loop, micro service.
+// worker is one consumer process: its connection and its [jetstream.Worker].
 type worker struct {
-	nc      *nats.Conn
-	cons    *consumer.Consumer
-	loop    *jetstream.PullLoop
-	svc     micro.Service
-	runDone chan error
-	stopped atomic.Bool
+	nc   *nats.Conn
+	w    *jetstream.Worker
+	cons *consumer.Consumer
 }
 
 type workerOptions struct {
@@ -178,59 +173,27 @@ type workerOptions struct {
 func startWorker(t testing.TB, srv *server, emb consumer.Embedder, o workerOptions) *worker {
 	t.Helper()
 	nc := connect(t, srv.url)
-	pub, err := jetstream.NewPublisher(nc, srv.cfg)
+	log := o.cfg.Logger
+	if log == nil {
+		log = testLogger(t)
+	}
+	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
+		Config: srv.cfg, Consumer: o.cfg, Embedder: emb, Sink: o.sink,
+		Service: jetstream.ServiceOptions{Version: "test"}, Pull: o.pull, Logger: log,
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := o.cfg
-	cfg.AckWait = srv.cfg.Consumer.AckWait
-	cfg.MaxDeliver = srv.cfg.Consumer.MaxDeliver
-	if cfg.Logger == nil {
-		cfg.Logger = testLogger(t)
-	}
-	cons, err := consumer.New(cfg, emb, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := &worker{nc: nc, cons: cons, runDone: make(chan error, 1)}
-	go func() { w.runDone <- cons.Run(context.Background()) }()
-	var sink jetstream.Sink = cons
-	if o.sink != nil {
-		sink = o.sink(cons)
-	}
-	js, err := natsjs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	jc, err := js.Consumer(ctx, srv.cfg.Jobs.Name, srv.cfg.Consumer.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.svc, err = jetstream.StartService(ctx, nc, sink, jetstream.ServiceOptions{Version: "test", Logger: cfg.Logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.loop, err = jetstream.Pull(ctx, jc, sink, append([]jetstream.PullOption{jetstream.PullLogger(cfg.Logger), jetstream.PullConn(nc)}, o.pull...)...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { w.stop(t, time.Second) })
-	return w
+	wk := &worker{nc: nc, w: w, cons: w.Consumer()}
+	t.Cleanup(func() { wk.stop(t, time.Second) })
+	return wk
 }
 
 // stop shuts the worker down as serve does on SIGTERM.
 func (w *worker) stop(t testing.TB, grace time.Duration) {
-	if !w.stopped.CompareAndSwap(false, true) {
-		return
-	}
-	w.loop.Stop()
-	_ = w.svc.Stop()
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	_ = w.cons.Drain(ctx)
-	<-w.loop.Closed()
-	<-w.runDone
+	_ = w.w.Stop(ctx)
 	_ = w.nc.Drain()
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -24,25 +25,29 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	listen := fs.String("listen", jetstream.DefaultDevListen, "client address of the embedded NATS server (port 0: any free port)")
 	dataDir := fs.String("data", "./jetembed-data", "directory of the JetStream file store; it survives restarts")
 	verbose := fs.Bool("verbose", false, "print the NATS server's log")
-	pf := addProvisionFlags(fs)
+	pf := addProvisionFlags(fs, false)
 	// No warm-up grid by default: up to 8192 tokens it takes a minute on
 	// CPU, and a development server should answer at once.
 	ef := addEngineFlags(fs, false)
 	ff := addFleetFlags(fs)
-	sf := addServeFlags(fs)
+	sf := addServeFlags(fs, "create")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
 	}
+	if *sf.printConfig {
+		printConfig(fs, io)
+		return nil
+	}
 	cfg, err := pf.config()
 	if err != nil {
 		return err
 	}
-	if *sf.printConfig {
-		printConfig(fs, io)
-		return nil
+	c, err := sf.config(jetstream.Options{}, cfg, ef, ff)
+	if err != nil {
+		return err
 	}
 	if cfg.Replicas != 1 {
 		return fmt.Errorf("%w: the dev server is a single node: --replicas must be 1", errUsage)
@@ -73,7 +78,12 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 		s.WaitForShutdown()
 	}()
 	url := s.ClientURL()
-	if err := provision(ctx, jetstream.Options{URLs: []string{url}, Name: "jetembed-dev", Logger: log}, cfg, io); err != nil {
+	c.NATS = jetstream.Options{URLs: []string{url}, Name: "jetembed-dev", Logger: log}
+	err = provision(ctx, c.NATS, cfg, io, jetstream.WithMode(c.Provision), jetstream.ServerTuning())
+	if errors.Is(err, jetstream.ErrMissing) {
+		return fmt.Errorf("%w: %w (dev --provision=off: create them with `jetembed provision --nats %s`)", errConfig, err, url)
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrDrift) {
 		return err
 	}
 	fmt.Fprintf(io.out, "\nNATS JetStream dev server on %s, data in %s\n", url, dir)
@@ -86,12 +96,8 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 		fmt.Fprintf(io.out, "HTTP API:     curl http://%s/v1/embeddings -H Content-Type:application/json -d '{\"input\":\"hello\"}'\n", a)
 	}
 	fmt.Fprintf(io.out, "serving model %s; press Ctrl-C to stop\n", *ef.modelDir)
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*sf.logLevel)); err != nil {
-		return fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
-	}
-	*sf.provision = false // done above, with the same config
-	err = serve(ctx, telemetry.NewLogger(io.err, level, *sf.logFormat), jetstream.Options{URLs: []string{url}, Name: "jetembed-dev", Logger: log}, cfg, ef, ff, sf)
+	c.Provision = skipProvision // done above, with the same config
+	err = serve(ctx, telemetry.NewLogger(io.err, c.LogLevel, c.LogFormat), c)
 	fmt.Fprintln(io.out, "stopping the dev server")
 	return err
 }

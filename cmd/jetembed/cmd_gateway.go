@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/jetembed/jetembed/gateway"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -93,11 +95,7 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer nc.Close()
-	client, err := jetstream.NewClient(nc)
-	if err != nil {
-		return err
-	}
-	gw, err := newGateway(log, gf, gatewayFleet{client, jetstream.ServicePinger(nc)}, metrics, nc.MaxPayload())
+	gw, err := newGateway(log, gf, nc, metrics)
 	if err != nil {
 		return err
 	}
@@ -121,12 +119,17 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 	return wait()
 }
 
-// newGateway builds the API server from its flags; maxPayload is the NATS
-// server's, which bounds one fleet job.
-func newGateway(log *slog.Logger, gf *gatewayFlags, fleet gatewayFleet, m *telemetry.Metrics, maxPayload int64) (*gateway.Server, error) {
+// newGateway builds the API server from its flags, in front of the fleet
+// reached through nc; the server's max_payload bounds one fleet job.
+func newGateway(log *slog.Logger, gf *gatewayFlags, nc *nats.Conn, m *telemetry.Metrics) (*gateway.Server, error) {
+	client, err := jetstream.NewClient(nc)
+	if err != nil {
+		return nil, err
+	}
+	fleet := gatewayFleet{client, jetstream.ServicePinger(nc)}
 	jobBytes := *gf.jobB
 	if jobBytes <= 0 {
-		jobBytes = int(min(gateway.DefaultJobBytes, max(maxPayload/2, 1024)))
+		jobBytes = int(min(gateway.DefaultJobBytes, max(nc.MaxPayload()/2, 1024)))
 	}
 	gw, err := gateway.New(gateway.Config{
 		Requester: fleet, Pinger: fleet,
@@ -161,11 +164,11 @@ func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, add
 // startAPI runs the HTTP API inside serve (--http-api), on serve's NATS
 // connection; stop (idempotent) shuts it down, finishing its calls, before
 // the service stops. It does nothing when --http-api is empty.
-func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, fleet gatewayFleet, m *telemetry.Metrics, maxPayload int64) (stop func(), err error) {
+func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, nc *nats.Conn, m *telemetry.Metrics) (stop func(), err error) {
 	if *gf.listen == "" {
 		return func() {}, nil
 	}
-	gw, err := newGateway(log, gf, fleet, m, maxPayload)
+	gw, err := newGateway(log, gf, nc, m)
 	if err != nil {
 		return nil, err
 	}

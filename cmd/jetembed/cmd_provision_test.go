@@ -115,3 +115,28 @@ func TestProvisionCommandEnv(t *testing.T) {
 		t.Fatalf("exit %d, %s\n%s", code, errOut, out)
 	}
 }
+
+func TestProvisionCommandDryRunAndDowngrade(t *testing.T) {
+	s := natstest.RunServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	code, out, errOut := runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--dry-run")
+	if code != 0 || strings.Count(out, "would be created") != 5 || !strings.Contains(out, "nothing changed") {
+		t.Fatalf("dry run: exit %d: %s\n%s", code, errOut, out)
+	}
+	if code, _, errOut := runCmd(t, ctx, "serve", "--nats", s.ClientURL(), "--model", tinyModel(t, "tiny-hidden"), "--http", ""); code != 78 {
+		t.Fatalf("after a dry run serve found the objects: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := runCmd(t, ctx, "provision", "--nats", s.ClientURL()); code != 0 {
+		t.Fatalf("provision: exit %d: %s", code, errOut)
+	}
+	// Dropping the advisory subject of the DLQ is a downgrade.
+	code, out, errOut = runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--no-dlq-advisories")
+	if code != 1 || !strings.Contains(errOut, "refused downgrade") || !strings.Contains(out, "--allow-downgrade") {
+		t.Fatalf("downgrade: exit %d: %s\n%s", code, errOut, out)
+	}
+	code, out, errOut = runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--no-dlq-advisories", "--allow-downgrade")
+	if code != 0 || !strings.Contains(out, "EMBED_DLQ                updated Subjects") {
+		t.Fatalf("allowed downgrade: exit %d: %s\n%s", code, errOut, out)
+	}
+}

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/jetstream"
@@ -28,9 +30,8 @@ func init() {
 }
 
 // serveFlags are the flags of serve beyond the NATS, provisioning and
-// engine ones. The consumer's ack wait and max deliver are the provisioning
-// flags --ack-wait and --max-deliver: the consumer must agree with the
-// JetStream consumer it reads.
+// engine ones. The consumer's ack wait, max deliver, backoff and max ack
+// pending are not among them: they are the server's (see `provision`).
 type serveFlags struct {
 	patience       *time.Duration
 	gatherTokens   *int
@@ -41,25 +42,27 @@ type serveFlags struct {
 	logLevel       *string
 	logFormat      *string
 	heartbeat      *time.Duration
-	provision      *bool
+	provision      *string
 	printConfig    *bool
 	replyAllow     *string
 	maxReplyBytes  *int
 	api            *gatewayFlags
 }
 
-func addServeFlags(fs *flagSet) *serveFlags {
+// addServeFlags defines serve's flags; provision is the default of
+// --provision (off for serve, create for dev).
+func addServeFlags(fs *flagSet, provision string) *serveFlags {
 	return &serveFlags{
 		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long a batch waits for more jobs to pack with its first"),
 		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens that end a batch's patience window early: the texts given to the engine at once (0: max-batch-tokens x sessions)"),
 		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the jobs this process holds; when full it stops pulling (0: 4 x gather-tokens)"),
-		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer; the prefetch adapts below it to finish within ack-wait/4"),
+		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4"),
 		grace:          fs.Duration("grace", 30*time.Second, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed"),
 		http:           fs.String("http", telemetry.DefaultAddr, "address of /healthz, /readyz and /metrics (empty: off)"),
 		logLevel:       fs.String("log-level", "info", "log level: debug, info, warn or error"),
 		logFormat:      fs.String("log-format", telemetry.LogAuto, "log format: auto (text on a terminal, else json), text or json"),
 		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
-		provision:      fs.Bool("provision", true, "create or update the streams, the consumer and the KV bucket at start"),
+		provision:      fs.String("provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is jetembed provision"),
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
 		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
 		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
@@ -67,13 +70,69 @@ func addServeFlags(fs *flagSet) *serveFlags {
 	}
 }
 
+// serveConfig is everything serve runs with, parsed from the flags.
+type serveConfig struct {
+	NATS      jetstream.Options
+	JetStream jetstream.Config
+	// Provision is how serve treats the server's objects at start:
+	// jetstream.ModeCheck (off) or ModeCreate (create); skipProvision
+	// when the caller (dev) already did.
+	Provision jetstream.Mode
+	Engine    *engineFlags
+	Fleet     *fleetFlags
+
+	Replies schema.ReplyPolicy
+
+	Patience, Grace, Heartbeat   time.Duration
+	GatherTokens, InFlightTokens int
+	PrefetchMax                  int
+	HTTP                         string
+	LogLevel                     slog.Level
+	LogFormat                    string
+	// API is the HTTP API's flags (--http-api, off when empty).
+	API *gatewayFlags
+}
+
+// skipProvision is a [serveConfig.Provision] that checks nothing.
+const skipProvision jetstream.Mode = -1
+
+// provisionMode parses --provision.
+func provisionMode(s string) (jetstream.Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "off", "false":
+		return jetstream.ModeCheck, nil
+	case "create":
+		return jetstream.ModeCreate, nil
+	case "true", "on", "apply":
+		return 0, fmt.Errorf("%w: --provision=%s: serve no longer creates or updates the server's objects; run `jetembed provision` (as a user allowed to), then serve with --provision=off, or --provision=create to create only what is missing", errUsage, s)
+	}
+	return 0, fmt.Errorf("%w: --provision %q: want off or create", errUsage, s)
+}
+
+// config gathers the parsed flags into one [serveConfig].
+func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *engineFlags, ff *fleetFlags) (serveConfig, error) {
+	c := serveConfig{NATS: no, JetStream: cfg, Engine: ef, Fleet: ff,
+		Patience: *sf.patience, Grace: *sf.grace, Heartbeat: *sf.heartbeat,
+		GatherTokens: *sf.gatherTokens, InFlightTokens: *sf.inFlightTokens, PrefetchMax: *sf.prefetchMax,
+		HTTP: *sf.http, LogFormat: *sf.logFormat, API: sf.api}
+	if err := c.LogLevel.UnmarshalText([]byte(*sf.logLevel)); err != nil {
+		return c, fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
+	}
+	var err error
+	if c.Replies, err = sf.replyPolicy(cfg); err != nil {
+		return c, err
+	}
+	c.Provision, err = provisionMode(*sf.provision)
+	return c, err
+}
+
 func runServe(ctx context.Context, args []string, io stdio) error {
 	fs := newFlagSet("serve", io)
 	nf := addNATSFlags(fs)
-	pf := addProvisionFlags(fs)
+	pf := addProvisionFlags(fs, false)
 	ef := addEngineFlags(fs, true)
 	ff := addFleetFlags(fs)
-	sf := addServeFlags(fs)
+	sf := addServeFlags(fs, "off")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -84,16 +143,17 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 		printConfig(fs, io)
 		return nil
 	}
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(*sf.logLevel)); err != nil {
-		return fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
-	}
-	log := telemetry.NewLogger(io.err, level, *sf.logFormat)
 	cfg, err := pf.config()
 	if err != nil {
 		return err
 	}
-	return serve(ctx, log, nf.options(log), cfg, ef, ff, sf)
+	c, err := sf.config(jetstream.Options{}, cfg, ef, ff)
+	if err != nil {
+		return err
+	}
+	log := telemetry.NewLogger(io.err, c.LogLevel, c.LogFormat)
+	c.NATS = nf.options(log)
+	return serve(ctx, log, c)
 }
 
 // printConfig prints every flag's effective value (flag, environment, or
@@ -145,50 +205,24 @@ func (s *liveState) health() telemetry.Health {
 	}
 }
 
-// serve is the whole service: health server, NATS, provisioning, engine
-// (warm-up before ready), consumer, request-reply service and fetch loop.
-// It returns nil after a drain when ctx ends (SIGTERM), and an error when
-// something needed fails or the NATS connection closes for good.
-func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jetstream.Config, ef *engineFlags, ff *fleetFlags, sf *serveFlags) error {
-	replies, err := sf.replyPolicy(cfg)
+// serve is the whole service: health server, NATS, the objects check,
+// engine (warm-up before ready) and the worker (consumer, request-reply
+// service, fetch loop). It returns nil after a drain when ctx ends
+// (SIGTERM), and an error when something needed fails or the worker stops
+// on its own (the NATS connection closed for good).
+func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
+	metrics, stopTelemetry, err := startTelemetry(ctx)
 	if err != nil {
 		return err
 	}
-	shutdownTracing, err := telemetry.SetupTracing(ctx, "jetembed", version)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = shutdownTracing(c)
-	}()
-	metrics, err := telemetry.NewMetrics()
-	if err != nil {
-		return err
-	}
-	defer metrics.Shutdown(context.Background())
-
+	defer stopTelemetry()
 	var live liveState
-	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
-	httpDone := make(chan error, 1)
-	if *sf.http != "" {
-		ln, err := net.Listen("tcp", *sf.http)
-		if err != nil {
-			stopHTTP()
-			return fmt.Errorf("http: %w", err)
-		}
-		log.Info("http listening", "addr", ln.Addr().String())
-		go func() { httpDone <- telemetry.ServeListener(httpCtx, ln, live.health(), metrics) }()
-	} else {
-		httpDone <- nil
+	stopHTTP, err := startHTTP(ctx, log, c.HTTP, &live, metrics)
+	if err != nil {
+		return err
 	}
-	defer func() {
-		stopHTTP()
-		<-httpDone
-	}()
-
-	nc, err := jetstream.Connect(ctx, no)
+	defer stopHTTP()
+	nc, err := jetstream.Connect(ctx, c.NATS)
 	if err != nil {
 		return err
 	}
@@ -199,19 +233,12 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 	if err != nil {
 		return err
 	}
-	if *sf.provision {
-		r, err := jetstream.Provision(ctx, js, cfg)
-		for _, o := range r.Outcomes {
-			log.Info("provisioned", "object", o.Kind, "name", o.Name, "action", o.Action.String())
-		}
-		if err != nil {
-			return fmt.Errorf("provision: %w", err)
-		}
+	if err := checkObjects(ctx, log, js, c.JetStream, c.Provision, nc.LastError); err != nil {
+		return err
 	}
-
 	// The engine opens inside the fleet wiring: it takes a peer's probe
 	// coefficients, and emb reports the JIT guard's refusals as wants.
-	e, emb, stop, err := startFleet(ctx, log, js, ef, ff, cfg)
+	e, emb, stop, err := startFleet(ctx, log, js, c.Engine, c.Fleet, c.JetStream)
 	if err != nil {
 		return err
 	}
@@ -221,84 +248,152 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 	live.engine.Store(e)
 	live.loaded.Store(true)
 	live.warmed.Store(true)
-
-	pub, err := jetstream.NewPublisher(nc, cfg)
-	if err != nil {
+	w, err := jetstream.StartWorker(ctx, nc, c.worker(log, metrics, emb, e.ModelID()))
+	if errors.Is(err, consumer.ErrConfig) {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	} else if err != nil {
 		return err
 	}
-	// By default a gathered batch fills every session's run once; the
-	// engine splits it into chunks of its own --max-batch-tokens.
-	gather := *sf.gatherTokens
+	defer observe(log, metrics, w, e, c.Heartbeat)()
+	// The HTTP API reaches this process's service and its peers through
+	// NATS, as a separate gateway would; it stops before the worker.
+	stopAPI, err := startAPI(ctx, log, c.API, nc, metrics)
+	if err != nil {
+		grace, cancel := context.WithTimeout(context.Background(), c.Grace)
+		defer cancel()
+		_ = w.Stop(grace)
+		return err
+	}
+	defer stopAPI()
+	log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", c.JetStream.Jobs.Name,
+		"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: draining in-flight jobs", "grace", c.Grace)
+	case <-w.Stopped():
+	}
+	live.draining.Store(true)
+	stopAPI()
+	grace, cancel := context.WithTimeout(context.Background(), c.Grace)
+	defer cancel()
+	_ = w.Stop(grace)
+	stopFleet()
+	if err := drainConn(nc); err != nil {
+		log.Warn("nats drain", "err", err)
+	}
+	st := w.Consumer().Stats()
+	log.Info("stopped", "jobs", st.Jobs, "texts", st.Texts)
+	return w.Err()
+}
+
+// worker is the worker's config: by default a gathered batch fills every
+// session's run once (the engine splits it into chunks of its own
+// --max-batch-tokens).
+func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb consumer.Embedder, model string) jetstream.WorkerConfig {
+	gather := c.GatherTokens
 	if gather <= 0 {
-		gather = *ef.maxBatchTokens
+		gather = *c.Engine.maxBatchTokens
 		if gather <= 0 {
 			gather = consumer.DefaultMaxBatchTokens
 		}
-		gather *= max(*ef.sessions, 1)
+		gather *= max(*c.Engine.sessions, 1)
 	}
-	cons, err := consumer.New(consumer.Config{
-		Replies:        replies,
-		Patience:       *sf.patience,
-		MaxBatchTokens: gather,
-		InFlightTokens: *sf.inFlightTokens,
-		AckWait:        cfg.Consumer.AckWait,
-		MaxDeliver:     cfg.Consumer.MaxDeliver,
-		Logger:         log,
-		Metrics:        metrics,
-	}, emb, pub)
-	if err != nil {
-		return fmt.Errorf("%w: %w", errUsage, err)
+	return jetstream.WorkerConfig{
+		Config: c.JetStream,
+		Consumer: consumer.Config{Replies: c.Replies, Patience: c.Patience, MaxBatchTokens: gather, InFlightTokens: c.InFlightTokens,
+			Logger: log, Metrics: metrics},
+		Embedder:    emb,
+		Service:     jetstream.ServiceOptions{Version: version, Metadata: map[string]string{"model": model}, Logger: log},
+		PrefetchMax: c.PrefetchMax,
+		Grace:       c.Grace,
+		Logger:      log,
 	}
-	// The consumer is stopped by Drain, not by ctx: SIGTERM must let it
-	// finish what it holds.
-	runDone := make(chan error, 1)
-	go func() { runDone <- cons.Run(context.WithoutCancel(ctx)) }()
+}
 
-	svc, err := jetstream.StartService(ctx, nc, cons, jetstream.ServiceOptions{
-		Version: version, Metadata: map[string]string{"model": e.ModelID()}, Logger: log,
-	})
-	if err != nil {
-		return drainAfter(log, cons, sf, err)
+// checkObjects makes sure the server's objects exist (mode off), or
+// creates the missing ones (create); drift is a warning per object naming
+// each field, never applied. lastErr is the connection's last error: a
+// request the user may not make only times out, and the server's reason
+// comes separately.
+func checkObjects(ctx context.Context, log *slog.Logger, js natsjs.JetStream, cfg jetstream.Config, mode jetstream.Mode, lastErr func() error) error {
+	if mode == skipProvision {
+		return nil
 	}
-	// The HTTP API (--http-api) reaches this process's service and its
-	// peers through NATS, like a separate gateway would.
-	client, err := jetstream.NewClient(nc)
-	if err != nil {
-		_ = svc.Stop()
-		return drainAfter(log, cons, sf, err)
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	r, err := jetstream.Provision(ctx, js, cfg, jetstream.WithMode(mode), jetstream.ServerTuning())
+	for _, o := range r.Outcomes {
+		switch o.Action {
+		case jetstream.Created:
+			log.Info("created", "object", o.Kind, "name", o.Name)
+		case jetstream.Drifted, jetstream.Refused:
+			log.Warn("server config differs from the flags; not applied (run `jetembed provision` to change it)",
+				"object", o.Kind, "name", o.Name, "fields", o.Fields(), "changes", fmt.Sprint(o.Changes))
+		case jetstream.Missing:
+			log.Error("missing", "object", o.Kind, "name", o.Name)
+		}
 	}
-	stopAPI, err := startAPI(ctx, log, sf.api, gatewayFleet{client, jetstream.ServicePinger(nc)}, metrics, nc.MaxPayload())
-	if err != nil {
-		_ = svc.Stop()
-		return drainAfter(log, cons, sf, err)
+	switch {
+	case errors.Is(err, jetstream.ErrMissing):
+		return fmt.Errorf("%w: %w: create them with `jetembed provision` (as a user allowed to), or start with --provision=create", errConfig, err)
+	case errors.Is(err, jetstream.ErrDrift):
+		return nil // warned above: serve runs with what the server has
+	case err != nil && lastErr() != nil:
+		return fmt.Errorf("%w: checking the server's objects: %w (the server said: %v)", errConfig, err, lastErr())
+	case err != nil:
+		return fmt.Errorf("%w: checking the server's objects: %w", errConfig, err)
 	}
-	defer stopAPI()
-	jc, err := js.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name)
-	if err != nil {
-		_ = svc.Stop()
-		return drainAfter(log, cons, sf, fmt.Errorf("jobs consumer %s/%s: %w", cfg.Jobs.Name, cfg.Consumer.Name, err))
-	}
-	loop, err := jetstream.Pull(context.WithoutCancel(ctx), jc, cons,
-		jetstream.PullLogger(log), jetstream.PullAckWait(cfg.Consumer.AckWait), jetstream.PullConn(nc),
-		jetstream.PrefetchLimits(min(jetstream.DefaultPrefetchMin, max(*sf.prefetchMax, 1)), max(*sf.prefetchMax, 1)))
-	if err != nil {
-		_ = svc.Stop()
-		return drainAfter(log, cons, sf, err)
-	}
+	return nil
+}
 
-	// The backlog is polled, not asked per scrape: a consumer info request
-	// per scrape would put the server on the scrape path.
-	var pending, ackPending atomic.Int64
-	bg, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
+// startTelemetry sets up tracing and the metrics; stop flushes both.
+func startTelemetry(ctx context.Context) (*telemetry.Metrics, func(), error) {
+	shutdownTracing, err := telemetry.SetupTracing(ctx, "jetembed", version)
+	if err != nil {
+		return nil, nil, err
+	}
+	metrics, err := telemetry.NewMetrics()
+	if err != nil {
+		return nil, nil, err
+	}
+	return metrics, func() {
+		metrics.Shutdown(context.Background())
+		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = shutdownTracing(c)
+	}, nil
+}
+
+// startHTTP serves /healthz, /readyz and /metrics on addr (none when
+// empty); stop ends the server and waits for it.
+func startHTTP(ctx context.Context, log *slog.Logger, addr string, live *liveState, metrics *telemetry.Metrics) (func(), error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: %w", err)
+	}
+	log.Info("http listening", "addr", ln.Addr().String())
+	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan error, 1)
+	go func() { done <- telemetry.ServeListener(httpCtx, ln, live.health(), metrics) }()
+	return func() {
+		stopHTTP()
+		<-done
+	}, nil
+}
+
+// observe feeds the backlog gauges (from the worker's periodic consumer
+// info: a consumer info request per scrape would put the server on the
+// scrape path), the engine gauges and the heartbeat log line; the returned
+// func stops it.
+func observe(log *slog.Logger, metrics *telemetry.Metrics, w *jetstream.Worker, e *engine.Engine, heartbeat time.Duration) func() {
+	bg, stop := context.WithCancel(context.Background())
 	go func() {
 		t := time.NewTicker(5 * time.Second)
 		defer t.Stop()
 		for {
-			if info, err := jc.Info(bg); err == nil {
-				pending.Store(int64(info.NumPending))
-				ackPending.Store(int64(info.NumAckPending))
-			}
 			recordEngineState(bg, metrics, e.Stats())
 			select {
 			case <-bg.Done():
@@ -308,58 +403,23 @@ func serve(ctx context.Context, log *slog.Logger, no jetstream.Options, cfg jets
 		}
 	}()
 	unobserve, err := metrics.ObserveConsumer(func(context.Context) (telemetry.ConsumerStats, error) {
-		return telemetry.ConsumerStats{Pending: uint64(pending.Load()), AckPending: int(ackPending.Load())}, nil
+		pending, ackPending := w.Backlog()
+		return telemetry.ConsumerStats{Pending: pending, AckPending: ackPending}, nil
 	})
-	if err == nil {
-		defer unobserve()
+	if err != nil {
+		unobserve = func() error { return nil }
 	}
-	if *sf.heartbeat > 0 {
-		go telemetry.Heartbeat(bg, log, *sf.heartbeat, func() telemetry.HeartbeatStats {
-			st := cons.Stats()
-			return telemetry.HeartbeatStats{Texts: st.Texts, Tokens: st.Tokens, Jobs: st.Jobs, Pending: uint64(pending.Load()), InFlight: st.Held}
+	if heartbeat > 0 {
+		go telemetry.Heartbeat(bg, log, heartbeat, func() telemetry.HeartbeatStats {
+			st := w.Consumer().Stats()
+			pending, _ := w.Backlog()
+			return telemetry.HeartbeatStats{Texts: st.Texts, Tokens: st.Tokens, Jobs: st.Jobs, Pending: pending, InFlight: st.Held}
 		})
 	}
-	log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", cfg.Jobs.Name,
-		"consumer", cfg.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
-
-	var cause error
-	select {
-	case <-ctx.Done():
-		log.Info("stopping: draining in-flight jobs", "grace", *sf.grace)
-	case <-loop.Closed():
-		cause = errors.New("the fetch loop ended (nats connection closed)")
-		log.Error("stopping", "err", cause)
-	case err := <-runDone:
-		runDone <- err
-		cause = fmt.Errorf("the consumer stopped: %v", err)
-		log.Error("stopping", "err", cause)
+	return func() {
+		stop()
+		_ = unobserve()
 	}
-	live.draining.Store(true)
-	loop.Stop()
-	stopAPI()
-	if err := svc.Stop(); err != nil {
-		log.Warn("micro service stop", "err", err)
-	}
-	err = drainAfter(log, cons, sf, cause)
-	<-loop.Closed()
-	<-runDone
-	stopFleet()
-	if derr := drainConn(nc); derr != nil {
-		log.Warn("nats drain", "err", derr)
-	}
-	st := cons.Stats()
-	log.Info("stopped", "jobs", st.Jobs, "texts", st.Texts)
-	return err
-}
-
-// drainAfter drains the consumer within the grace period and returns cause.
-func drainAfter(log *slog.Logger, cons *consumer.Consumer, sf *serveFlags, cause error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), *sf.grace)
-	defer cancel()
-	if err := cons.Drain(ctx); err != nil {
-		log.Warn("grace period over: unfinished jobs were NAKed", "err", err)
-	}
-	return cause
 }
 
 // drainConn drains the NATS connection (flushing the last ACKs) and waits

@@ -43,7 +43,10 @@ func logValue(logs, msg, key string) string {
 
 func TestServeDrainsOnSIGTERM(t *testing.T) {
 	srv := natstest.RunServer(t)
-	s := startServe(t, srv.ClientURL(), "--http", "127.0.0.1:0", "--grace", "20s", "--patience", "20ms", "--log-level", "debug", "--ack-wait", "2s")
+	if code, _, errOut := runCmd(t, context.Background(), "provision", "--nats", srv.ClientURL(), "--ack-wait", "2s"); code != 0 {
+		t.Fatalf("provision: exit %d: %s", code, errOut)
+	}
+	s := startServe(t, srv.ClientURL(), "--http", "127.0.0.1:0", "--grace", "20s", "--patience", "20ms", "--log-level", "debug", "--provision=off")
 	defer func() {
 		if t.Failed() {
 			t.Log(s.log.String())
@@ -202,10 +205,9 @@ func TestServePrintConfig(t *testing.T) {
 		"--in-flight-tokens=999\tJETEMBED_IN_FLIGHT_TOKENS\n",
 		"--gather-tokens=4096\tJETEMBED_GATHER_TOKENS\n",
 		"--nats-password=<set>\tJETEMBED_NATS_PASSWORD\n",
-		"--ack-wait=1m0s\tJETEMBED_ACK_WAIT\n",
 		"--http=127.0.0.1:9090\tJETEMBED_HTTP\n",
 		"--model=\tJETEMBED_MODEL\n",
-		"--provision=true\tJETEMBED_PROVISION\n",
+		"--provision=off\tJETEMBED_PROVISION\n",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("print-config lacks %q:\n%s", want, out)
@@ -213,6 +215,12 @@ func TestServePrintConfig(t *testing.T) {
 	}
 	if strings.Contains(out, "secret") {
 		t.Error("print-config shows the password")
+	}
+	// The consumer's settings are the server's: serve has no flags for them.
+	for _, gone := range []string{"--ack-wait=", "--max-deliver=", "--max-ack-pending=", "--backoff="} {
+		if strings.Contains(out, gone) {
+			t.Errorf("serve still has %s:\n%s", gone, out)
+		}
 	}
 }
 

@@ -133,7 +133,7 @@ func TestSubmitBadStoredResult(t *testing.T) {
 		return nil
 	})
 	r.storeResult(t, "bad", "bad-1", []byte("\xc1 not a result"))
-	startServe(t, r.url, "--provision=false")
+	startServe(t, r.url, "--provision=off")
 	var e exit
 	select {
 	case e = <-done:
@@ -224,7 +224,7 @@ func TestSubmitWindowAndOrder(t *testing.T) {
 		t.Fatalf("lines written before the head job was answered: %s", data)
 	}
 
-	startServe(t, r.url, "--provision=false")
+	startServe(t, r.url, "--provision=off")
 	select {
 	case code := <-done:
 		if code != 0 {

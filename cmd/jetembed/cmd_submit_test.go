@@ -131,7 +131,7 @@ func TestSubmitEndToEndAndResume(t *testing.T) {
 	}
 
 	// A consumer finishes those three; the rerun resumes with them done.
-	startServe(t, url, "--provision=false")
+	startServe(t, url, "--provision=off")
 	natstest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		if n := streamMsgs(t, js, "EMBED_RESULTS"); n != 3 {
 			return fmt.Errorf("%d results", n)

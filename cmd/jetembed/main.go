@@ -46,6 +46,10 @@ func register(c command) {
 // errUsage marks an error caused by the command line; main exits 2 for it.
 var errUsage = errors.New("usage")
 
+// errConfig marks a configuration the server does not have (a missing
+// stream or consumer); main exits 78 (EX_CONFIG) for it.
+var errConfig = errors.New("config")
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -73,6 +77,9 @@ func runMain(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintf(io.err, "jetembed %s: %v\n", c.name, err)
 		if errors.Is(err, errUsage) {
 			return 2
+		}
+		if errors.Is(err, errConfig) {
+			return 78
 		}
 		return 1
 	}

@@ -50,23 +50,32 @@ func (f *natsFlags) options(log *slog.Logger) jetstream.Options {
 	}
 }
 
-// provisionFlags are the names, replicas and limits of what `provision` and
-// `dev` create.
+// provisionFlags are the names, replicas and limits of the server-side
+// objects. Every command that may create them has these; the consumer's
+// tuning (ack wait, max deliver, backoff, max ack pending) is set only by
+// `provision`: serve and dev read it from the server.
 type provisionFlags struct {
 	replicas                              *int
 	jobs, results, dlq, consumer, engines *string
 	jobsMaxAge, resultsMaxAge, dlqMaxAge  *time.Duration
 	jobsMaxBytes                          *int
 	dedupe                                *time.Duration
-	ackWait                               *time.Duration
-	maxDeliver, maxAckPending             *int
-	backoff                               *string
 	noAdvisories                          *bool
+	tuning                                *tuningFlags // nil without tuning flags
 }
 
-func addProvisionFlags(fs *flagSet) *provisionFlags {
+// tuningFlags are the durable consumer's settings, on `provision` only.
+type tuningFlags struct {
+	ackWait                   *time.Duration
+	maxDeliver, maxAckPending *int
+	backoff                   *string
+}
+
+// addProvisionFlags defines the object flags on fs, and the consumer's
+// tuning flags when tuning is set.
+func addProvisionFlags(fs *flagSet, tuning bool) *provisionFlags {
 	d := jetstream.DefaultConfig()
-	return &provisionFlags{
+	f := &provisionFlags{
 		replicas:      fs.Int("replicas", d.Replicas, "replicas of the streams and the KV bucket (1, 3 or 5)"),
 		jobs:          fs.String("jobs-stream", d.Jobs.Name, "name of the jobs work-queue stream"),
 		results:       fs.String("results-stream", d.Results.Name, "name of the results stream"),
@@ -78,16 +87,22 @@ func addProvisionFlags(fs *flagSet) *provisionFlags {
 		resultsMaxAge: fs.Duration("results-max-age", d.Results.MaxAge, "keep results this long"),
 		dlqMaxAge:     fs.Duration("dlq-max-age", d.DLQ.MaxAge, "keep dead letters this long"),
 		dedupe:        fs.Duration("dedupe-window", d.Jobs.Duplicates, "window in which a repeated job or result id is dropped"),
-		ackWait:       fs.Duration("ack-wait", d.Consumer.AckWait, "redeliver a job not acknowledged within this time"),
-		maxDeliver:    fs.Int("max-deliver", d.Consumer.MaxDeliver, "deliveries of a job before it is given up (-1: unlimited)"),
-		maxAckPending: fs.Int("max-ack-pending", d.Consumer.MaxAckPending, "jobs in flight over the whole fleet"),
-		backoff:       fs.String("backoff", "", `redelivery delays after ack timeouts, comma separated; the first must equal --ack-wait ("": doubling from --ack-wait, "none": no backoff)`),
 		noAdvisories:  fs.Bool("no-dlq-advisories", false, "do not capture max-delivery advisories in the dead-letter stream"),
 	}
+	if tuning {
+		f.tuning = &tuningFlags{
+			ackWait:       fs.Duration("ack-wait", d.Consumer.AckWait, "redeliver a job not acknowledged within this time"),
+			maxDeliver:    fs.Int("max-deliver", d.Consumer.MaxDeliver, "deliveries of a job before it is given up (-1: unlimited)"),
+			maxAckPending: fs.Int("max-ack-pending", d.Consumer.MaxAckPending, "jobs in flight over the whole fleet"),
+			backoff:       fs.String("backoff", "", `redelivery delays after ack timeouts, comma separated; the first must equal --ack-wait ("": doubling from --ack-wait, "none": no backoff)`),
+		}
+	}
+	return f
 }
 
 // config returns the validated provisioning config; a bad value is a usage
-// error.
+// error. Without tuning flags the consumer's settings are the defaults
+// (what serve --provision=create and dev create a missing consumer with).
 func (f *provisionFlags) config() (jetstream.Config, error) {
 	c := jetstream.DefaultConfig()
 	c.Replicas = *f.replicas
@@ -97,34 +112,45 @@ func (f *provisionFlags) config() (jetstream.Config, error) {
 	c.Jobs.Duplicates, c.Results.Duplicates = *f.dedupe, *f.dedupe
 	c.CaptureMaxDeliveries = !*f.noAdvisories
 	c.Consumer.Name = *f.consumer
-	c.Consumer.AckWait = *f.ackWait
-	c.Consumer.MaxDeliver = *f.maxDeliver
-	c.Consumer.MaxAckPending = *f.maxAckPending
 	c.Engines.Name = *f.engines
-	switch b := strings.TrimSpace(*f.backoff); b {
-	case "":
-		n := 4
-		if c.Consumer.MaxDeliver > 0 {
-			n = min(n, c.Consumer.MaxDeliver-1)
+	if t := f.tuning; t != nil {
+		c.Consumer.AckWait = *t.ackWait
+		c.Consumer.MaxDeliver = *t.maxDeliver
+		c.Consumer.MaxAckPending = *t.maxAckPending
+		backoff, err := t.backoffs(c.Consumer.AckWait, c.Consumer.MaxDeliver)
+		if err != nil {
+			return c, err
 		}
-		c.Consumer.BackOff = jetstream.ExponentialBackOff(c.Consumer.AckWait, n)
-	case "none":
-		c.Consumer.BackOff = nil
-	default:
-		c.Consumer.BackOff = nil
-		for _, s := range strings.Split(b, ",") {
-			d, err := time.ParseDuration(strings.TrimSpace(s))
-			if err != nil {
-				return c, fmt.Errorf("%w: --backoff %q: %v", errUsage, b, err)
-			}
-			c.Consumer.BackOff = append(c.Consumer.BackOff, d)
-		}
-	}
-	if len(c.Consumer.BackOff) == 0 {
-		c.Consumer.BackOff = nil
+		c.Consumer.BackOff = backoff
 	}
 	if err := c.Validate(); err != nil {
 		return c, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return c, nil
+}
+
+// backoffs parses --backoff.
+func (t *tuningFlags) backoffs(ackWait time.Duration, maxDeliver int) ([]time.Duration, error) {
+	var out []time.Duration
+	switch b := strings.TrimSpace(*t.backoff); b {
+	case "":
+		n := 4
+		if maxDeliver > 0 {
+			n = min(n, maxDeliver-1)
+		}
+		out = jetstream.ExponentialBackOff(ackWait, n)
+	case "none":
+	default:
+		for _, s := range strings.Split(b, ",") {
+			d, err := time.ParseDuration(strings.TrimSpace(s))
+			if err != nil {
+				return nil, fmt.Errorf("%w: --backoff %q: %v", errUsage, b, err)
+			}
+			out = append(out, d)
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	return out, nil
 }

@@ -108,7 +108,7 @@ func TestOpsPermissionsEndToEnd(t *testing.T) {
 		t.Fatalf("provision as provisioner: exit %d: %s%s", code, out, errOut)
 	}
 	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("embedder"))
-	s := startOps(t, url, append(auth("embedder"), "--provision=false", "--http", "")...)
+	s := startOps(t, url, append(auth("embedder"), "--provision=off", "--http", "")...)
 	s.waitReady(t)
 
 	a := connectProducer(t, url, caFile, "producer-a")

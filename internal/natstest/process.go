@@ -31,7 +31,7 @@ type Process struct {
 	port     int
 	storeDir string
 	cmd      *exec.Cmd
-	log      syncBuffer
+	log      Buffer
 	done     chan struct{}
 }
 
@@ -155,26 +155,26 @@ func (p *Process) Restart() {
 	p.start()
 }
 
-// syncBuffer is a [bytes.Buffer] that the process's output copier may write
-// while the test reads it.
-type syncBuffer struct {
+// Buffer is a [bytes.Buffer] that a child process's output copier may
+// write while the test reads it: the log of a process under test.
+type Buffer struct {
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
 
-func (b *syncBuffer) Write(p []byte) (int, error) {
+func (b *Buffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
-func (b *syncBuffer) String() string {
+func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
 }
 
-func (b *syncBuffer) Reset() {
+func (b *Buffer) Reset() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.buf.Reset()

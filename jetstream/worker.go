@@ -1,0 +1,362 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jetembed/jetembed/consumer"
+)
+
+// ErrWorkerStopped is the cause [Worker.Err] wraps when a worker stopped on
+// its own: its fetch loop or its consumer ended while nobody asked.
+var ErrWorkerStopped = errors.New("worker stopped")
+
+// WorkerConfig is what [StartWorker] runs.
+type WorkerConfig struct {
+	// Config names the jobs stream and durable consumer the worker pulls
+	// from, and the results and DLQ streams it publishes to. Its consumer
+	// settings (AckWait, MaxDeliver, BackOff, MaxAckPending) are not used:
+	// the worker reads them from the server.
+	Config Config
+	// Consumer tunes the job loop; its AckWait and MaxDeliver are replaced
+	// by the server's.
+	Consumer consumer.Config
+	// Embedder makes the vectors.
+	Embedder consumer.Embedder
+	// Sink, when set, wraps the consumer on its way from the fetch loop and
+	// the service (tests look at deliveries there).
+	Sink func(*consumer.Consumer) Sink
+	// Service registers the request-reply service; its Logger defaults to
+	// Logger.
+	Service ServiceOptions
+	// PrefetchMax bounds the adaptive prefetch (default
+	// [DefaultPrefetchMax]); it never exceeds the server's MaxAckPending.
+	PrefetchMax int
+	// Pull are further options of the fetch loop.
+	Pull []PullOption
+	// Refresh is how often the consumer's info is read from the server, for
+	// the backlog and for changed settings (default 5s).
+	Refresh time.Duration
+	// Grace bounds the drain when the worker stops on its own (default
+	// 30s); [Worker.Stop] takes its own deadline.
+	Grace time.Duration
+	// Logger receives start, settings changes and stop; default
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// ServerSettings are the durable consumer's settings as the server has
+// them: the truth the worker's timing derives from.
+type ServerSettings struct {
+	AckWait       time.Duration
+	MaxDeliver    int
+	BackOff       []time.Duration
+	MaxAckPending int
+}
+
+func settingsOf(c natsjs.ConsumerConfig) ServerSettings {
+	return ServerSettings{AckWait: c.AckWait, MaxDeliver: c.MaxDeliver, BackOff: slices.Clone(c.BackOff), MaxAckPending: c.MaxAckPending}
+}
+
+func (s ServerSettings) equal(o ServerSettings) bool {
+	return s.AckWait == o.AckWait && s.MaxDeliver == o.MaxDeliver && s.MaxAckPending == o.MaxAckPending && slices.Equal(s.BackOff, o.BackOff)
+}
+
+// limits are the consumer's view: the shortest ack wait any delivery gets
+// (a BackOff step below AckWait shortens it) and the last delivery.
+func (s ServerSettings) limits() consumer.DeliveryLimits {
+	ackWait := s.AckWait
+	for _, d := range s.BackOff {
+		if d > 0 && d < ackWait {
+			ackWait = d
+		}
+	}
+	maxDeliver := s.MaxDeliver
+	if maxDeliver <= 0 {
+		maxDeliver = -1
+	}
+	return consumer.DeliveryLimits{AckWait: ackWait, MaxDeliver: maxDeliver}
+}
+
+// Worker is one consumer process's work: the job loop, the request-reply
+// service and the fetch loop of the shared durable consumer, started by
+// [StartWorker]. Like nats.go's ConsumeContext it is stopped with
+// [Worker.Stop] and reports its end through [Worker.Stopped] and
+// [Worker.Err].
+type Worker struct {
+	nc   *nats.Conn
+	js   natsjs.JetStream
+	cfg  WorkerConfig
+	log  *slog.Logger
+	cons *consumer.Consumer
+	sink Sink
+	svc  micro.Service
+
+	runDone chan error    // the consumer's Run returned
+	stopped chan struct{} // closed when everything has stopped
+	stopReq chan struct{} // closed by the first stop (Stop or on its own)
+	once    sync.Once
+	err     error // why it stopped on its own; set before stopped closes
+
+	mu       sync.Mutex
+	loop     *PullLoop
+	settings ServerSettings
+
+	pending, ackPending atomic.Int64
+}
+
+// StartWorker reads the durable consumer's settings from the server,
+// starts the job loop with them, registers the request-reply service and
+// starts fetching. The consumer's info is read again every
+// [WorkerConfig.Refresh]: when the settings changed (someone ran
+// `jetembed provision`), the job loop takes them and the fetch loop is
+// reopened with them. ctx bounds the start only.
+func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker, error) {
+	if cfg.Embedder == nil {
+		return nil, errors.New("worker: nil Embedder")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Service.Logger == nil {
+		cfg.Service.Logger = cfg.Logger
+	}
+	if cfg.PrefetchMax <= 0 {
+		cfg.PrefetchMax = DefaultPrefetchMax
+	}
+	if cfg.Refresh <= 0 {
+		cfg.Refresh = 5 * time.Second
+	}
+	if cfg.Grace <= 0 {
+		cfg.Grace = 30 * time.Second
+	}
+	js, err := New(nc)
+	if err != nil {
+		return nil, err
+	}
+	jc, err := js.Consumer(ctx, cfg.Config.Jobs.Name, cfg.Config.Consumer.Name)
+	if err != nil {
+		return nil, fmt.Errorf("jobs consumer %s/%s: %w", cfg.Config.Jobs.Name, cfg.Config.Consumer.Name, err)
+	}
+	st := settingsOf(jc.CachedInfo().Config)
+	pub, err := NewPublisher(nc, cfg.Config)
+	if err != nil {
+		return nil, err
+	}
+	cc := cfg.Consumer
+	l := st.limits()
+	cc.AckWait, cc.MaxDeliver = l.AckWait, l.MaxDeliver
+	if cc.Logger == nil {
+		cc.Logger = cfg.Logger
+	}
+	cons, err := consumer.New(cc, cfg.Embedder, pub)
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{nc: nc, js: js, cfg: cfg, log: cfg.Logger, cons: cons, sink: cons, settings: st,
+		runDone: make(chan error, 1), stopped: make(chan struct{}), stopReq: make(chan struct{})}
+	if cfg.Sink != nil {
+		w.sink = cfg.Sink(cons)
+	}
+	w.setBacklog(jc.CachedInfo())
+	// The consumer is stopped by Drain, not by a context: a stop must let
+	// it finish what it holds.
+	go func() { w.runDone <- cons.Run(context.Background()) }()
+	w.log.Info("consumer settings from the server", "consumer", cfg.Config.Jobs.Name+"/"+cfg.Config.Consumer.Name,
+		"ack_wait", st.AckWait.String(), "max_deliver", st.MaxDeliver, "backoff", fmt.Sprint(st.BackOff), "max_ack_pending", st.MaxAckPending)
+
+	if w.svc, err = StartService(ctx, nc, w.sink, cfg.Service); err != nil {
+		w.drain(context.Background())
+		return nil, err
+	}
+	loop, err := w.pull(jc, st)
+	if err != nil {
+		_ = w.svc.Stop()
+		w.drain(context.Background())
+		return nil, err
+	}
+	w.loop = loop
+	go w.watch()
+	return w, nil
+}
+
+// pull opens the fetch loop sized by the server's settings.
+func (w *Worker) pull(jc natsjs.Consumer, st ServerSettings) (*PullLoop, error) {
+	hi := max(w.cfg.PrefetchMax, 1)
+	if st.MaxAckPending > 0 {
+		hi = min(hi, st.MaxAckPending)
+	}
+	opts := []PullOption{PullLogger(w.log), PullConn(w.nc), PullAckWait(st.limits().AckWait),
+		PrefetchLimits(min(DefaultPrefetchMin, hi), hi)}
+	return Pull(context.Background(), jc, w.sink, append(opts, w.cfg.Pull...)...)
+}
+
+// Consumer is the job loop, for its Stats.
+func (w *Worker) Consumer() *consumer.Consumer { return w.cons }
+
+// Settings are the server's consumer settings the worker runs with.
+func (w *Worker) Settings() ServerSettings {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.settings
+}
+
+// Backlog is the consumer's pending and ack-pending counts at the last
+// refresh.
+func (w *Worker) Backlog() (pending uint64, ackPending int) {
+	return uint64(w.pending.Load()), int(w.ackPending.Load())
+}
+
+// Prefetch is the fetch loop's current prefetch in messages.
+func (w *Worker) Prefetch() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.loop.Prefetch()
+}
+
+// Stopped is closed once the worker has stopped, after [Worker.Stop] or on
+// its own (see [Worker.Err]).
+func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+
+// Err is nil after a requested stop, and wraps [ErrWorkerStopped] with the
+// cause when the worker stopped on its own. It is valid once
+// [Worker.Stopped] is closed.
+func (w *Worker) Err() error {
+	select {
+	case <-w.stopped:
+		return w.err
+	default:
+		return nil
+	}
+}
+
+// Stop stops fetching (buffered messages go back to the server at once),
+// unregisters the service, lets in-flight jobs finish until ctx ends (then
+// NAKs what is left), and waits for everything to end. It does not close
+// the connection. It returns the drain's error: nil when every job
+// finished in time.
+func (w *Worker) Stop(ctx context.Context) error {
+	var err error
+	w.once.Do(func() { err = w.stop(ctx, nil) })
+	<-w.stopped
+	return err
+}
+
+func (w *Worker) stop(ctx context.Context, cause error) error {
+	w.err = cause
+	close(w.stopReq)
+	w.mu.Lock()
+	loop := w.loop
+	w.mu.Unlock()
+	loop.Stop()
+	if err := w.svc.Stop(); err != nil {
+		w.log.Warn("micro service stop", "err", err)
+	}
+	err := w.drain(ctx)
+	<-loop.Closed()
+	close(w.stopped)
+	return err
+}
+
+// drain drains the consumer within ctx and waits for its Run to end.
+func (w *Worker) drain(ctx context.Context) error {
+	err := w.cons.Drain(ctx)
+	if err != nil {
+		w.log.Warn("drain deadline: unfinished jobs were NAKed", "err", err)
+	}
+	err2 := <-w.runDone
+	w.runDone <- err2
+	return err
+}
+
+// watch refreshes the settings and stops the worker when its fetch loop or
+// its consumer ends on its own.
+func (w *Worker) watch() {
+	t := time.NewTicker(w.cfg.Refresh)
+	defer t.Stop()
+	for {
+		w.mu.Lock()
+		closed := w.loop.Closed()
+		w.mu.Unlock()
+		var cause error
+		select {
+		case <-w.stopReq:
+			return
+		case <-t.C:
+			w.refresh()
+			continue
+		case <-closed:
+			cause = errors.New("the fetch loop ended (nats connection closed)")
+		case err := <-w.runDone:
+			w.runDone <- err
+			cause = fmt.Errorf("the consumer stopped: %v", err)
+		}
+		w.once.Do(func() {
+			w.log.Error("worker stopping", "err", cause)
+			ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Grace)
+			defer cancel()
+			_ = w.stop(ctx, fmt.Errorf("%w: %w", ErrWorkerStopped, cause))
+		})
+		return
+	}
+}
+
+// refresh reads the consumer's info; changed settings go to the job loop,
+// and the fetch loop is reopened with them.
+func (w *Worker) refresh() {
+	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Refresh)
+	defer cancel()
+	jc, err := w.js.Consumer(ctx, w.cfg.Config.Jobs.Name, w.cfg.Config.Consumer.Name)
+	if err != nil {
+		w.log.Debug("consumer info", "err", err)
+		return
+	}
+	info := jc.CachedInfo()
+	w.setBacklog(info)
+	st := settingsOf(info.Config)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if st.equal(w.settings) {
+		return
+	}
+	if err := w.cons.SetDeliveryLimits(st.limits()); err != nil {
+		w.log.Warn("consumer settings from the server not usable", "err", err)
+		return
+	}
+	w.log.Info("consumer settings changed on the server", "ack_wait", st.AckWait.String(), "max_deliver", st.MaxDeliver,
+		"backoff", fmt.Sprint(st.BackOff), "max_ack_pending", st.MaxAckPending)
+	w.settings = st
+	select {
+	case <-w.stopReq:
+		return
+	default:
+	}
+	// Drain hands what the old loop buffered to the consumer; the new one
+	// pulls with the new prefetch bound and NAK timing.
+	old := w.loop
+	loop, err := w.pull(jc, st)
+	if err != nil {
+		w.log.Warn("fetch loop not reopened with the new settings", "err", err)
+		return
+	}
+	old.Drain()
+	w.loop = loop
+}
+
+func (w *Worker) setBacklog(info *natsjs.ConsumerInfo) {
+	if info == nil {
+		return
+	}
+	w.pending.Store(int64(info.NumPending))
+	w.ackPending.Store(int64(info.NumAckPending))
+}
