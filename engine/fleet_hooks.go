@@ -2,8 +2,10 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
+	"math"
 
 	"github.com/jetembed/jetembed/engine/pack"
 )
@@ -17,8 +19,44 @@ import (
 // queued behind the chunks a session already holds, so a warm-up never
 // interrupts a run: it happens between runs. On TensorRT the run loads the
 // engine a peer left in the shared engine cache, or compiles it.
+//
+// The shape comes from the network (a peer's record in the fleet bucket),
+// so it must pass [Engine.ShapeAdmissible] first: it sizes the synthetic
+// chunk's buffers.
 func (e *Engine) WarmShape(ctx context.Context, batch, seq int) error {
+	if err := e.ShapeAdmissible(batch, seq); err != nil {
+		return err
+	}
 	return e.warm(ctx, []Shape{{Batch: batch, Seq: seq}})
+}
+
+// ErrShape means a batch x seq shape is one this engine would never run.
+var ErrShape = errors.New("engine: shape not admissible")
+
+// ShapeAdmissible reports, as an [ErrShape], why this engine would never
+// run a batch x seq chunk, or nil if it might: the batch within MaxBatch,
+// seq a tier (or past the last tier) within MaxTokens, and the chunk within
+// the packer's budgets (MaxBatchTokens padded tokens and, with a cost model,
+// MaxChunkSeconds; a single row always fits, as in the packer). It is the
+// one check for shapes read from the network; a memory budget tightens it.
+func (e *Engine) ShapeAdmissible(batch, seq int) error {
+	c := e.cfg
+	pc := c.packConfig()
+	switch {
+	case batch < 1 || batch > c.MaxBatch:
+		return fmt.Errorf("%w: batch %d outside 1..%d", ErrShape, batch, c.MaxBatch)
+	case seq < 2 || seq > c.MaxTokens:
+		return fmt.Errorf("%w: seq %d outside 2..%d", ErrShape, seq, c.MaxTokens)
+	case pc.Tier(seq) != seq:
+		return fmt.Errorf("%w: seq %d is not a tier", ErrShape, seq)
+	case batch == 1:
+		return nil
+	case batch*seq > c.MaxBatchTokens:
+		return fmt.Errorf("%w: %dx%d over %d padded tokens", ErrShape, batch, seq, c.MaxBatchTokens)
+	case c.MaxChunkSeconds > 0 && c.Cost.Of(batch, seq) > c.MaxChunkSeconds:
+		return fmt.Errorf("%w: %dx%d over the %gs chunk cost budget", ErrShape, batch, seq, c.MaxChunkSeconds)
+	}
+	return nil
 }
 
 // ShapeWarmed reports whether this engine has run the exact shape (or its
@@ -78,12 +116,27 @@ func (e *Engine) Probe(ctx context.Context) (a, bq float64, err error) {
 
 // UseCost installs a cost model measured elsewhere (a peer with the same
 // model and hardware) instead of probing. See [Engine.Probe] for when it
-// may be called.
+// may be called. The coefficients come from the network: they must be
+// finite, not negative, not both zero, and price the longest single text
+// at no more than [MaxModelledSeconds].
 func (e *Engine) UseCost(a, bq float64) error {
 	c := pack.Cost{A: a, Bq: bq}
-	if a < 0 || bq < 0 || a == 0 && bq == 0 {
+	if !usableCost(c, e.cfg.MaxTokens) {
 		return fmt.Errorf("%w: cost model %+v", ErrConfig, c)
 	}
 	e.setCost(c)
 	return nil
+}
+
+// MaxModelledSeconds bounds what a cost model from elsewhere may say one
+// text of the engine's max tokens costs: no real session takes an hour.
+const MaxModelledSeconds = 3600
+
+func usableCost(c pack.Cost, maxTokens int) bool {
+	finite := func(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) && x >= 0 }
+	if !finite(c.A) || !finite(c.Bq) || c.A == 0 && c.Bq == 0 {
+		return false
+	}
+	of := c.Of(1, maxTokens)
+	return of > 0 && of <= MaxModelledSeconds
 }

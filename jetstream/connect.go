@@ -70,6 +70,53 @@ func Connect(ctx context.Context, o Options) (*nats.Conn, error) {
 	}
 }
 
+// Conn is nats.go's connection, named here so that the commands need not
+// import nats.go.
+type Conn = nats.Conn
+
+// Reconnect makes a new connection after the last one closed for good: a
+// server error nats.go does not come back from (an -ERR such as
+// "maximum control line exceeded" ends a nats.go connection), where its
+// own reconnects do not apply. It dials as [Connect] does, again and again
+// with the reconnect backoff and jitter, until it connects or ctx ends;
+// only unusable options end it early. lost counts the connections in a row
+// that closed soon after they were made: from the second on, Reconnect
+// first waits as long as that many failed dials would, so that a server
+// that keeps closing the connection is not dialled in a tight loop.
+func Reconnect(ctx context.Context, o Options, lost int) (*nats.Conn, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	if lost > 1 {
+		select {
+		case <-time.After(reconnectDelay(lost - 1)):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	for attempt := 1; ; attempt++ {
+		nc, err := Connect(ctx, o)
+		if err == nil {
+			log.Info("nats connected again", "url", redact(nc.ConnectedUrl()), "attempts", attempt)
+			return nc, nil
+		}
+		if errors.Is(err, ErrOptions) {
+			return nil, err
+		}
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("reconnect: %w (last attempt: %w)", ctx.Err(), err)
+		}
+		d := reconnectDelay(attempt)
+		log.Warn("nats: connecting again failed", "err", err, "retry_in", d.Round(time.Millisecond))
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
 func (o Options) natsOptions() ([]nats.Option, error) {
 	log := o.Logger
 	if log == nil {

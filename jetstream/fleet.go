@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -38,6 +37,8 @@ type Fleet struct {
 	kick   chan struct{} // the worker has pre-warms queued (capacity 1)
 	warmMu sync.Mutex    // held while pre-warming a shape
 
+	ignored ignoredKeys // keys and values not taken from the bucket
+
 	mu       sync.Mutex
 	shapes   map[shape]ShapeRecord // own model and SM, in the bucket
 	wanted   map[shape]bool
@@ -63,8 +64,10 @@ type FleetStats struct {
 	// put in the bucket; Wanted the want keys it created.
 	Compiles, Prewarms, Published, Wanted int64
 	// LockBusy counts compiles skipped or delayed because a peer held the
-	// lock; Errors counts failed engine or bucket operations.
-	LockBusy, Errors int64
+	// lock; Errors counts failed engine or bucket operations; Ignored the
+	// keys of the bucket that were not used (unknown layout, a shape this
+	// engine would never run, or a value that is not a record).
+	LockBusy, Errors, Ignored int64
 	// Shapes, Wants and Locks are the keys in the bucket for this model
 	// and SM.
 	Shapes, Wants, Locks int
@@ -99,6 +102,7 @@ func StartFleet(ctx context.Context, js natsjs.JetStream, eng FleetEngine, cfg F
 		changed: make(chan struct{}),
 		tried:   map[shape]bool{},
 		failed:  map[shape]time.Time{},
+		ignored: ignoredKeys{log: cfg.Logger},
 	}
 	// One watch of the whole bucket, filtered in apply: the bucket is small
 	// (a key per shape, want and lock of each model and SM).
@@ -164,7 +168,7 @@ func (f *Fleet) Stats() FleetStats {
 	return FleetStats{
 		Compiles: f.stats.compiles.Load(), Prewarms: f.stats.prewarms.Load(),
 		Published: f.stats.published.Load(), Wanted: f.stats.wanted.Load(),
-		LockBusy: f.stats.lockBusy.Load(), Errors: f.stats.errors.Load(),
+		LockBusy: f.stats.lockBusy.Load(), Errors: f.stats.errors.Load(), Ignored: f.ignored.count(),
 		Shapes: len(f.shapes), Wants: len(f.wanted), Locks: len(f.locked),
 	}
 }
@@ -175,7 +179,7 @@ func (f *Fleet) Stats() FleetStats {
 // not recorded again.
 func (f *Fleet) Want(batch, seq int) {
 	s := shape{batch, seq}
-	if seq < f.cfg.MinSeq {
+	if seq < f.cfg.MinSeq || f.eng.ShapeAdmissible(batch, seq) != nil {
 		return
 	}
 	f.mu.Lock()
@@ -204,15 +208,37 @@ func (f *Fleet) watch() {
 }
 
 // apply records one bucket entry of this model and SM in the state and
-// queues a pre-warm for a new shape the engine lacks.
+// queues a pre-warm for a new shape the engine lacks. A key of no known
+// layout, a shape this engine would never run and a value that is not a
+// record are logged once and ignored (see fleet_validate.go).
 func (f *Fleet) apply(e natsjs.KeyValueEntry) {
 	pk := ParseKey(e.Key())
-	if pk.Kind == KindUnknown || pk.Kind == KindProbe ||
-		pk.Shape.Model != f.cfg.modelToken() || pk.Shape.SM != f.cfg.smToken() {
+	switch {
+	case pk.Kind == KindUnknown:
+		f.ignored.ignore(e.Key(), "not a key of the fleet's layout")
 		return
+	case pk.Kind == KindProbe || pk.Shape.Model != f.cfg.modelToken() || pk.Shape.SM != f.cfg.smToken():
+		return // probes are read by LoadProbe; other models and SMs are the peers'
 	}
 	s := shape{pk.Shape.Batch, pk.Shape.Seq}
+	if err := f.eng.ShapeAdmissible(s.batch, s.seq); err != nil {
+		f.ignored.ignore(e.Key(), err.Error())
+		return
+	}
 	gone := e.Operation() != natsjs.KeyValuePut
+	var rec ShapeRecord
+	if !gone {
+		var err error
+		if pk.Kind == KindShape {
+			rec, err = DecodeShapeRecord(e.Value())
+		} else {
+			_, err = DecodeLockRecord(e.Value())
+		}
+		if err != nil {
+			f.ignored.ignore(e.Key(), err.Error())
+			return
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	switch pk.Kind {
@@ -220,10 +246,6 @@ func (f *Fleet) apply(e natsjs.KeyValueEntry) {
 		if gone {
 			delete(f.shapes, s)
 			break
-		}
-		var rec ShapeRecord
-		if err := json.Unmarshal(e.Value(), &rec); err != nil {
-			f.cfg.Logger.Warn("fleet: unreadable shape record", "key", e.Key(), "err", err)
 		}
 		_, had := f.shapes[s]
 		f.shapes[s] = rec

@@ -192,6 +192,9 @@ func (f *Fleet) compileWanted(ctx context.Context) bool {
 // expire) while a peer builds it. Use it for shapes worth building ahead of
 // traffic (adaptive warm-up).
 func (f *Fleet) Compile(ctx context.Context, batch, seq int) error {
+	if err := f.eng.ShapeAdmissible(batch, seq); err != nil {
+		return fmt.Errorf("fleet: compile %dx%d: %w", batch, seq, err)
+	}
 	s := shape{batch, seq}
 	for {
 		changed := f.changes()

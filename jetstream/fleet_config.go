@@ -24,6 +24,10 @@ type FleetEngine interface {
 	// Activity reports whether work is in flight and how many runs the
 	// sessions made so far.
 	Activity() (busy bool, runs int64)
+	// ShapeAdmissible says why the engine would never run a batch x seq
+	// chunk, or nil: every shape read from the bucket passes it before the
+	// fleet keeps or warms it.
+	ShapeAdmissible(batch, seq int) error
 }
 
 // ErrFleetConfig reports an unusable [FleetConfig].

@@ -161,9 +161,10 @@ func TestFleetHourlyCap(t *testing.T) {
 	}
 }
 
-// TestFleetUnbuildableWant: a wanted shape this member cannot build (longer
-// than its token limit) fails once, stays wanted for peers, and is not
-// retried, so it does not eat the hourly cap.
+// TestFleetUnbuildableWant: a shape a peer with a larger token limit wants
+// is one this member would never run: it ignores the want (no build is
+// tried, nothing counts against its hourly cap) and leaves the key to the
+// peers that can build it.
 func TestFleetUnbuildableWant(t *testing.T) {
 	srv := newServer(t, nil)
 	e := openEngine(t, guardedConfig()) // max tokens 512
@@ -171,7 +172,12 @@ func TestFleetUnbuildableWant(t *testing.T) {
 		c.IdleQuiet = 100 * time.Millisecond
 		c.CompilesPerHour = 3
 	})
-	m.Want(1, 1024)
+	kv := bucket(t, srv)
+	big := shapeKey(e.ModelID(), 1, 1024).Want()
+	if _, err := kv.Create(context.Background(), big, []byte(`{"by":"big-peer"}`)); err != nil {
+		t.Fatal(err)
+	}
+	m.Want(1, 1024) // its own guard never refuses such a shape; if it did, no want
 	m.Want(1, 128)
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if !e.ShapeWarmed(1, 128) {
@@ -179,8 +185,11 @@ func TestFleetUnbuildableWant(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(500 * time.Millisecond) // idle ticks that could retry 1x1024
-	if st := m.Stats(); st.Errors != 1 || st.Compiles != 1 || st.Wants != 1 {
-		t.Errorf("stats %+v; want one failed build of 1x1024, not retried, still wanted; one compile of 1x128", st)
+	time.Sleep(500 * time.Millisecond) // idle ticks that could try 1x1024
+	if st := m.Stats(); st.Errors != 0 || st.Compiles != 1 || st.Wants != 0 || st.Ignored != 1 {
+		t.Errorf("stats %+v; want 1x1024 ignored, never built; one compile of 1x128", st)
+	}
+	if _, err := kv.Get(context.Background(), big); err != nil {
+		t.Errorf("the peer's want of 1x1024: %v; want it left in the bucket", err)
 	}
 }

@@ -102,8 +102,15 @@ type ParsedKey struct {
 }
 
 // ParseKey takes a key of the engines bucket apart; keys it does not know
-// have Kind [KindUnknown].
+// have Kind [KindUnknown]. Keys come from the network, so it accepts only
+// what this package writes: tokens of [KeyToken]'s alphabet, at most
+// [MaxKeyLen] bytes, and batch and seq as plain decimal numbers (no sign,
+// no leading zero) of at most six digits, so that no key names a shape
+// whose size overflows anything.
 func ParseKey(key string) ParsedKey {
+	if len(key) > MaxKeyLen {
+		return ParsedKey{}
+	}
 	var kind KeyKind
 	switch {
 	case strings.HasPrefix(key, lockPrefix):
@@ -112,7 +119,7 @@ func ParseKey(key string) ParsedKey {
 		kind, key = KindWant, key[len(wantPrefix):]
 	case strings.HasPrefix(key, probePrefix):
 		t := strings.Split(key[len(probePrefix):], ".")
-		if len(t) != 3 {
+		if len(t) != 3 || !isToken(t[0]) || !isToken(t[1]) || !isToken(t[2]) {
 			return ParsedKey{}
 		}
 		return ParsedKey{Kind: KindProbe, Shape: ShapeKey{Model: t[0], SM: t[1]}, Arch: t[2]}
@@ -120,15 +127,48 @@ func ParseKey(key string) ParsedKey {
 		kind = KindShape
 	}
 	t := strings.Split(key, ".")
-	if len(t) != 4 || !strings.HasPrefix(t[2], "b") || !strings.HasPrefix(t[3], "s") {
+	if len(t) != 4 || !isToken(t[0]) || !isToken(t[1]) || !strings.HasPrefix(t[2], "b") || !strings.HasPrefix(t[3], "s") {
 		return ParsedKey{}
 	}
-	b, err1 := strconv.Atoi(t[2][1:])
-	s, err2 := strconv.Atoi(t[3][1:])
-	if err1 != nil || err2 != nil || b < 1 || s < 1 {
+	b, ok1 := parseCount(t[2][1:])
+	s, ok2 := parseCount(t[3][1:])
+	if !ok1 || !ok2 {
 		return ParsedKey{}
 	}
 	return ParsedKey{Kind: kind, Shape: ShapeKey{Model: t[0], SM: t[1], Batch: b, Seq: s}}
+}
+
+// MaxKeyLen bounds the keys [ParseKey] reads: a model token, an SM and two
+// numbers are far shorter.
+const MaxKeyLen = 256
+
+// isToken reports whether s is a non-empty token of [KeyToken]'s alphabet.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '-' && c != '_' && c != '=' && (c < '0' || c > '9') && (c < 'a' || c > 'z') && (c < 'A' || c > 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+// parseCount reads a positive decimal of 1..6 digits without a leading zero.
+func parseCount(s string) (int, bool) {
+	if s == "" || len(s) > 6 || s[0] == '0' {
+		return 0, false
+	}
+	n := 0
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+		n = n*10 + int(s[i]-'0')
+	}
+	return n, true
 }
 
 // ProbeKey is the key of the cost coefficients of a model on an SM (see

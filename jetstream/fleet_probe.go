@@ -2,7 +2,6 @@ package jetstream
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -30,9 +29,10 @@ func LoadProbe(ctx context.Context, js natsjs.JetStream, bucket, model, sm, arch
 	if err != nil {
 		return ProbeRecord{}, fmt.Errorf("probe: %s: %w", key, err)
 	}
-	var rec ProbeRecord
-	if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.A < 0 || rec.Bq < 0 || rec.A == 0 && rec.Bq == 0 {
-		return ProbeRecord{}, fmt.Errorf("%w: %s holds an unusable value %q", ErrNoProbe, key, e.Value())
+	rec, err := DecodeProbeRecord(e.Value())
+	if err != nil {
+		// The value is a stranger's: it is not printed.
+		return ProbeRecord{}, fmt.Errorf("%w: %s holds an unusable value: %w", ErrNoProbe, key, err)
 	}
 	return rec, nil
 }
@@ -42,7 +42,7 @@ func LoadProbe(ctx context.Context, js natsjs.JetStream, bucket, model, sm, arch
 // first record stays: peers that probed at the same time all measured the
 // same hardware, and a stable value keeps the fleet's packing alike.
 func StoreProbe(ctx context.Context, js natsjs.JetStream, bucket, model, sm, arch, member string, a, bq float64) error {
-	if a < 0 || bq < 0 || a == 0 && bq == 0 {
+	if !costCoefficient(a) || !costCoefficient(bq) || a == 0 && bq == 0 {
 		return fmt.Errorf("probe: coefficients a=%g bq=%g are not a cost model", a, bq)
 	}
 	kv, err := js.KeyValue(ctx, bucketOrDefault(bucket))

@@ -3,7 +3,6 @@ package jetstream
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -78,12 +77,10 @@ func (t *FleetTable) add(e natsjs.KeyValueEntry) {
 	pk := ParseKey(e.Key())
 	switch pk.Kind {
 	case KindShape:
-		var rec ShapeRecord
-		_ = json.Unmarshal(e.Value(), &rec) // a foreign value still shows its key
+		rec, _ := DecodeShapeRecord(e.Value()) // a foreign value still shows its key
 		t.Shapes = append(t.Shapes, FleetShape{Key: pk.Shape, ShapeRecord: rec})
 	case KindWant, KindLock:
-		var rec LockRecord // WantRecord has the same fields
-		_ = json.Unmarshal(e.Value(), &rec)
+		rec, _ := DecodeLockRecord(e.Value()) // WantRecord has the same fields
 		k := FleetKey{Key: pk.Shape, By: rec.By, At: rec.At}
 		if pk.Kind == KindWant {
 			t.Wants = append(t.Wants, k)
@@ -91,8 +88,7 @@ func (t *FleetTable) add(e natsjs.KeyValueEntry) {
 			t.Locks = append(t.Locks, k)
 		}
 	case KindProbe:
-		var rec ProbeRecord
-		_ = json.Unmarshal(e.Value(), &rec)
+		rec, _ := DecodeProbeRecord(e.Value())
 		t.Probes = append(t.Probes, FleetProbe{Model: pk.Shape.Model, SM: pk.Shape.SM, Arch: pk.Arch, ProbeRecord: rec})
 	default:
 		t.Unknown = append(t.Unknown, e.Key())

@@ -223,14 +223,14 @@ func TestFleetMinSeq(t *testing.T) {
 	// Wants are written in order: once the long one is in, the short one
 	// would have been too.
 	mb.Want(1, 48)
-	mb.Want(1, 200)
+	mb.Want(1, 224)
 	natstest.CheckFor(t, 5*time.Second, 20*time.Millisecond, func() error {
 		if st := mb.Stats(); st.Wanted < 1 {
-			return fmt.Errorf("b: %+v, want the 1x200 want", st)
+			return fmt.Errorf("b: %+v, want the 1x224 want", st)
 		}
 		return nil
 	})
 	if st := mb.Stats(); st.Wanted != 1 {
-		t.Errorf("b: %+v; want only 1x200 wanted, not 1x48 below its MinSeq", st)
+		t.Errorf("b: %+v; want only 1x224 wanted, not 1x48 below its MinSeq", st)
 	}
 }

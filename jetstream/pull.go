@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"sync"
 	"time"
 
@@ -30,38 +29,54 @@ type statser interface {
 // PullLoop is a running fetch loop started by [Pull]. Like nats.go's
 // ConsumeContext it is stopped with [PullLoop.Stop] or [PullLoop.Drain] and
 // reports the end through [PullLoop.Closed].
+//
+// Three goroutines share the prefetch buffer: the fetcher issues one pull
+// request at a time and appends what it brings; the submitter hands the
+// buffer's head to the sink; the heartbeater sends InProgress for buffered
+// messages, so that none waits here unattended past half of AckWait.
 type PullLoop struct {
 	cons   natsjs.Consumer
 	sink   Sink
 	o      pullOptions
 	cancel context.CancelFunc // cancels the Submit in progress (Stop)
 	done   chan struct{}
+	timing nakTiming
+
+	fetchCtx    context.Context // ends the fetching (Stop, Drain)
+	stopFetch   context.CancelFunc
+	more, room  chan struct{} // the buffer grew / shrank (capacity 1)
+	fetcherDone chan struct{}
 
 	mu       sync.Mutex
-	it       natsjs.MessagesContext
-	size     int  // prefetch of it, in messages
-	resize   int  // the size to reopen with once it is drained, 0: none
-	stopping bool // Stop or Drain was called: do not reopen
+	buf      []*buffered // pulled, not yet handed to the sink, oldest first
+	bufBytes int
+	size     int  // prefetch target, in messages
+	reqBytes int  // byte cap of the buffer and what is asked for
+	est      int  // estimated bytes of a job: the largest recent one
+	minEst   int  // floor of est
 	nak      bool // Stop: give buffered messages back instead of submitting
 
-	rate   rateMeter
-	timing nakTiming
+	rate rateMeter
 }
 
 // Pull starts the fetch loop of the durable pull consumer cons: it pulls
-// with nats.go's pre-buffering Messages iterator and hands every message
+// with one pull request at a time (nats.go's Fetch) and hands every message
 // to sink as a [consumer.Delivery]. The loop runs until ctx ends, the
-// handle is stopped, or the connection closes.
+// handle is stopped, or the connection closes for good; every other error
+// (a reconnect, a lost pull request, a consumer briefly gone) ends only
+// the pull request, and the loop issues a new one.
 //
-// The prefetch (how many messages the server pushes ahead of Submit) starts
-// at [PrefetchLimits]' minimum and follows the measured throughput: buffered
-// messages are not yet held by the consumer, so nothing sends InProgress for
-// them, and a buffer larger than what the process finishes within a quarter
-// of the consumer's AckWait would see its tail redelivered elsewhere while
-// it still waits here. The target is jobs/s x AckWait/4, measured over
-// intervals in which the sink was busy (an idle sink says nothing about its
-// speed), clamped to the limits; the iterator is drained and reopened when
-// the target moves by a factor of two.
+// Flow control: a pull request asks for at most the room left in the
+// prefetch buffer, in messages and in bytes ([PrefetchBytes], at the
+// estimated job size; see wantMore); the next
+// request is issued only after the last one ended at the server (its batch
+// filled, or it expired), so no request of this loop can take a message
+// for an inbox that nobody reads. Buffered messages are not yet held by
+// the consumer, so the loop itself sends InProgress for any that waited a
+// quarter of AckWait. The prefetch starts at [PrefetchLimits]' minimum and
+// follows the measured throughput: the target is jobs/s x AckWait/4,
+// measured over intervals in which the sink was busy, clamped to the
+// limits, so a member does not hoard jobs its peers could start.
 func Pull(ctx context.Context, cons natsjs.Consumer, sink Sink, opts ...PullOption) (*PullLoop, error) {
 	o := defaultPullOptions()
 	for _, opt := range opts {
@@ -69,6 +84,9 @@ func Pull(ctx context.Context, cons natsjs.Consumer, sink Sink, opts ...PullOpti
 	}
 	if o.min < 1 || o.max < o.min {
 		return nil, fmt.Errorf("pull: prefetch limits %d..%d: want 1 <= min <= max", o.min, o.max)
+	}
+	if o.expires < 2*o.heartbeat || o.heartbeat <= 0 {
+		return nil, fmt.Errorf("pull: pull request expiry %v must be at least twice its heartbeat %v", o.expires, o.heartbeat)
 	}
 	var timing nakTiming
 	if info := cons.CachedInfo(); info != nil {
@@ -81,30 +99,21 @@ func Pull(ctx context.Context, cons natsjs.Consumer, sink Sink, opts ...PullOpti
 		o.ackWait = DefaultConfig().Consumer.AckWait
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	p := &PullLoop{cons: cons, sink: sink, o: o, cancel: cancel, done: make(chan struct{}), timing: timing}
-	it, err := p.open(o.min)
-	if err != nil {
-		cancel()
-		return nil, err
+	fetchCtx, stopFetch := context.WithCancel(ctx)
+	p := &PullLoop{
+		cons: cons, sink: sink, o: o, cancel: cancel, done: make(chan struct{}), timing: timing,
+		fetchCtx: fetchCtx, stopFetch: stopFetch,
+		more: make(chan struct{}, 1), room: make(chan struct{}, 1), fetcherDone: make(chan struct{}),
+		size: o.min, reqBytes: o.requestBytes(), minEst: o.minJobEstimate(),
 	}
-	p.it, p.size = it, o.min
+	p.est = p.minEst
 	st, _ := p.stats()
 	p.rate.start(o.now(), st)
-	go p.run(ctx)
+	go p.fetcher()
+	go p.heartbeater(ctx)
+	go p.submitter(ctx)
 	context.AfterFunc(ctx, p.Stop)
 	return p, nil
-}
-
-func (p *PullLoop) open(size int) (natsjs.MessagesContext, error) {
-	opt := natsjs.PullMessagesOpt(natsjs.PullMaxMessages(size))
-	if p.o.maxBytes > 0 {
-		opt = natsjs.PullMaxMessagesWithBytesLimit(size, p.o.maxBytes)
-	}
-	it, err := p.cons.Messages(opt)
-	if err != nil {
-		return nil, fmt.Errorf("pull: %w", err)
-	}
-	return it, nil
 }
 
 // Prefetch is the current prefetch size in messages.
@@ -120,126 +129,194 @@ func (p *PullLoop) Prefetch() int {
 // NAKs that delivery). Deliveries already handed over are the consumer's:
 // drain it next.
 //
-// The server may have routed a few more messages of the outstanding pull
-// request when the iterator's inbox went away; they never arrive and come
-// back after AckWait (delivery is at least once). nats.go's Messages has no
-// way to wait for the pull request to finish; resizes, and the reopen after
-// a long silence (see run), have the same window.
-func (p *PullLoop) Stop() { p.stop(true) }
+// The pull request in progress is abandoned: a message the server sends
+// for it in the instant its inbox goes away comes back after AckWait
+// (delivery is at least once).
+func (p *PullLoop) Stop() {
+	p.mu.Lock()
+	p.nak = true
+	p.mu.Unlock()
+	p.stopFetch()
+	p.cancel()
+	signal(p.more)
+}
 
 // Drain stops pulling and hands the messages already buffered to the sink
 // before the loop ends.
-func (p *PullLoop) Drain() { p.stop(false) }
-
-func (p *PullLoop) stop(nak bool) {
-	p.mu.Lock()
-	if p.stopping {
-		if nak && !p.nak {
-			p.nak = true
-			p.cancel()
-		}
-		p.mu.Unlock()
-		return
-	}
-	p.stopping, p.nak = true, nak
-	it := p.it
-	p.mu.Unlock()
-	if nak {
-		p.cancel()
-	}
-	it.Drain()
+func (p *PullLoop) Drain() {
+	p.stopFetch()
+	signal(p.more)
 }
 
 // Closed is closed when the loop has ended and every message it pulled was
 // handed to the sink or NAKed.
 func (p *PullLoop) Closed() <-chan struct{} { return p.done }
 
-func (p *PullLoop) run(ctx context.Context) {
-	defer close(p.done)
-	defer p.cancel()
-	lastMsg := p.o.now()
+func signal(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// fetcher issues the pull requests, one at a time, while fetching is on.
+func (p *PullLoop) fetcher() {
+	defer close(p.fetcherDone)
+	defer signal(p.more)
+	var retry backoff
 	for {
-		p.mu.Lock()
-		it := p.it
-		p.mu.Unlock()
-		// Next is woken regularly: nats.go (v1.55) issues the next pull
-		// request only at the top of Next, and skips it while the previous
-		// one is still being sent. When the server answers that one before
-		// its sender goroutine runs again (a loaded host), a Next blocked
-		// with nothing requested waits for the missed-heartbeat timeout,
-		// 30s; waking it lets it ask again.
-		m, err := it.Next(natsjs.NextMaxWait(p.o.wake))
-		if errors.Is(err, nats.ErrTimeout) {
-			// A timed-out Next also stops the iterator's heartbeat check,
-			// so a pull request the server lost is caught here instead:
-			// after a long silence the iterator is reopened.
-			if p.o.now().Sub(lastMsg) >= p.o.idleReopen {
-				lastMsg = p.o.now()
-				p.reopenIdle()
-			}
-			continue
-		}
-		if err != nil {
-			if errors.Is(err, natsjs.ErrMsgIteratorClosed) {
-				if p.reopen() {
-					continue
-				}
-				if errors.Is(err, natsjs.ErrConnectionClosed) {
-					p.o.logger.Warn("pull loop ended: nats connection closed")
-				}
+		n, ok := p.wantMore()
+		if !ok {
+			select {
+			case <-p.room:
+				continue
+			case <-p.fetchCtx.Done():
 				return
 			}
-			// The iterator keeps pulling by itself after a reconnect or a
-			// missed heartbeat; an error that ends it (the consumer was
-			// deleted) is followed by ErrMsgIteratorClosed.
-			p.o.logger.Warn("pull", "err", err)
-			continue
 		}
-		lastMsg = p.o.now()
-		p.mu.Lock()
-		nak := p.nak
-		p.mu.Unlock()
-		if nak {
-			if err := m.Nak(); err != nil {
-				p.o.logger.Debug("nak of a buffered message failed", "err", err)
+		if p.fetchCtx.Err() != nil {
+			return
+		}
+		if p.o.onRequest != nil {
+			p.o.onRequest()
+		}
+		err := p.fetchOnce(n)
+		switch {
+		case p.fetchCtx.Err() != nil:
+			return
+		case errors.Is(err, nats.ErrConnectionClosed) || errors.Is(err, natsjs.ErrConnectionClosed) || p.o.nc != nil && p.o.nc.IsClosed():
+			p.o.logger.Warn("pull loop ended: nats connection closed")
+			return
+		case err != nil && !errors.Is(err, natsjs.ErrNoHeartbeat):
+			d := retry.next()
+			p.o.logger.Warn("pull request failed; pulling again", "err", err, "in", d)
+			select {
+			case <-time.After(d):
+			case <-p.fetchCtx.Done():
+				return
 			}
 			continue
+		case err != nil:
+			p.o.logger.Debug("pull request lost (no heartbeat); pulling again")
 		}
-		// The consumer owns the delivery from here, whatever Submit says:
-		// a refused one is already NAKed.
-		_ = p.sink.Submit(ctx, jsDelivery(m, p.o.now(), p.timing))
-		p.adapt()
+		retry = backoff{}
 	}
 }
 
-// reopen starts the iterator again after a drain for a resize.
-func (p *PullLoop) reopen() bool {
+// wantMore says whether to pull now and how many messages to ask for:
+// the room left in the buffer, once at least half of it is free (or it is
+// empty), and no more than the byte room holds at the estimated job size.
+//
+// A request carries no byte limit of its own (nats.go's FetchMaxBytes):
+// on a clustered consumer the server sends the 409 that ends a
+// byte-limited request before the deliveries it is still replicating,
+// nats.go's Fetch stops reading at the 409, and those jobs would wait out
+// AckWait. A request that asks for a number of messages ends when the
+// client has counted them, or by a 408 the server sends only after its
+// replicated deliveries.
+func (p *PullLoop) wantMore() (n int, ok bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stopping || p.resize == 0 {
-		return false
+	n = p.size - len(p.buf)
+	room := p.reqBytes - p.bufBytes
+	if len(p.buf) > 0 && (2*n < p.size || 2*room < p.reqBytes) {
+		return 0, false
 	}
-	it, err := p.open(p.resize)
+	return max(min(n, room/p.est), 1), true
+}
+
+// fetchOnce runs one pull request to its end and buffers what it brings.
+// A reconnect of the connection ends the request at once (the server it
+// was parked on may be gone), and so does its close.
+func (p *PullLoop) fetchOnce(n int) error {
+	ctx, cancel := context.WithTimeout(p.fetchCtx, p.o.expires)
+	defer cancel()
+	if p.o.nc != nil {
+		status := p.o.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+		defer p.o.nc.RemoveStatusListener(status)
+		if p.o.nc.IsClosed() {
+			return nats.ErrConnectionClosed
+		}
+		go func() {
+			select {
+			case <-status:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	mb, err := p.cons.Fetch(n, natsjs.FetchContext(ctx), natsjs.FetchHeartbeat(p.o.heartbeat))
 	if err != nil {
-		p.o.logger.Error("pull loop ended: reopening the iterator failed", "prefetch", p.resize, "err", err)
-		return false
+		return err
 	}
-	p.o.logger.Debug("prefetch resized", "from", p.size, "to", p.resize)
-	p.it, p.size, p.resize = it, p.resize, 0
-	return true
+	for m := range mb.Messages() {
+		b := &buffered{m: m, size: msgSize(m), touched: p.o.now()}
+		p.mu.Lock()
+		p.buf = append(p.buf, b)
+		p.bufBytes += b.size
+		// The estimate follows the largest recent job, and decays.
+		p.est = max(b.size, p.est-p.est/64, p.minEst)
+		p.mu.Unlock()
+		signal(p.more)
+	}
+	err = mb.Error()
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, natsjs.ErrBatchCompleted) || errors.Is(err, natsjs.ErrMaxBytesExceeded) {
+		return nil
+	}
+	return err
 }
 
-// reopenIdle drains the iterator to open it again at the same size, as a
-// resize does, after the loop heard nothing for idleReopen.
-func (p *PullLoop) reopenIdle() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.stopping || p.resize != 0 {
-		return
+// submitter hands the buffered messages to the sink in order; after Stop
+// it NAKs them instead. It ends when fetching has ended and the buffer is
+// empty.
+func (p *PullLoop) submitter(ctx context.Context) {
+	defer close(p.done)
+	defer p.cancel()
+	for {
+		p.mu.Lock()
+		var head *buffered
+		if len(p.buf) > 0 {
+			head = p.buf[0]
+		}
+		nak := p.nak
+		p.mu.Unlock()
+		if head == nil {
+			select {
+			case <-p.more:
+				continue
+			case <-p.fetcherDone:
+				p.mu.Lock()
+				empty := len(p.buf) == 0
+				p.mu.Unlock()
+				if empty {
+					return
+				}
+				continue
+			}
+		}
+		if nak {
+			if err := head.m.Nak(); err != nil {
+				p.o.logger.Debug("nak of a buffered message failed", "err", err)
+			}
+		} else {
+			p.mu.Lock()
+			touched := head.touched
+			p.mu.Unlock()
+			// The consumer owns the delivery from here, whatever Submit
+			// says: a refused one is already NAKed.
+			_ = p.sink.Submit(ctx, jsDelivery(head.m, touched, p.timing))
+		}
+		p.mu.Lock()
+		p.buf[0] = nil
+		p.buf = p.buf[1:]
+		p.bufBytes -= head.size
+		p.mu.Unlock()
+		signal(p.room)
+		if !nak {
+			p.adapt()
+		}
 	}
-	p.o.logger.Debug("pull: nothing received for a while, reopening the iterator", "after", p.o.idleReopen)
-	p.resize = p.size
-	p.it.Drain()
 }
 
 func (p *PullLoop) stats() (consumer.Stats, bool) {
@@ -249,8 +326,7 @@ func (p *PullLoop) stats() (consumer.Stats, bool) {
 	return consumer.Stats{}, false
 }
 
-// adapt measures the sink's throughput and, when the prefetch target moved
-// by a factor of two, drains the iterator to reopen it at the new size.
+// adapt measures the sink's throughput and moves the prefetch target.
 func (p *PullLoop) adapt() {
 	st, ok := p.stats()
 	if !ok {
@@ -264,121 +340,9 @@ func (p *PullLoop) adapt() {
 	target = min(max(target, p.o.min), p.o.max)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.stopping || p.resize != 0 || (target < 2*p.size && 2*target > p.size) {
+	if target < 2*p.size && 2*target > p.size {
 		return
 	}
 	p.o.logger.Info("prefetch follows throughput", "jobs_per_s", round1(jobsPerSec), "texts_per_s", round1(textsPerSec), "from", p.size, "to", target)
-	p.resize = target
-	p.it.Drain()
-}
-
-func round1(x float64) float64 { return float64(int(x*10+0.5)) / 10 }
-
-// rateMeter turns the sink's running totals into a smoothed jobs/s and
-// texts/s, counting only intervals in which the sink held work.
-type rateMeter struct {
-	at          time.Time
-	jobs, texts uint64
-	jobsRate    float64
-	textsRate   float64
-	seen        bool
-}
-
-func (r *rateMeter) start(now time.Time, st consumer.Stats) {
-	r.at, r.jobs, r.texts = now, st.Jobs, st.Texts
-}
-
-// observe returns the smoothed rates once per interval; ok is false between
-// measurements and after an idle interval.
-func (r *rateMeter) observe(now time.Time, st consumer.Stats, every time.Duration) (jobs, texts float64, ok bool) {
-	dt := now.Sub(r.at)
-	if dt < every {
-		return 0, 0, false
-	}
-	dj, dx := st.Jobs-r.jobs, st.Texts-r.texts
-	r.at, r.jobs, r.texts = now, st.Jobs, st.Texts
-	if st.Held == 0 || dj == 0 {
-		return 0, 0, false
-	}
-	j, x := float64(dj)/dt.Seconds(), float64(dx)/dt.Seconds()
-	if !r.seen {
-		r.jobsRate, r.textsRate, r.seen = j, x, true
-	} else {
-		r.jobsRate, r.textsRate = (r.jobsRate+j)/2, (r.textsRate+x)/2
-	}
-	return r.jobsRate, r.textsRate, true
-}
-
-// PullOption tunes [Pull].
-type PullOption func(*pullOptions)
-
-type pullOptions struct {
-	nc       *nats.Conn
-	min, max int
-	maxBytes int
-	ackWait  time.Duration
-	every    time.Duration
-	// wake bounds one Next call; idleReopen is the silence after which
-	// the iterator is reopened (see run).
-	wake, idleReopen time.Duration
-	logger           *slog.Logger
-	now              func() time.Time
-}
-
-// Default prefetch limits of [Pull], in messages.
-const (
-	DefaultPrefetchMin = 8
-	DefaultPrefetchMax = 1024
-)
-
-func defaultPullOptions() pullOptions {
-	return pullOptions{
-		min: DefaultPrefetchMin, max: DefaultPrefetchMax,
-		every:      2 * time.Second,
-		wake:       250 * time.Millisecond,
-		idleReopen: 30 * time.Second,
-		logger:     slog.Default(),
-		now:        time.Now,
-	}
-}
-
-// PrefetchLimits bounds the adaptive prefetch; the loop starts at lo.
-// lo == hi fixes it.
-func PrefetchLimits(lo, hi int) PullOption {
-	return func(o *pullOptions) { o.min, o.max = lo, hi }
-}
-
-// PrefetchBytes caps the bytes of one pull request (PullMaxBytes through
-// nats.go's PullMaxMessagesWithBytesLimit). It must not be below the
-// largest job, or the loop stalls on it; 0 (the default) sets no cap.
-func PrefetchBytes(n int) PullOption {
-	return func(o *pullOptions) { o.maxBytes = n }
-}
-
-// PullAckWait sets the AckWait the prefetch is sized against; by default
-// it is read from the consumer's info.
-func PullAckWait(d time.Duration) PullOption {
-	return func(o *pullOptions) { o.ackWait = d }
-}
-
-// PullMeasureEvery sets the throughput measurement interval (default 2s).
-func PullMeasureEvery(d time.Duration) PullOption {
-	return func(o *pullOptions) { o.every = d }
-}
-
-// PullConn gives the loop the connection of the consumer, which it needs
-// to keep NAK delays exact on a consumer with BackOff (nats-server adds the
-// backoff step to the delay otherwise; see delivery.go). Without it, NAK
-// delays are sent as asked.
-func PullConn(nc *nats.Conn) PullOption {
-	return func(o *pullOptions) { o.nc = nc }
-}
-
-// PullLogger sets the logger of the loop (default slog.Default()).
-func PullLogger(l *slog.Logger) PullOption {
-	return func(o *pullOptions) {
-		if l != nil {
-			o.logger = l
-		}
-	}
+	p.size = target
 }

@@ -113,9 +113,8 @@ func TestPullPrefetchGrowsWithThroughput(t *testing.T) {
 		}
 		return nil
 	})
-	// A resize drains the iterator: a job the server routed to its inbox
-	// after the unsubscribe comes back after AckWait (at least once), so
-	// wait for every job rather than for exactly one delivery each.
+	// A resize only changes how much the next pull request asks for: no
+	// request is abandoned, so every job comes exactly once.
 	natstest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
 		if n := sink.unique(); n != 3000 {
 			return fmt.Errorf("%d of 3000 jobs", n)
@@ -124,7 +123,7 @@ func TestPullPrefetchGrowsWithThroughput(t *testing.T) {
 	})
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
-	if again := int(sink.jobs.Load()) - 3000; again > 8 {
+	if again := int(sink.jobs.Load()) - 3000; again != 0 {
 		t.Errorf("deliveries by count %v: resizing redelivered %d jobs", sink.delivered, again)
 	}
 	if sink.badTimes != 0 {
@@ -160,9 +159,8 @@ func TestPullPrefetchStaysWithinAckWait(t *testing.T) {
 	}
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
-	// A buffer sized past AckWait would see dozens come back; a resize may
-	// strand a few in flight (see the test above).
-	if again := sink.delivered[2] + sink.delivered[3]; again > 8 {
+	// A buffer sized past AckWait would see dozens come back.
+	if again := sink.delivered[2] + sink.delivered[3]; again != 0 {
 		t.Errorf("deliveries by count %v: buffered jobs outlived AckWait", sink.delivered)
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/jetembed/jetembed/gateway"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -121,7 +119,7 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 
 // newGateway builds the API server from its flags, in front of the fleet
 // reached through nc; the server's max_payload bounds one fleet job.
-func newGateway(log *slog.Logger, gf *gatewayFlags, nc *nats.Conn, m *telemetry.Metrics) (*gateway.Server, error) {
+func newGateway(log *slog.Logger, gf *gatewayFlags, nc *jetstream.Conn, m *telemetry.Metrics) (*gateway.Server, error) {
 	client, err := jetstream.NewClient(nc)
 	if err != nil {
 		return nil, err
@@ -164,7 +162,7 @@ func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, add
 // startAPI runs the HTTP API inside serve (--http-api), on serve's NATS
 // connection; stop (idempotent) shuts it down, finishing its calls, before
 // the service stops. It does nothing when --http-api is empty.
-func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, nc *nats.Conn, m *telemetry.Metrics) (stop func(), err error) {
+func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, nc *jetstream.Conn, m *telemetry.Metrics) (stop func(), err error) {
 	if *gf.listen == "" {
 		return func() {}, nil
 	}

@@ -37,6 +37,7 @@ type serveFlags struct {
 	gatherTokens   *int
 	inFlightTokens *int
 	prefetchMax    *int
+	prefetchBytes  *int
 	grace          *time.Duration
 	http           *string
 	logLevel       *string
@@ -57,6 +58,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens that end a batch's patience window early: the texts given to the engine at once (0: max-batch-tokens x sessions)"),
 		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the jobs this process holds; when full it stops pulling (0: 4 x gather-tokens)"),
 		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4"),
+		prefetchBytes:  fs.Int("prefetch-bytes", jetstream.DefaultPrefetchBytes, "byte cap of the jobs buffered ahead of the consumer: pull requests ask for no more than fits (raised to the server's max payload)"),
 		grace:          fs.Duration("grace", 30*time.Second, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed"),
 		http:           fs.String("http", telemetry.DefaultAddr, "address of /healthz, /readyz and /metrics (empty: off)"),
 		logLevel:       fs.String("log-level", "info", "log level: debug, info, warn or error"),
@@ -85,7 +87,7 @@ type serveConfig struct {
 
 	Patience, Grace, Heartbeat   time.Duration
 	GatherTokens, InFlightTokens int
-	PrefetchMax                  int
+	PrefetchMax, PrefetchBytes   int
 	HTTP                         string
 	LogLevel                     slog.Level
 	LogFormat                    string
@@ -114,7 +116,8 @@ func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *eng
 	c := serveConfig{NATS: no, JetStream: cfg, Engine: ef, Fleet: ff,
 		Patience: *sf.patience, Grace: *sf.grace, Heartbeat: *sf.heartbeat,
 		GatherTokens: *sf.gatherTokens, InFlightTokens: *sf.inFlightTokens, PrefetchMax: *sf.prefetchMax,
-		HTTP: *sf.http, LogFormat: *sf.logFormat, API: sf.api}
+		PrefetchBytes: *sf.prefetchBytes,
+		HTTP:          *sf.http, LogFormat: *sf.logFormat, API: sf.api}
 	if err := c.LogLevel.UnmarshalText([]byte(*sf.logLevel)); err != nil {
 		return c, fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
 	}
@@ -206,10 +209,14 @@ func (s *liveState) health() telemetry.Health {
 }
 
 // serve is the whole service: health server, NATS, the objects check,
-// engine (warm-up before ready) and the worker (consumer, request-reply
-// service, fetch loop). It returns nil after a drain when ctx ends
-// (SIGTERM), and an error when something needed fails or the worker stops
-// on its own (the NATS connection closed for good).
+// engine (warm-up before ready) and, on each connection, the fleet
+// membership and the worker (consumer, request-reply service, fetch loop).
+// It returns nil after a drain when ctx ends (SIGTERM), and an error when
+// something needed fails or the worker stops on its own for a reason a new
+// connection would not cure. A connection the server closes in a way
+// nats.go does not come back from (an -ERR such as a too-long control
+// line) is replaced: serve dials again and rebuilds what ran on it; jobs
+// the old connection held come back after AckWait.
 func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	metrics, stopTelemetry, err := startTelemetry(ctx)
 	if err != nil {
@@ -226,9 +233,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	connected := nc.IsConnected
-	live.connected.Store(&connected)
+	defer func() { nc.Close() }()
 	js, err := jetstream.New(nc)
 	if err != nil {
 		return err
@@ -236,41 +241,91 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	if err := checkObjects(ctx, log, js, c.JetStream, c.Provision, nc.LastError); err != nil {
 		return err
 	}
-	// The engine opens inside the fleet wiring: it takes a peer's probe
-	// coefficients, and emb reports the JIT guard's refusals as wants.
-	e, emb, stop, err := startFleet(ctx, log, js, c.Engine, c.Fleet, c.JetStream)
+	// The engine opens once, inside the fleet wiring (it takes a peer's
+	// probe coefficients), and outlives the connections below.
+	e, sm, err := openEngine(ctx, log, js, c.Engine, c.Fleet, c.JetStream)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	stopFleet := sync.OnceFunc(stop)
-	defer stopFleet()
 	live.engine.Store(e)
 	live.loaded.Store(true)
 	live.warmed.Store(true)
+	quick := 0 // connections in a row that lasted less than a minute
+	for first := true; ; first = false {
+		start := time.Now()
+		lost, err := serveOn(ctx, log, c, &live, metrics, nc, js, e, sm, first)
+		if !lost {
+			return err
+		}
+		if quick++; time.Since(start) > time.Minute {
+			quick = 1
+		}
+		log.Warn("nats connection closed by the server; connecting again", "err", nc.LastError())
+		nc.Close()
+		if nc, err = jetstream.Reconnect(ctx, c.NATS, quick); err != nil {
+			if ctx.Err() != nil {
+				return nil // stopped while the server was away: nothing is held
+			}
+			return err
+		}
+		if js, err = jetstream.New(nc); err != nil {
+			return err
+		}
+	}
+}
+
+// serveOn runs the fleet membership and the worker on nc until ctx ends
+// (it drains; lost is false) or the connection closes by itself (lost is
+// true: the caller dials again). An error with lost false is one a new
+// connection would not cure.
+func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveState, metrics *telemetry.Metrics,
+	nc *jetstream.Conn, js natsjs.JetStream, e *engine.Engine, sm string, first bool) (lost bool, err error) {
+	connected := nc.IsConnected
+	live.connected.Store(&connected)
+	gone := func() bool { return nc.IsClosed() && ctx.Err() == nil }
+	// The fleet's emb reports the JIT guard's refusals as wants.
+	emb, stop, err := joinFleet(ctx, log, js, e, sm, c.Engine, c.Fleet, c.JetStream)
+	if err != nil {
+		return gone(), err
+	}
+	stopFleet := sync.OnceFunc(stop)
+	defer stopFleet()
 	w, err := jetstream.StartWorker(ctx, nc, c.worker(log, metrics, emb, e.ModelID()))
 	if errors.Is(err, consumer.ErrConfig) {
-		return fmt.Errorf("%w: %w", errUsage, err)
+		return false, fmt.Errorf("%w: %w", errUsage, err)
 	} else if err != nil {
-		return err
+		return gone(), err
 	}
 	defer observe(log, metrics, w, e, c.Heartbeat)()
 	// The HTTP API reaches this process's service and its peers through
-	// NATS, as a separate gateway would; it stops before the worker.
+	// NATS, as a separate gateway would; it stops before the worker, and
+	// is started again on a new connection.
 	stopAPI, err := startAPI(ctx, log, c.API, nc, metrics)
 	if err != nil {
 		grace, cancel := context.WithTimeout(context.Background(), c.Grace)
 		defer cancel()
 		_ = w.Stop(grace)
-		return err
+		return false, err
 	}
 	defer stopAPI()
-	log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", c.JetStream.Jobs.Name,
-		"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
+	if first {
+		log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", c.JetStream.Jobs.Name,
+			"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
+	} else {
+		log.Info("serving again on a new connection", "nats", jetstream.RedactURL(nc.ConnectedUrl()))
+	}
 	select {
 	case <-ctx.Done():
 		log.Info("stopping: draining in-flight jobs", "grace", c.Grace)
 	case <-w.Stopped():
+	}
+	if gone() {
+		<-w.Stopped()
+		stopFleet()
+		st := w.Consumer().Stats()
+		log.Info("connection lost: the jobs it held come back after ack-wait", "jobs", st.Jobs, "texts", st.Texts)
+		return true, nil
 	}
 	live.draining.Store(true)
 	stopAPI()
@@ -283,7 +338,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	}
 	st := w.Consumer().Stats()
 	log.Info("stopped", "jobs", st.Jobs, "texts", st.Texts)
-	return w.Err()
+	return false, w.Err()
 }
 
 // worker is the worker's config: by default a gathered batch fills every
@@ -305,6 +360,7 @@ func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb co
 		Embedder:    emb,
 		Service:     jetstream.ServiceOptions{Version: version, Metadata: map[string]string{"model": model}, Logger: log},
 		PrefetchMax: c.PrefetchMax,
+		Pull:        []jetstream.PullOption{jetstream.PrefetchBytes(c.PrefetchBytes)},
 		Grace:       c.Grace,
 		Logger:      log,
 	}

@@ -46,39 +46,44 @@ func addFleetFlags(fs *flagSet) *fleetFlags {
 	}
 }
 
-// startFleet opens the engine and joins the fleet. It defers the engine's
-// cost probe to take the coefficients a peer with the same model, SM and
-// hardware stored (or to store its own), then starts the shape
-// propagation. The returned Embedder reports guard refusals as wants; stop
-// leaves the fleet. With --fleet=false it only opens the engine.
-func startFleet(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *engineFlags, ff *fleetFlags, cfg jetstream.Config) (
-	e *engine.Engine, emb consumer.Embedder, stop func(), err error) {
+// openEngine opens the engine for serve. With the fleet on, it defers the
+// engine's cost probe to take the coefficients a peer with the same model,
+// SM and hardware stored (or to store its own). It returns the SM token
+// the fleet's keys use.
+func openEngine(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *engineFlags, ff *fleetFlags, cfg jetstream.Config) (
+	e *engine.Engine, sm string, err error) {
 	if !*ff.enabled {
 		e, _, err = ef.open(ctx)
-		return e, e, func() {}, err
+		return e, "", err
 	}
-	sm, err := ff.computeCapability(ctx, ef)
-	if err != nil {
-		return nil, nil, nil, err
+	if sm, err = ff.computeCapability(ctx, ef); err != nil {
+		return nil, "", err
 	}
 	probe := *ef.probe
 	*ef.probe = false // probed below, unless a peer already did
 	e, _, err = ef.open(ctx)
 	*ef.probe = probe
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, "", err
 	}
-	fail := func(err error) (*engine.Engine, consumer.Embedder, func(), error) {
-		e.Close()
-		return nil, nil, nil, err
-	}
-	member := memberName()
 	if probe {
-		if err := shareProbe(ctx, log, js, e, cfg.Engines.Name, sm, hardware(ctx, ef), member); err != nil {
-			return fail(err)
+		if err := shareProbe(ctx, log, js, e, cfg.Engines.Name, sm, hardware(ctx, ef), memberName()); err != nil {
+			e.Close()
+			return nil, "", err
 		}
 	}
+	return e, sm, nil
+}
 
+// joinFleet starts the shape propagation of e over js. The returned
+// Embedder reports guard refusals as wants; stop leaves the fleet. With
+// --fleet=false it returns e itself. serve joins again on every new
+// connection.
+func joinFleet(ctx context.Context, log *slog.Logger, js natsjs.JetStream, e *engine.Engine, sm string, ef *engineFlags, ff *fleetFlags, cfg jetstream.Config) (
+	emb consumer.Embedder, stop func(), err error) {
+	if !*ff.enabled {
+		return e, func() {}, nil
+	}
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var backlog atomic.Bool
 	if jc, err := js.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name); err == nil {
@@ -96,15 +101,15 @@ func startFleet(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *
 		}
 	}
 	fl, err := jetstream.StartFleet(ctx, js, e, jetstream.FleetConfig{
-		Bucket: cfg.Engines.Name, Model: e.ModelID(), SM: sm, Member: member,
+		Bucket: cfg.Engines.Name, Model: e.ModelID(), SM: sm, Member: memberName(),
 		EngineCacheDir: *ef.engineCache, LockTTL: *ff.lockTTL, IdleQuiet: *ff.idle,
 		CompilesPerHour: *ff.perHour, MinSeq: minSeq, Busy: backlog.Load, Logger: log,
 	})
 	if err != nil {
 		stopBG()
-		return fail(fmt.Errorf("%w (provision the bucket, or serve with --fleet=false)", err))
+		return nil, nil, fmt.Errorf("%w (provision the bucket, or serve with --fleet=false)", err)
 	}
-	return e, consumer.WithWants(e, fl), func() { fl.Stop(); stopBG() }, nil
+	return consumer.WithWants(e, fl), func() { fl.Stop(); stopBG() }, nil
 }
 
 // shareProbe installs the cost coefficients a peer stored for this model,
