@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -45,7 +45,7 @@ func BenchmarkEmbeddingsCall(b *testing.B) {
 // without HTTP: the baseline of BenchmarkEmbeddingsCall.
 func BenchmarkFleetRequest(b *testing.B) {
 	r := newRig(b, true, nil)
-	c, err := jetstream.NewClient(r.nc)
+	c, err := client.New(r.nc)
 	if err != nil {
 		b.Fatal(err)
 	}

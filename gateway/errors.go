@@ -102,6 +102,9 @@ var codeStatus = map[schema.Code]int{
 	// The fleet refused the gateway's own reply inbox: a deployment
 	// mismatch (reply policy, inbox prefix), not the caller's fault.
 	schema.CodeBadReply: http.StatusBadGateway,
+	// One input's vectors alone are over the server's max payload (the
+	// gateway halves a job whose result is too large, down to one text).
+	schema.CodeResultTooLarge: http.StatusRequestEntityTooLarge,
 }
 
 // CodeStatus is the HTTP status the gateway answers for a stable code of

@@ -75,24 +75,9 @@ func (s *Server) embed(ctx context.Context, texts []string, outputs []schema.Out
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			job := &schema.Job{V: schema.Version, ID: base + "-" + strconv.Itoa(n), Texts: texts[p.from:p.to],
-				Outputs: outputs, Truncate: truncate, Deadline: deadline}
-			res, err := s.call(ctx, job)
-			if err != nil {
+			if err := s.embedPart(ctx, out, &mu, texts, p, outputs, truncate, deadline, base+"-"+strconv.Itoa(n)); err != nil {
 				fail(err)
-				return
 			}
-			if len(res.Items) != p.to-p.from {
-				fail(schema.Errorf(schema.CodeInternal, "the fleet answered %d items for %d texts", len(res.Items), p.to-p.from))
-				return
-			}
-			copy(out.items[p.from:p.to], res.Items)
-			mu.Lock()
-			out.tokens += res.Usage.Tokens
-			if out.model == "" {
-				out.model = res.Model
-			}
-			mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -103,6 +88,36 @@ func (s *Server) embed(ctx context.Context, texts []string, outputs []schema.Out
 		return nil, err
 	}
 	return out, nil
+}
+
+// embedPart sends texts[p.from:p.to] as one job and stores its items in
+// out. A result too large for one message (result_too_large, the fleet
+// without blobs) is asked again in two halves, down to single texts.
+func (s *Server) embedPart(ctx context.Context, out *embedded, mu *sync.Mutex, texts []string, p part,
+	outputs []schema.Output, truncate *bool, deadline, id string) error {
+	job := &schema.Job{V: schema.Version, ID: id, Texts: texts[p.from:p.to], Outputs: outputs, Truncate: truncate, Deadline: deadline}
+	res, err := s.call(ctx, job)
+	if errors.Is(err, &schema.Error{Code: schema.CodeResultTooLarge}) && p.to-p.from > 1 {
+		mid := (p.from + p.to) / 2
+		if err := s.embedPart(ctx, out, mu, texts, part{p.from, mid}, outputs, truncate, deadline, id+"a"); err != nil {
+			return err
+		}
+		return s.embedPart(ctx, out, mu, texts, part{mid, p.to}, outputs, truncate, deadline, id+"b")
+	}
+	if err != nil {
+		return err
+	}
+	if len(res.Items) != p.to-p.from {
+		return schema.Errorf(schema.CodeInternal, "the fleet answered %d items for %d texts", len(res.Items), p.to-p.from)
+	}
+	copy(out.items[p.from:p.to], res.Items)
+	mu.Lock()
+	defer mu.Unlock()
+	out.tokens += res.Usage.Tokens
+	if out.model == "" {
+		out.model = res.Model
+	}
+	return nil
 }
 
 // call is one fleet job, counted in the metrics and in the member's

@@ -232,6 +232,18 @@ func TestSplitCallFailsWhole(t *testing.T) {
 	if a.status != 429 || a.errField("code") != "overloaded" {
 		t.Errorf("a split call with one overloaded job: %d %s", a.status, a.body)
 	}
+	// A job whose result is too large for one message is asked again in
+	// halves.
+	d := data(t, r.post(t, "/v1/embeddings", `{"input":["a","big","ccc"]}`))
+	for i, text := range []string{"a", "big", "ccc"} {
+		if !close32(floats(t, d[i]["embedding"]), fakeDense(text)) {
+			t.Errorf("item %d after halving: %v", i, d[i])
+		}
+	}
+	a = r.post(t, "/v1/embeddings", `{"input":"code:result_too_large"}`)
+	if a.status != 413 || a.errField("code") != "result_too_large" {
+		t.Errorf("one input too large alone: %d %s", a.status, a.body)
+	}
 	a = r.post(t, "/v1/embeddings", `{"input":["a","b","c","d","item:text_too_long"]}`)
 	if a.status != 400 || !strings.HasPrefix(a.errField("message"), "input[4]: ") {
 		t.Errorf("an item error in the third job: %d %s", a.status, a.body)

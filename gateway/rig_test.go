@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/gateway"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
@@ -32,7 +34,8 @@ const fakeModel = "bge-m3@0123456789ab"
 
 // fakeFleet is a member of the embed service on a real nats-server that
 // answers like the fleet without a model: a text "code:X" fails its job
-// with code X, "item:X" fails its item with X, "slow" waits two seconds;
+// with code X, "item:X" fails its item with X, "slow" waits two seconds,
+// "big" makes a job of more than one text result_too_large;
 // any other text gets a 4-dimensional unit vector derived from its length,
 // one sparse weight and two ColBERT rows.
 type fakeFleet struct {
@@ -80,6 +83,9 @@ func (f *fakeFleet) handle(req micro.Request) {
 	f.seen = append(f.seen, len(job.Texts))
 	f.mu.Unlock()
 	res := &schema.Result{V: 1, ID: job.ID, Model: fakeModel}
+	if len(job.Texts) > 1 && slices.Contains(job.Texts, "big") {
+		res = schema.ErrorResult(job.ID, schema.Errorf(schema.CodeResultTooLarge, "fake: over max payload"))
+	}
 	for _, text := range job.Texts {
 		switch {
 		case strings.HasPrefix(text, "code:"):
@@ -124,13 +130,13 @@ func (f *fakeFleet) jobSizes() []int {
 // fleet is the gateway's view of the fleet through the real producer
 // client, as cmd/jetembed wires it.
 type fleet struct {
-	c  *jetstream.Client
+	c  *client.Client
 	nc *nats.Conn
 }
 
 func (f fleet) Request(ctx context.Context, job *schema.Job) (*schema.Result, error) {
 	res, err := f.c.Request(ctx, job)
-	if errors.Is(err, jetstream.ErrNoService) {
+	if errors.Is(err, client.ErrNoService) {
 		return nil, fmt.Errorf("%w: %w", gateway.ErrNoMember, err)
 	}
 	return res, err
@@ -170,7 +176,7 @@ func newRig(t testing.TB, withFleet bool, tweak func(*gateway.Config)) *rig {
 	if withFleet {
 		r.fake = startFakeFleet(t, nc)
 	}
-	c, err := jetstream.NewClient(nc)
+	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}

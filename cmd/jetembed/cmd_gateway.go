@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/gateway"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -120,11 +121,11 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 // newGateway builds the API server from its flags, in front of the fleet
 // reached through nc; the server's max_payload bounds one fleet job.
 func newGateway(log *slog.Logger, gf *gatewayFlags, nc *jetstream.Conn, m *telemetry.Metrics) (*gateway.Server, error) {
-	client, err := jetstream.NewClient(nc)
+	c, err := client.New(nc)
 	if err != nil {
 		return nil, err
 	}
-	fleet := gatewayFleet{client, jetstream.ServicePinger(nc)}
+	fleet := gatewayFleet{c, jetstream.ServicePinger(nc)}
 	jobBytes := *gf.jobB
 	if jobBytes <= 0 {
 		jobBytes = int(min(gateway.DefaultJobBytes, max(nc.MaxPayload()/2, 1024)))
@@ -187,13 +188,13 @@ func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, nc *jetst
 // gatewayFleet is the gateway's view of the fleet: request-reply through
 // the producer client, liveness through the service's $SRV.INFO.
 type gatewayFleet struct {
-	client *jetstream.Client
+	client *client.Client
 	ping   func(context.Context) (jetstream.ServiceMember, error)
 }
 
 func (f gatewayFleet) Request(ctx context.Context, job *schema.Job) (*schema.Result, error) {
 	res, err := f.client.Request(ctx, job)
-	if errors.Is(err, jetstream.ErrNoService) {
+	if errors.Is(err, client.ErrNoService) {
 		return nil, fmt.Errorf("%w: %w", gateway.ErrNoMember, err)
 	}
 	return res, err
