@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/daulet/tokenizers v1.24.0
+	github.com/dustin/go-humanize v1.0.1
 	github.com/nats-io/jwt/v2 v2.8.2
 	github.com/nats-io/nats-server/v2 v2.15.2
 	github.com/nats-io/nats.go v1.55.0

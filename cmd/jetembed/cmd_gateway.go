@@ -42,8 +42,12 @@ type gatewayFlags struct {
 // (--listen in gateway, --http-api in serve and dev, where it is off by
 // default).
 func addGatewayFlags(fs *flagSet, listenFlag, listenDefault string) *gatewayFlags {
+	listenUsage := "address of the HTTP embeddings API (/v1/embeddings, /v1/sparse-embeddings, /v1/embeddings:both, /v1/models, /health)"
+	if listenDefault == "" {
+		listenUsage += " in this process (empty: off)"
+	}
 	return &gatewayFlags{
-		listen:        fs.String(listenFlag, listenDefault, "address of the HTTP embeddings API: /v1/embeddings, /v1/sparse-embeddings, /v1/embeddings:both, /v1/models, /health (empty: off)"),
+		listen:        fs.String(listenFlag, listenDefault, listenUsage),
 		apiKey:        fs.String("api-key", "", "bearer token the HTTP API requires on every call but /health (empty: no auth; prefer the environment variable)"),
 		tlsCert:       fs.String("tls-cert", "", "PEM certificate of the HTTP API (HTTPS; with --tls-key)"),
 		tlsKey:        fs.String("tls-key", "", "PEM key of --tls-cert"),

@@ -55,9 +55,9 @@ type serveFlags struct {
 // --provision (off for serve, create for dev).
 func addServeFlags(fs *flagSet, provision string) *serveFlags {
 	return &serveFlags{
-		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long a batch waits for more jobs to pack with its first"),
-		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens that end a batch's patience window early: the texts given to the engine at once (0: max-batch-tokens x sessions)"),
-		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the jobs this process holds; when full it stops pulling (0: 4 x gather-tokens)"),
+		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long bulk jobs wait before they go to the engine, so its packer has more texts to choose from (interactive jobs wait none)"),
+		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens of queued jobs that end the patience window early (0: max-batch-tokens x sessions)"),
+		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds; when full it stops pulling (0: 4 x gather-tokens; interactive jobs have a budget of their own)"),
 		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4"),
 		prefetchBytes:  fs.Int("prefetch-bytes", jetstream.DefaultPrefetchBytes, "byte cap of the jobs buffered ahead of the consumer: pull requests ask for no more than fits (raised to the server's max payload)"),
 		grace:          fs.Duration("grace", 30*time.Second, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed"),
@@ -315,7 +315,8 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	defer stopAPI()
 	if first {
 		log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", c.JetStream.Jobs.Name,
-			"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
+			"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version,
+			"memory_budget", c.Engine.budgetNote)
 	} else {
 		log.Info("serving again on a new connection", "nats", jetstream.RedactURL(nc.ConnectedUrl()))
 	}
@@ -345,9 +346,8 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	return false, w.Err()
 }
 
-// worker is the worker's config: by default a gathered batch fills every
-// session's run once (the engine splits it into chunks of its own
-// --max-batch-tokens).
+// worker is the worker's config: by default the patience window ends
+// once the queued jobs would fill every session's run once.
 func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb consumer.Embedder, model string) jetstream.WorkerConfig {
 	gather := c.GatherTokens
 	if gather <= 0 {

@@ -59,10 +59,15 @@ func openEngine(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *
 	if sm, err = ff.computeCapability(ctx, ef); err != nil {
 		return nil, "", err
 	}
-	probe := *ef.probe
-	*ef.probe = false // probed below, unless a peer already did
+	probeFlag := *ef.probe
+	cfgNow, _, err := ef.config()
+	if err != nil {
+		return nil, "", err
+	}
+	probe := cfgNow.Probe
+	*ef.probe = "false" // probed below, unless a peer already did
 	e, _, err = ef.open(ctx)
-	*ef.probe = probe
+	*ef.probe = probeFlag
 	if err != nil {
 		return nil, "", err
 	}

@@ -326,6 +326,9 @@ func printedConfig(t *testing.T, out string) map[string][2]string {
 // default, and how print-config should show it.
 func envValueFor(t *testing.T, f usageFlag) (set, shown string) {
 	t.Helper()
+	if f.Type == "" && f.Default == "auto" { // an auto|true|false flag
+		return "true", "true"
+	}
 	if f.Type == "" {
 		b, err := strconv.ParseBool(f.Default)
 		if err != nil {
