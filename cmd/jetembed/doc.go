@@ -8,5 +8,5 @@
 // project. It reaches NATS through package jetstream; the serve, fleet and
 // submit --watch wiring still hold nats.go handles (natsjs.JetStream,
 // *nats.Conn) that jetstream hands out, the one exception to "only
-// jetstream, client and the gateway import nats.go" (internal/importrules).
+// jetstream and client import nats.go" (internal/importrules).
 package main

@@ -1,8 +1,8 @@
 // Package importrules holds, in its test, the import rules the doc.go of
 // every package of jetembed states: which project packages each one may
 // import, that schema imports nothing of the project, that the engine
-// knows no NATS, that only jetstream, client and the HTTP gateway speak
-// nats.go, that cgo comes in only through engine/ort (ONNX Runtime) and the
+// knows no NATS, that only jetstream and client speak nats.go (the HTTP
+// gateway reaches the fleet through an interface), that cgo comes in only through engine/ort (ONNX Runtime) and the
 // hftokenizers backend of engine/tokenizer, and that client pulls in
 // nothing of the server side.
 //

@@ -49,11 +49,12 @@ var mayImport = map[string][]string{
 	"cmd/jetembed":           {anyPkg},
 }
 
-// natsImporters may import nats.go. cmd/jetembed is the one exception to
-// the rule "only jetstream, client and the gateway": its serve, fleet and
-// submit --watch wiring still take nats.go handles (natsjs.JetStream,
-// *nats.Conn) from package jetstream instead of jetstream's own types.
-var natsImporters = []string{"jetstream", "client", "gateway", "internal/natstest", "cmd/jetembed"}
+// natsImporters may import nats.go (the gateway needs not: it reaches the
+// fleet through its Requester). cmd/jetembed is the one exception to the
+// rule "only jetstream and client": its serve, fleet and submit --watch
+// wiring still take nats.go handles (natsjs.JetStream, *nats.Conn) from
+// package jetstream instead of jetstream's own types.
+var natsImporters = []string{"jetstream", "client", "internal/natstest", "cmd/jetembed"}
 
 // serverImporters may import nats-server: the dev server and the test kit.
 var serverImporters = []string{"jetstream", "internal/natstest"}
