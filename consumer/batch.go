@@ -108,9 +108,9 @@ func (c *Consumer) runJob(ctx context.Context, j *job) {
 		if j.interactive {
 			runCtx = engine.WithInteractive(runCtx)
 		}
-		start := c.cfg.Now()
+		// Session runs and their busy time are the engine's to record
+		// (engine.Metrics): an Embed call spans queueing and sessions.
 		embs, rep, err = c.embed(runCtx, texts)
-		c.cfg.Metrics.Run(ctx, RunSession, c.cfg.Now().Sub(start))
 		endRun(runSpan, rep, err)
 		j.run = runSpan.SpanContext()
 	}

@@ -178,7 +178,7 @@ func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, Report, 
 		return nil, Report{}, schema.Errorf(schema.CodeDeadlineExceeded, "%v", err)
 	}
 	out := make([]Embedding, len(texts))
-	toks := e.tokenize(texts, out)
+	toks := e.tokenize(ctx, texts, out)
 	var items, lengths []int
 	total := 0
 	for i, t := range toks {
@@ -232,6 +232,11 @@ func (e *Engine) wait(ctx context.Context, c *call, texts []Text, out []Embeddin
 				RealTokens: d.real, PaddedTokens: len(d.items) * d.seq, Items: d.items,
 			})
 			if d.err != nil {
+				if d.err.Code == schema.CodeShapeNotWarmed { // only the JIT guard refuses so
+					if m := e.pool.recorder(); m != nil {
+						m.GuardRefusal(ctx)
+					}
+				}
 				fail(out, d.items, d.err)
 				continue
 			}

@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"context"
 	"runtime"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jetembed/jetembed/schema"
@@ -30,7 +32,11 @@ type tokenized struct {
 
 // tokenize encodes every text once, in parallel over the CPUs for large
 // calls, and fills the per-item errors and token counts of out.
-func (e *Engine) tokenize(texts []Text, out []Embedding) []tokenized {
+// The time it takes goes to the engine's Metrics.
+func (e *Engine) tokenize(ctx context.Context, texts []Text, out []Embedding) []tokenized {
+	if m := e.pool.recorder(); m != nil {
+		defer func(start time.Time) { m.Tokenize(ctx, time.Since(start)) }(time.Now())
+	}
 	toks := make([]tokenized, len(texts))
 	one := func(i int) {
 		t := texts[i]

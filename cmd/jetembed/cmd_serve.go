@@ -252,6 +252,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		return err
 	}
 	defer e.Close()
+	e.SetMetrics(metrics) // tokenize time, per-session runs, guard refusals
 	live.engine.Store(e)
 	live.loaded.Store(true)
 	live.warmed.Store(true)
