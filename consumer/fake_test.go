@@ -287,9 +287,9 @@ func (m *fakeMetrics) QueueWait(_ context.Context, d time.Duration) {
 	m.add("queue waits", 1)
 	m.add("queue wait s", int(d.Seconds()))
 }
-func (m *fakeMetrics) Publish(context.Context, time.Duration)           { m.add("publishes", 1) }
-func (m *fakeMetrics) Nak(_ context.Context, r string)                  { m.add("nak "+r, 1) }
-func (m *fakeMetrics) Term(_ context.Context, r string)                 { m.add("term "+r, 1) }
+func (m *fakeMetrics) Publish(context.Context, time.Duration) { m.add("publishes", 1) }
+func (m *fakeMetrics) Nak(_ context.Context, r string)        { m.add("nak "+r, 1) }
+func (m *fakeMetrics) Term(_ context.Context, r string)       { m.add("term "+r, 1) }
 
 // syncBuffer is a log sink safe for the loop's goroutines.
 type syncBuffer struct {
