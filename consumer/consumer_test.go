@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/testkit"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -352,12 +354,13 @@ func TestNoReplyAcksAndWarnsOnce(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds.
+// waitFor polls cond until it holds ([testkit.CheckFor] for a bool).
 func waitFor(tb testing.TB, cond func() bool) {
 	tb.Helper()
-	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			tb.Fatal("condition never held")
+	testkit.CheckFor(tb, 10*time.Second, time.Millisecond, func() error {
+		if cond() {
+			return nil
 		}
-	}
+		return errors.New("condition never held")
+	})
 }

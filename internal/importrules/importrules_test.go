@@ -24,7 +24,8 @@ const anyPkg = "*"
 var mayImport = map[string][]string{
 	"schema":                 {},
 	"internal/tracehdr":      {},
-	"internal/natstest":      {},
+	"internal/natstest":      {"internal/testkit"},
+	"internal/testkit":       {},
 	"internal/importrules":   {},
 	"internal/enginetest":    {"engine", "engine/model", "engine/ort", "engine/tokenizer"},
 	"client":                 {"schema", "internal/tracehdr"},
