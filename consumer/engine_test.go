@@ -22,16 +22,6 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// tok adapts the pure-Go tokenizer to the engine, as cmd/jetembed does.
-type tok struct{ t *tokenizer.Tokenizer }
-
-func (k tok) Encode(text string, maxTokens int) ([]int32, int) {
-	enc := k.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
-	return enc.IDs, enc.Count
-}
-
-func (k tok) SpecialIDs() []int32 { return k.t.SpecialIDs() }
-
 // tinyEngine opens the committed tiny hidden-state model on one CPU
 // session, with chunks small enough that a batch spans several.
 func tinyEngine(tb testing.TB) *engine.Engine {
@@ -52,7 +42,7 @@ func tinyEngine(tb testing.TB) *engine.Engine {
 		tb.Fatal(err)
 	}
 	cfg := engine.Config{Sessions: 1, MaxTokens: 24, MaxBatch: 4, MaxBatchTokens: 96, NoWarmup: true}
-	e, err := engine.New(context.Background(), cfg, tok{t}, m, func(int) (engine.Runner, error) {
+	e, err := engine.New(context.Background(), cfg, engine.TokenizerFunc(t.EncodeIDs), m, func(int) (engine.Runner, error) {
 		return ort.Open(m, ort.Provider{IntraOpThreads: 1})
 	})
 	if err != nil {

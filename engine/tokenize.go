@@ -12,8 +12,9 @@ import (
 
 // Tokenizer is what the engine needs from a tokenizer: one text to token
 // ids with special tokens, cut to maxTokens, plus the count before the cut.
-// It must be safe for concurrent use. engine/tokenizer (pure Go) and the
-// optional daulet/tokenizers backend are wrapped into it by the caller.
+// It must be safe for concurrent use. Both backends of engine/tokenizer
+// (pure Go, and the HuggingFace library under -tags hftokenizers) have
+// this signature as EncodeIDs: pass TokenizerFunc(t.EncodeIDs).
 type Tokenizer interface {
 	Encode(text string, maxTokens int) (ids []int32, count int)
 }

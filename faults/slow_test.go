@@ -24,14 +24,6 @@ import (
 // because it needs an engine slower than AckWait and a way to switch the
 // InProgress heartbeats off for its control run.
 
-// tok adapts the pure-Go tokenizer to the engine.
-type tok struct{ t *tokenizer.Tokenizer }
-
-func (t tok) Encode(text string, maxTokens int) ([]int32, int) {
-	enc := t.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
-	return enc.IDs, enc.Count
-}
-
 // openTiny opens the tiny model on one CPU session.
 func openTiny(t testing.TB) *engine.Engine {
 	t.Helper()
@@ -52,7 +44,7 @@ func openTiny(t testing.TB) *engine.Engine {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := engine.New(context.Background(), engine.Config{NoWarmup: true}, tok{tk}, m, func(int) (engine.Runner, error) {
+	e, err := engine.New(context.Background(), engine.Config{NoWarmup: true}, engine.TokenizerFunc(tk.EncodeIDs), m, func(int) (engine.Runner, error) {
 		return ort.Open(m, ort.Provider{IntraOpThreads: 1})
 	})
 	if err != nil {

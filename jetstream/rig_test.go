@@ -36,16 +36,6 @@ func testLogger(t testing.TB) *slog.Logger {
 	return quiet
 }
 
-// tok adapts the pure-Go tokenizer to the engine.
-type tok struct{ t *tokenizer.Tokenizer }
-
-func (t tok) Encode(text string, maxTokens int) ([]int32, int) {
-	enc := t.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
-	return enc.IDs, enc.Count
-}
-
-func (t tok) SpecialIDs() []int32 { return t.t.SpecialIDs() }
-
 // openEngine opens the tiny hidden-state model on one CPU session.
 func openEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 	t.Helper()
@@ -76,7 +66,7 @@ func openEngineWith(t testing.TB, cfg engine.Config, wrap func(engine.Runner) en
 	if cfg.Warmup == nil {
 		cfg.NoWarmup = true
 	}
-	e, err := engine.New(context.Background(), cfg, tok{tk}, m, func(int) (engine.Runner, error) {
+	e, err := engine.New(context.Background(), cfg, engine.TokenizerFunc(tk.EncodeIDs), m, func(int) (engine.Runner, error) {
 		r, err := ort.Open(m, ort.Provider{IntraOpThreads: 1})
 		if err != nil || wrap == nil {
 			return r, err

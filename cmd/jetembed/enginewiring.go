@@ -187,11 +187,11 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 	if err != nil {
 		return nil, nil, err
 	}
-	tok, err := loadTokenizer(m.TokenizerPath)
+	tok, err := tokenizer.Load(m.TokenizerPath)
 	if err != nil {
 		return nil, nil, err
 	}
-	if unk, ok := tok.t.TokenToID("<unk>"); ok {
+	if unk, ok := tok.TokenToID("<unk>"); ok {
 		cfg.SparseSkip = []int32{unk}
 	}
 	if *f.trtProfile {
@@ -199,7 +199,7 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 			return nil, nil, fmt.Errorf("%w: --trt-profile: %w", errUsage, err)
 		}
 	}
-	e, err := engine.New(ctx, cfg, tok, m, func(session int) (engine.Runner, error) {
+	e, err := engine.New(ctx, cfg, engine.TokenizerFunc(tok.EncodeIDs), m, func(session int) (engine.Runner, error) {
 		p := prov
 		if p.Kind == ort.CUDA || p.Kind == ort.TensorRT {
 			p.DeviceID += session
@@ -239,20 +239,4 @@ func ints(flag, s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// hfTokenizer adapts the pure-Go tokenizer to [engine.Tokenizer].
-type hfTokenizer struct{ t *tokenizer.Tokenizer }
-
-func loadTokenizer(path string) (hfTokenizer, error) {
-	t, err := tokenizer.Load(path)
-	if err != nil {
-		return hfTokenizer{}, err
-	}
-	return hfTokenizer{t}, nil
-}
-
-func (h hfTokenizer) Encode(text string, maxTokens int) ([]int32, int) {
-	enc := h.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
-	return enc.IDs, enc.Count
 }
