@@ -86,10 +86,10 @@ func (c *Consumer) runJob(ctx context.Context, j *job) {
 	// The stream's clock is not this host's: a skew must not make a wait
 	// negative.
 	c.cfg.Metrics.QueueWait(ctx, max(now.Sub(j.since()), 0))
-	out, truncate := j.outputs(), j.job.Truncates()
-	texts := make([]engine.Text, 0, len(j.job.Texts))
-	idx := make([]int, 0, len(j.job.Texts))
-	for i, t := range j.job.Texts {
+	out, truncate := j.outputs(), j.wire.Truncates()
+	texts := make([]engine.Text, 0, len(j.wire.Texts))
+	idx := make([]int, 0, len(j.wire.Texts))
+	for i, t := range j.wire.Texts {
 		if i < len(j.items) && j.items[i] != nil {
 			continue
 		}

@@ -15,7 +15,7 @@ func (c *Consumer) assemble(j *job, embs []engine.Embedding, seq, idx []int) (*s
 			return nil, e.Err
 		}
 	}
-	sj := j.job
+	sj := j.wire
 	res := &schema.Result{V: schema.Version, ID: j.id, Model: c.model, Items: make([]schema.Item, len(sj.Texts))}
 	res.EchoMeta(sj)
 	for i, e := range j.items {
