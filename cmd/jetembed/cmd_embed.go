@@ -64,7 +64,13 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 	}
 	defer e.Close()
 	fmt.Fprintf(io.err, "jetembed: memory budget %s\n", ef.budgetNote)
+	return embedStream(ctx, e, in, *batch, want, !*noTruncate, total, io)
+}
 
+// embedStream embeds the lines of in, batch lines at a time, and writes
+// one result line per input line, in order; total (-1: unknown) sizes the
+// progress line.
+func embedStream(ctx context.Context, e *engine.Engine, in io.Reader, batch int, want engine.Output, truncate bool, total int, io stdio) error {
 	p := newProgress(io.err, "embedded", total)
 	defer p.end()
 	out := bufio.NewWriter(io.out)
@@ -82,9 +88,9 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 	var readErr error
 	go func() {
 		defer close(pending)
-		readErr = readBatches(in, *batch, func(lines []lineText) bool {
+		readErr = readBatches(in, batch, func(lines []lineText) bool {
 			b := &embedBatch{lines: lines, done: make(chan struct{})}
-			go b.run(ectx, e, want, !*noTruncate)
+			go b.run(ectx, e, want, truncate)
 			select {
 			case pending <- b:
 				return true
