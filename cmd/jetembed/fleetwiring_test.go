@@ -11,6 +11,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/engine/model"
+	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -20,7 +21,7 @@ import (
 // 64 tokens or more until a longer shape is warmed (warm-up stops at 32).
 var guarded = []string{
 	"--guard", "on", "--guard-seq", "64", "--max-tokens", "512",
-	"--warmup-batches", "1", "--warmup-seqs", "8,16,32", "--fleet-idle", "300ms",
+	"--warmup-batches", "1", "--warmup-seqs", "8,16,32", "--fleet", "on", "--fleet-idle", "300ms",
 }
 
 // TestServeFleetHealsRefusedJob runs two serve processes as a fleet: a
@@ -111,7 +112,11 @@ func TestServeTakesPeerProbe(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := natsjs.New(nc)
-	if err := jetstream.StoreProbe(context.Background(), js, "", m.ID, "cpu", arch, "peer/1", 3e-9, 4e-12); err != nil {
+	kv, err := jetstream.OpenKVStore(context.Background(), js, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fleet.StoreProbe(context.Background(), kv, m.ID, "cpu", arch, "peer/1", 3e-9, 4e-12); err != nil {
 		t.Fatal(err)
 	}
 	s := startServe(t, srv.ClientURL(), "--probe")

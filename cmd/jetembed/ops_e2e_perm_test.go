@@ -23,6 +23,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -155,7 +156,7 @@ func TestOpsPermissionsEndToEnd(t *testing.T) {
 		t.Fatalf("provision as provisioner: exit %d: %s%s", code, out, errOut)
 	}
 	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("embedder"))
-	s := startOps(t, url, append(auth("embedder"), "--provision=off", "--http", "")...)
+	s := startOps(t, url, append(auth("embedder"), "--provision=off", "--http", "", "--fleet", "on")...)
 	s.waitReady(t)
 
 	a := connectProducer(t, url, caFile, "producer-a")
@@ -252,7 +253,7 @@ func TestOpsPermissionsEndToEnd(t *testing.T) {
 		}
 		var all []string
 		for k := range keys.Keys() {
-			if p := jetstream.ParseKey(k); p.Kind == jetstream.KindShape && p.Shape.SM == "cpu" && strings.HasPrefix(p.Shape.Model, "bge-m3_") {
+			if p := fleet.ParseKey(k); p.Kind == fleet.KindShape && p.Shape.SM == "cpu" && strings.HasPrefix(p.Shape.Model, "bge-m3_") {
 				return nil
 			}
 			all = append(all, k)

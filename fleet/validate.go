@@ -1,4 +1,4 @@
-package jetstream
+package fleet
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ import (
 // Everything a member reads from the engines bucket was written by someone
 // else: any client allowed to put into the bucket (or a reply subject that
 // resolves into it) can write any key and value. Keys are taken apart by
-// [ParseKey], shapes checked by the engine (FleetEngine.ShapeAdmissible)
+// [ParseKey], shapes checked by the engine (Engine.ShapeAdmissible)
 // and values decoded here, bounded, before anything uses them.
 
 // Bounds of the records of the engines bucket.

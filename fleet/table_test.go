@@ -1,9 +1,10 @@
-package jetstream_test
+package fleet_test
 
 import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/jetembed/jetembed/fleet"
 	"strings"
 	"testing"
 	"time"
@@ -16,17 +17,17 @@ func TestProbeCoefficientsShared(t *testing.T) {
 	ctx := t.Context()
 	const model, arch = "bge-m3@0123456789ab", "amd64-xeon-t8"
 
-	if _, err := jetstream.LoadProbe(ctx, srv.js, "", model, "cpu", arch); !errors.Is(err, jetstream.ErrNoProbe) {
+	if _, err := fleet.LoadProbe(ctx, store(t, srv.js, srv), model, "cpu", arch); !errors.Is(err, fleet.ErrNoProbe) {
 		t.Fatalf("LoadProbe on an empty bucket: %v, want ErrNoProbe", err)
 	}
-	if err := jetstream.StoreProbe(ctx, srv.js, "", model, "cpu", arch, "host-a/1", 2e-9, 3e-12); err != nil {
+	if err := fleet.StoreProbe(ctx, store(t, srv.js, srv), model, "cpu", arch, "host-a/1", 2e-9, 3e-12); err != nil {
 		t.Fatal(err)
 	}
 	// A peer that probed at the same time does not replace the record.
-	if err := jetstream.StoreProbe(ctx, srv.js, "", model, "cpu", arch, "host-b/1", 5e-9, 7e-12); err != nil {
+	if err := fleet.StoreProbe(ctx, store(t, srv.js, srv), model, "cpu", arch, "host-b/1", 5e-9, 7e-12); err != nil {
 		t.Fatal(err)
 	}
-	got, err := jetstream.LoadProbe(ctx, srv.js, srv.cfg.Engines.Name, model, "cpu", arch)
+	got, err := fleet.LoadProbe(ctx, store(t, srv.js, srv), model, "cpu", arch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,11 +36,11 @@ func TestProbeCoefficientsShared(t *testing.T) {
 	}
 	// Plans and timings are per SM and arch: other keys know nothing.
 	for _, other := range [][2]string{{"8.9", arch}, {"cpu", "arm64-graviton-t8"}} {
-		if _, err := jetstream.LoadProbe(ctx, srv.js, "", model, other[0], other[1]); !errors.Is(err, jetstream.ErrNoProbe) {
+		if _, err := fleet.LoadProbe(ctx, store(t, srv.js, srv), model, other[0], other[1]); !errors.Is(err, fleet.ErrNoProbe) {
 			t.Errorf("LoadProbe(%v): %v, want ErrNoProbe", other, err)
 		}
 	}
-	if err := jetstream.StoreProbe(ctx, srv.js, "", model, "cpu", arch, "x", 0, 0); err == nil {
+	if err := fleet.StoreProbe(ctx, store(t, srv.js, srv), model, "cpu", arch, "x", 0, 0); err == nil {
 		t.Error("StoreProbe accepted an empty cost model")
 	}
 }
@@ -55,19 +56,19 @@ func TestReadFleetTable(t *testing.T) {
 		}
 	}
 	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	k := jetstream.ShapeKey{Model: jetstream.KeyToken("bge-m3@0123456789ab"), SM: "sm89", Batch: 1, Seq: 8192}
+	k := fleet.ShapeKey{Model: fleet.KeyToken("bge-m3@0123456789ab"), SM: "sm89", Batch: 1, Seq: 8192}
 	put(k.String(), `{"by":"gpu-1/7","at":"2026-11-29T11:00:00Z","via":"lock","compile_ms":183000,"files":["a.engine","a.profile"]}`)
-	put(jetstream.ShapeKey{Model: k.Model, SM: "sm89", Batch: 2, Seq: 512}.String(), `{"by":"gpu-2/9","via":"run"}`)
-	put(jetstream.ShapeKey{Model: k.Model, SM: "sm89", Batch: 1, Seq: 16384}.Want(), `{"by":"gpu-3/1","at":"2026-11-29T11:59:00Z"}`)
-	put(jetstream.ShapeKey{Model: k.Model, SM: "sm89", Batch: 4, Seq: 4096}.Lock(), `{"by":"gpu-1/7","at":"2026-11-29T11:58:00Z"}`)
-	put(jetstream.ProbeKey("bge-m3@0123456789ab", "8.9", "H100"), `{"a":1.5e-9,"bq":2e-13,"by":"gpu-1/7"}`)
+	put(fleet.ShapeKey{Model: k.Model, SM: "sm89", Batch: 2, Seq: 512}.String(), `{"by":"gpu-2/9","via":"run"}`)
+	put(fleet.ShapeKey{Model: k.Model, SM: "sm89", Batch: 1, Seq: 16384}.Want(), `{"by":"gpu-3/1","at":"2026-11-29T11:59:00Z"}`)
+	put(fleet.ShapeKey{Model: k.Model, SM: "sm89", Batch: 4, Seq: 4096}.Lock(), `{"by":"gpu-1/7","at":"2026-11-29T11:58:00Z"}`)
+	put(fleet.ProbeKey("bge-m3@0123456789ab", "8.9", "H100"), `{"a":1.5e-9,"bq":2e-13,"by":"gpu-1/7"}`)
 	put("something.else", `x`)
-	put(jetstream.ShapeKey{Model: k.Model, SM: "sm89", Batch: 8, Seq: 64}.String(), `{}`)
-	if err := kv.Delete(ctx, jetstream.ShapeKey{Model: k.Model, SM: "sm89", Batch: 8, Seq: 64}.String()); err != nil {
+	put(fleet.ShapeKey{Model: k.Model, SM: "sm89", Batch: 8, Seq: 64}.String(), `{}`)
+	if err := kv.Delete(ctx, fleet.ShapeKey{Model: k.Model, SM: "sm89", Batch: 8, Seq: 64}.String()); err != nil {
 		t.Fatal(err)
 	}
 
-	tab, err := jetstream.ReadFleet(ctx, srv.js, "")
+	tab, err := fleet.Read(ctx, store(t, srv.js, srv))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +96,7 @@ func TestReadFleetTable(t *testing.T) {
 			t.Errorf("table output lacks %q:\n%s", want, text)
 		}
 	}
-	if _, err := jetstream.ReadFleet(context.Background(), srv.js, "NO_SUCH_BUCKET"); err == nil {
-		t.Error("ReadFleet of a missing bucket: no error")
+	if _, err := jetstream.OpenKVStore(context.Background(), srv.js, "NO_SUCH_BUCKET"); err == nil {
+		t.Error("opening a missing bucket: no error")
 	}
 }

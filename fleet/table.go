@@ -1,109 +1,111 @@
-package jetstream
+package fleet
 
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
-
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// FleetTable is the content of the engines bucket, for operators.
-type FleetTable struct {
-	Shapes []FleetShape `json:"shapes"`
-	Wants  []FleetKey   `json:"wants"`
-	Locks  []FleetKey   `json:"locks"`
-	Probes []FleetProbe `json:"probes"`
+// Table is the content of the engines bucket, for operators.
+type Table struct {
+	Shapes []ShapeEntry `json:"shapes"`
+	Wants  []KeyEntry   `json:"wants"`
+	Locks  []KeyEntry   `json:"locks"`
+	Probes []ProbeEntry `json:"probes"`
 	// Unknown are keys of no known layout.
 	Unknown []string `json:"unknown,omitempty"`
 }
 
-// FleetShape is one compiled shape.
-type FleetShape struct {
+// ShapeEntry is one compiled shape.
+type ShapeEntry struct {
 	Key ShapeKey `json:"key"`
 	ShapeRecord
 }
 
-// FleetKey is one want or lock: whose and since when. A live holder
+// KeyEntry is one want or lock: whose and since when. A live holder
 // renews its lock, so a lock's age is how long its compile has run.
-type FleetKey struct {
+type KeyEntry struct {
 	Key ShapeKey  `json:"key"`
 	By  string    `json:"by"`
 	At  time.Time `json:"at"`
 }
 
-// FleetProbe is one set of probe coefficients.
-type FleetProbe struct {
+// ProbeEntry is one set of probe coefficients.
+type ProbeEntry struct {
 	Model string `json:"model"`
 	SM    string `json:"sm"`
 	Arch  string `json:"arch"`
 	ProbeRecord
 }
 
-// ReadFleet reads every key of the engines bucket (default EMBED_ENGINES).
-func ReadFleet(ctx context.Context, js natsjs.JetStream, bucket string) (FleetTable, error) {
-	var t FleetTable
-	kv, err := js.KeyValue(ctx, bucketOrDefault(bucket))
+// Read reads every live key of the engines bucket.
+func Read(ctx context.Context, kv Store) (Table, error) {
+	var t Table
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // ends the watch
+	w, err := kv.Watch(ctx)
 	if err != nil {
-		return t, fmt.Errorf("fleet: bucket %s: %w", bucketOrDefault(bucket), err)
+		return t, fmt.Errorf("fleet: read: %w", err)
 	}
-	w, err := kv.WatchAll(ctx, natsjs.IgnoreDeletes())
-	if err != nil {
-		return t, fmt.Errorf("fleet: read %s: %w", kv.Bucket(), err)
-	}
-	defer w.Stop()
 	for {
-		var e natsjs.KeyValueEntry
+		var e *Entry
+		var ok bool
 		select {
 		case <-ctx.Done():
 			return t, ctx.Err()
-		case e = <-w.Updates():
+		case e, ok = <-w:
+		}
+		if !ok {
+			return t, errors.New("fleet: read: the watch ended before the current values")
 		}
 		if e == nil {
 			break
 		}
-		t.add(e)
+		if e.Op == OpPut {
+			t.add(e)
+		}
 	}
 	t.sort()
 	return t, nil
 }
 
-func (t *FleetTable) add(e natsjs.KeyValueEntry) {
-	pk := ParseKey(e.Key())
+func (t *Table) add(e *Entry) {
+	pk := ParseKey(e.Key)
 	switch pk.Kind {
 	case KindShape:
-		rec, _ := DecodeShapeRecord(e.Value()) // a foreign value still shows its key
-		t.Shapes = append(t.Shapes, FleetShape{Key: pk.Shape, ShapeRecord: rec})
+		rec, _ := DecodeShapeRecord(e.Value) // a foreign value still shows its key
+		t.Shapes = append(t.Shapes, ShapeEntry{Key: pk.Shape, ShapeRecord: rec})
 	case KindWant, KindLock:
-		rec, _ := DecodeLockRecord(e.Value()) // WantRecord has the same fields
-		k := FleetKey{Key: pk.Shape, By: rec.By, At: rec.At}
+		rec, _ := DecodeLockRecord(e.Value) // WantRecord has the same fields
+		k := KeyEntry{Key: pk.Shape, By: rec.By, At: rec.At}
 		if pk.Kind == KindWant {
 			t.Wants = append(t.Wants, k)
 		} else {
 			t.Locks = append(t.Locks, k)
 		}
 	case KindProbe:
-		rec, _ := DecodeProbeRecord(e.Value())
-		t.Probes = append(t.Probes, FleetProbe{Model: pk.Shape.Model, SM: pk.Shape.SM, Arch: pk.Arch, ProbeRecord: rec})
+		rec, _ := DecodeProbeRecord(e.Value)
+		t.Probes = append(t.Probes, ProbeEntry{Model: pk.Shape.Model, SM: pk.Shape.SM, Arch: pk.Arch, ProbeRecord: rec})
 	default:
-		t.Unknown = append(t.Unknown, e.Key())
+		t.Unknown = append(t.Unknown, e.Key)
 	}
 }
 
-func (t *FleetTable) sort() {
+func (t *Table) sort() {
 	byShape := func(a, b ShapeKey) int {
 		return cmp.Or(strings.Compare(a.Model, b.Model), strings.Compare(a.SM, b.SM),
 			cmp.Compare(a.Seq, b.Seq), cmp.Compare(a.Batch, b.Batch))
 	}
-	slices.SortFunc(t.Shapes, func(a, b FleetShape) int { return byShape(a.Key, b.Key) })
-	slices.SortFunc(t.Wants, func(a, b FleetKey) int { return byShape(a.Key, b.Key) })
-	slices.SortFunc(t.Locks, func(a, b FleetKey) int { return byShape(a.Key, b.Key) })
-	slices.SortFunc(t.Probes, func(a, b FleetProbe) int {
+	slices.SortFunc(t.Shapes, func(a, b ShapeEntry) int { return byShape(a.Key, b.Key) })
+	slices.SortFunc(t.Wants, func(a, b KeyEntry) int { return byShape(a.Key, b.Key) })
+	slices.SortFunc(t.Locks, func(a, b KeyEntry) int { return byShape(a.Key, b.Key) })
+	slices.SortFunc(t.Probes, func(a, b ProbeEntry) int {
 		return cmp.Or(strings.Compare(a.Model, b.Model), strings.Compare(a.SM, b.SM), strings.Compare(a.Arch, b.Arch))
 	})
 	slices.Sort(t.Unknown)
@@ -112,7 +114,7 @@ func (t *FleetTable) sort() {
 // Write prints the table: shapes grouped by model and SM with who built
 // them, then pending wants, held locks and probe coefficients. Ages are
 // relative to now.
-func (t FleetTable) Write(w io.Writer, now time.Time) error {
+func (t Table) Write(w io.Writer, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	age := func(at time.Time) string {
 		if at.IsZero() {
@@ -132,7 +134,7 @@ func (t FleetTable) Write(w io.Writer, now time.Time) error {
 	}
 	for _, sec := range []struct {
 		title string
-		keys  []FleetKey
+		keys  []KeyEntry
 	}{{"WANTS", t.Wants}, {"LOCKS", t.Locks}} {
 		fmt.Fprintf(tw, "\n%s (%d)\n", sec.title, len(sec.keys))
 		fmt.Fprintln(tw, "MODEL\tSM\tSHAPE\tBY\tSINCE")

@@ -1,4 +1,4 @@
-package jetstream
+package fleet
 
 import (
 	"encoding/json"
@@ -180,7 +180,7 @@ func ProbeKey(model, sm, arch string) string {
 // How a shape came to be compiled, in [ShapeRecord.Via].
 const (
 	// ViaLock: compiled by the fleet under the compile lock (a wanted
-	// shape, or [Fleet.Compile]).
+	// shape, or [Member.Compile]).
 	ViaLock = "lock"
 	// ViaRun: the engine ran it first on its own (start-up warm-up or an
 	// in-band run) and the fleet published it afterwards.
