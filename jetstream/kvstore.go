@@ -75,7 +75,7 @@ func (s *KVStore) Create(ctx context.Context, key string, value []byte, ttl time
 		opts = append(opts, natsjs.KeyTTL(ttl))
 	}
 	rev, err := s.kv.Create(ctx, key, value, opts...)
-	return rev, storeErr(err)
+	return rev, storeErr(err, fleet.ErrExists)
 }
 
 // Update implements [fleet.Store]: a put expecting rev as the key's last
@@ -83,12 +83,12 @@ func (s *KVStore) Create(ctx context.Context, key string, value []byte, ttl time
 func (s *KVStore) Update(ctx context.Context, key string, value []byte, rev uint64, ttl time.Duration) (uint64, error) {
 	if ttl <= 0 {
 		next, err := s.kv.Update(ctx, key, value, rev)
-		return next, storeErr(err)
+		return next, storeErr(err, fleet.ErrRevision)
 	}
 	ack, err := s.js.PublishMsg(ctx, &nats.Msg{Subject: s.pre + key, Data: value},
 		natsjs.WithMsgTTL(ttl), natsjs.WithExpectLastSequencePerSubject(rev))
 	if err != nil {
-		return 0, storeErr(err)
+		return 0, storeErr(err, fleet.ErrRevision)
 	}
 	return ack.Sequence, nil
 }
@@ -96,7 +96,7 @@ func (s *KVStore) Update(ctx context.Context, key string, value []byte, rev uint
 // Put implements [fleet.Store].
 func (s *KVStore) Put(ctx context.Context, key string, value []byte) (uint64, error) {
 	rev, err := s.kv.Put(ctx, key, value)
-	return rev, storeErr(err)
+	return rev, storeErr(err, nil)
 }
 
 // Delete implements [fleet.Store].
@@ -105,14 +105,14 @@ func (s *KVStore) Delete(ctx context.Context, key string, rev uint64) error {
 	if rev > 0 {
 		opts = append(opts, natsjs.LastRevision(rev))
 	}
-	return storeErr(s.kv.Delete(ctx, key, opts...))
+	return storeErr(s.kv.Delete(ctx, key, opts...), fleet.ErrRevision)
 }
 
 // Get implements [fleet.Store].
 func (s *KVStore) Get(ctx context.Context, key string) (fleet.Entry, error) {
 	e, err := s.kv.Get(ctx, key)
 	if err != nil {
-		return fleet.Entry{}, storeErr(err)
+		return fleet.Entry{}, storeErr(err, nil)
 	}
 	return entry(e), nil
 }
@@ -161,21 +161,21 @@ func entry(e natsjs.KeyValueEntry) fleet.Entry {
 	return fleet.Entry{Key: e.Key(), Value: e.Value(), Revision: e.Revision(), Op: op, Created: e.Created()}
 }
 
-// storeErr maps nats.go's KV errors to the [fleet.Store] sentinels, keeping
-// the cause.
-func storeErr(err error) error {
+// storeErr maps nats.go's KV errors to the [fleet.Store] sentinels,
+// keeping the cause. A failed compare-and-set (the server's "wrong last
+// sequence") is cas: [fleet.ErrExists] for a create, [fleet.ErrRevision]
+// for a write at a revision.
+func storeErr(err, cas error) error {
 	var api *natsjs.APIError
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, natsjs.ErrKeyExists):
-		return fmt.Errorf("%w: %w", fleet.ErrExists, err)
 	case errors.Is(err, natsjs.ErrKeyNotFound), errors.Is(err, natsjs.ErrKeyDeleted):
 		return fmt.Errorf("%w: %w", fleet.ErrNotFound, err)
-	case errors.Is(err, natsjs.ErrKeyRevisionMismatch),
+	case cas != nil && (errors.Is(err, natsjs.ErrKeyExists) || errors.Is(err, natsjs.ErrKeyRevisionMismatch) ||
 		errors.As(err, &api) && (api.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence ||
-			api.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant):
-		return fmt.Errorf("%w: %w", fleet.ErrRevision, err)
+			api.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant)):
+		return fmt.Errorf("%w: %w", cas, err)
 	}
 	return err
 }
