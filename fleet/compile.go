@@ -19,8 +19,8 @@ var (
 	errLockBusy = errors.New("fleet: compile lock held by a peer")
 )
 
-// work is the worker: it pre-warms queued shapes as soon as they arrive,
-// and on every tick publishes the shapes the engine ran and, once the
+// work is the worker: it pre-warms queued shapes as soon as they arrive
+// while the engine has no work queued or running, and on every tick publishes the shapes the engine ran and, once the
 // engine has been idle for IdleQuiet, compiles one wanted shape.
 func (f *Member) work(ctx context.Context) {
 	t := time.NewTicker(f.cfg.Tick)
@@ -34,9 +34,13 @@ func (f *Member) work(ctx context.Context) {
 		case <-f.kick:
 		case <-t.C:
 		}
-		f.prewarmQueued(ctx)
-		f.publishRan(ctx)
 		busy, runs := f.eng.Activity()
+		if !busy {
+			// A pre-warm takes the sessions for a run each (a plan load on
+			// TensorRT): it waits for a moment with no work queued.
+			f.prewarmQueued(ctx)
+		}
+		f.publishRan(ctx)
 		if busy || runs != lastRuns || f.cfg.Busy != nil && f.cfg.Busy() {
 			quietSince, lastRuns = time.Now(), runs
 			continue
