@@ -106,20 +106,18 @@ func (f *Member) publishRan(ctx context.Context) {
 	}
 	f.mu.Unlock()
 	for _, s := range fresh {
-		k := f.cfg.key(s.batch, s.seq)
-		rec := ShapeRecord{By: f.cfg.Member, At: time.Now().UTC(), Via: ViaRun}
-		_, err := f.kv.Create(ctx, k.String(), encodeRecord(rec), 0)
-		switch {
-		case err == nil:
-			f.stats.published.Add(1)
-		case errors.Is(err, ErrExists):
-		default:
+		created, err := publishShape(ctx, f.kv, f.cfg, s)
+		if err != nil {
 			if ctx.Err() == nil {
 				f.stats.errors.Add(1)
-				f.cfg.Logger.Warn("fleet: publishing a shape", "key", k.String(), "err", err)
+				f.cfg.Logger.Warn("fleet: publishing a shape", "err", err)
 			}
 			continue // try again next tick
 		}
+		if created {
+			f.stats.published.Add(1)
+		}
+		k := f.cfg.key(s.batch, s.seq)
 		f.mu.Lock()
 		f.tried[s] = true
 		wanted := f.wanted[s]

@@ -179,3 +179,6 @@ func storeErr(err, cas error) error {
 	}
 	return err
 }
+
+// Bucket is the bucket's name.
+func (s *KVStore) Bucket() string { return s.kv.Bucket() }

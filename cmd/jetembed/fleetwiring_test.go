@@ -119,7 +119,7 @@ func TestServeTakesPeerProbe(t *testing.T) {
 	if err := fleet.StoreProbe(context.Background(), kv, m.ID, "cpu", arch, "peer/1", 3e-9, 4e-12); err != nil {
 		t.Fatal(err)
 	}
-	s := startServe(t, srv.ClientURL(), "--probe")
+	s := startServe(t, srv.ClientURL(), "--probe", "--fleet", "on")
 	if got := logValue(s.log.String(), "fleet: cost model from a peer's probe", "by"); got != "peer/1" {
 		t.Errorf("serve did not take the peer's coefficients (by %q):\n%s", got, s.log.String())
 	}
