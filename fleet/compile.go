@@ -306,7 +306,7 @@ func (f *Member) release(key string, rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := f.kv.Delete(ctx, key, rev); err != nil {
-		f.cfg.Logger.Warn("fleet: releasing the compile lock; it expires by its ttl", "lock", key, "err", err)
+		f.cfg.Logger.Warn("fleet: releasing a key; it expires by its ttl", "key", key, "err", err)
 	}
 }
 

@@ -37,6 +37,7 @@ var ErrConfig = errors.New("invalid fleet config")
 const (
 	DefaultLockTTL         = time.Minute
 	DefaultWantTTL         = time.Hour
+	DefaultMemberTTL       = 30 * time.Second
 	DefaultIdleQuiet       = 10 * time.Second
 	DefaultTick            = time.Second
 	DefaultCompilesPerHour = 12
@@ -61,6 +62,9 @@ type Config struct {
 	LockTTL time.Duration
 	// WantTTL is how long a want key lives if nobody compiles its shape.
 	WantTTL time.Duration
+	// MemberTTL is the per-key TTL of the member's heartbeat key, renewed
+	// every third of it: a member that dies is shown gone after this long.
+	MemberTTL time.Duration
 	// IdleQuiet is how long the engine must have been idle (no call in
 	// flight, no run made, Busy false) before this member compiles wanted
 	// shapes.
@@ -106,6 +110,9 @@ func (c Config) WithDefaults() Config {
 	if c.WantTTL == 0 {
 		c.WantTTL = DefaultWantTTL
 	}
+	if c.MemberTTL == 0 {
+		c.MemberTTL = DefaultMemberTTL
+	}
 	if c.IdleQuiet == 0 {
 		c.IdleQuiet = DefaultIdleQuiet
 	}
@@ -129,6 +136,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: lock ttl %v below the server's 1s resolution", ErrConfig, c.LockTTL)
 	case c.WantTTL < time.Second:
 		return fmt.Errorf("%w: want ttl %v below 1s", ErrConfig, c.WantTTL)
+	case c.MemberTTL < time.Second:
+		return fmt.Errorf("%w: member ttl %v below 1s", ErrConfig, c.MemberTTL)
 	case c.IdleQuiet < 0 || c.Tick < 0:
 		return fmt.Errorf("%w: negative idle quiet %v or tick %v", ErrConfig, c.IdleQuiet, c.Tick)
 	case c.CompilesPerHour < 0:

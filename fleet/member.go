@@ -24,15 +24,16 @@ import (
 //
 // Lock order: warmMu, then mu.
 type Member struct {
-	cfg    Config
-	kv     Store
-	eng    Engine
-	w      <-chan *Entry
-	cancel context.CancelFunc
-	done   chan struct{}
-	wants  chan shape
-	kick   chan struct{} // the worker has pre-warms queued (capacity 1)
-	warmMu sync.Mutex    // held while pre-warming a shape
+	cfg     Config
+	started time.Time
+	kv      Store
+	eng     Engine
+	w       <-chan *Entry
+	cancel  context.CancelFunc
+	done    chan struct{}
+	wants   chan shape
+	kick    chan struct{} // the worker has pre-warms queued (capacity 1)
+	warmMu  sync.Mutex    // held while pre-warming a shape
 
 	ignored ignoredKeys // keys and values not taken from the bucket
 
@@ -85,7 +86,7 @@ func Join(ctx context.Context, kv Store, eng Engine, cfg Config) (*Member, error
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
 	f := &Member{
-		cfg: cfg, kv: kv, eng: eng, cancel: cancel,
+		cfg: cfg, kv: kv, started: time.Now().UTC(), eng: eng, cancel: cancel,
 		done:    make(chan struct{}),
 		wants:   make(chan shape, 256),
 		kick:    make(chan struct{}, 1),
@@ -128,7 +129,9 @@ func Join(ctx context.Context, kv Store, eng Engine, cfg Config) (*Member, error
 	// Logged before the goroutines start: from then on the state is theirs.
 	cfg.Logger.Info("fleet joined", "model", cfg.Model, "sm", cfg.smToken(),
 		"shapes", len(f.shapes), "wants", len(f.wanted), "locks", len(f.locked))
+	rev := f.beat(runCtx, 0)
 	var wg sync.WaitGroup
+	wg.Go(func() { f.heartbeat(runCtx, rev) })
 	wg.Go(f.watch)
 	wg.Go(func() { f.work(runCtx) })
 	wg.Go(func() { f.write(runCtx) })
@@ -208,8 +211,8 @@ func (f *Member) apply(e *Entry) {
 	case pk.Kind == KindUnknown:
 		f.ignored.ignore(e.Key, "not a key of the fleet's layout")
 		return
-	case pk.Kind == KindProbe || pk.Shape.Model != f.cfg.modelToken() || pk.Shape.SM != f.cfg.smToken():
-		return // probes are read by LoadProbe; other models and SMs are the peers'
+	case pk.Kind == KindProbe || pk.Kind == KindMember || pk.Shape.Model != f.cfg.modelToken() || pk.Shape.SM != f.cfg.smToken():
+		return // probes are read by LoadProbe, members by Read; other models and SMs are the peers'
 	}
 	s := shape{pk.Shape.Batch, pk.Shape.Seq}
 	if err := f.eng.ShapeAdmissible(s.batch, s.seq); err != nil {

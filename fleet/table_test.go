@@ -63,6 +63,9 @@ func TestReadFleetTable(t *testing.T) {
 	put(fleet.ShapeKey{Model: k.Model, SM: "sm89", Batch: 4, Seq: 4096}.Lock(), `{"by":"gpu-1/7","at":"2026-11-29T11:58:00Z"}`)
 	put(fleet.ProbeKey("bge-m3@0123456789ab", "8.9", "H100"), `{"a":1.5e-9,"bq":2e-13,"by":"gpu-1/7"}`)
 	put("something.else", `x`)
+	// gpu-1/7 is live; gpu-2/9 and gpu-3/1 are gone.
+	put(fleet.MemberKey("gpu-1/7"), `{"name":"gpu-1/7","model":"bge-m3@0123456789ab","sm":"sm89","shapes":12,"ceiling":8192,"started":"2026-11-29T10:00:00Z","at":"2026-11-29T11:59:50Z"}`)
+	put(fleet.MemberKey("junk/1"), `{"name":""}`)
 	put(fleet.ShapeKey{Model: k.Model, SM: "sm89", Batch: 8, Seq: 64}.String(), `{}`)
 	if err := kv.Delete(ctx, fleet.ShapeKey{Model: k.Model, SM: "sm89", Batch: 8, Seq: 64}.String()); err != nil {
 		t.Fatal(err)
@@ -72,8 +75,14 @@ func TestReadFleetTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(tab.Shapes) != 2 || len(tab.Wants) != 1 || len(tab.Locks) != 1 || len(tab.Probes) != 1 || len(tab.Unknown) != 1 {
-		t.Fatalf("table %+v: want 2 shapes (the deleted one gone), 1 want, 1 lock, 1 probe, 1 unknown key", tab)
+	if len(tab.Shapes) != 2 || len(tab.Wants) != 1 || len(tab.Locks) != 1 || len(tab.Probes) != 1 || len(tab.Unknown) != 2 || len(tab.Members) != 1 {
+		t.Fatalf("table %+v: want 2 shapes (the deleted one gone), 1 want, 1 lock, 1 probe, 1 member, 2 unknown keys", tab)
+	}
+	if !tab.Shapes[0].Gone || tab.Shapes[1].Gone || !tab.Wants[0].Gone || tab.Locks[0].Gone {
+		t.Errorf("gone marks: shapes %+v, wants %+v, locks %+v; want only gpu-1/7's records live", tab.Shapes, tab.Wants, tab.Locks)
+	}
+	if g := tab.Groups; len(g) != 1 || g[0].Shapes != 2 || g[0].Ceiling != 8192 || len(g[0].Members) != 1 || g[0].Members[0] != "gpu-1/7" {
+		t.Errorf("groups %+v: want one model and SM, 2 shapes up to 8192, member gpu-1/7", g)
 	}
 	if s := tab.Shapes[0]; s.Key.Seq != 512 || s.By != "gpu-2/9" || tab.Shapes[1].CompileMS != 183000 || len(tab.Shapes[1].Files) != 2 {
 		t.Errorf("shapes %+v: want sorted by seq with their records", tab.Shapes)
@@ -88,9 +97,11 @@ func TestReadFleetTable(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{
-		"SHAPES (2)", "WANTS (1)", "LOCKS (1)", "PROBES (1)", "OTHER KEYS (1)",
-		"bge-m3_0123456789ab  sm89  1x8192  gpu-1/7  lock  3m3s     2      1h0m0s ago",
-		"1x16384", "gpu-3/1", "1m0s ago", "4x4096", "2m0s ago", "something.else",
+		"MEMBERS (1 live)", "SHAPES (2)", "WANTS (1)", "LOCKS (1)", "PROBES (1)", "OTHER KEYS (2)",
+		"gpu-1/7  bge-m3@0123456789ab  sm89  12      8192     2h0m0s  10s ago",
+		"bge-m3_0123456789ab on sm89: 2 shapes, up to seq 8192; members gpu-1/7",
+		"bge-m3_0123456789ab  sm89  1x8192  gpu-1/7         lock  3m3s     2      1h0m0s ago",
+		"2x512   gpu-2/9 (gone)", "1x16384  gpu-3/1 (gone)", "1m0s ago", "4x4096", "2m0s ago", "something.else",
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("table output lacks %q:\n%s", want, text)

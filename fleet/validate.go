@@ -84,6 +84,27 @@ func DecodeProbeRecord(b []byte) (ProbeRecord, error) {
 	return rec, nil
 }
 
+// DecodeMemberRecord decodes and checks the value of a member key.
+func DecodeMemberRecord(b []byte) (MemberRecord, error) {
+	var rec MemberRecord
+	if err := decodeRecord(b, &rec); err != nil {
+		return MemberRecord{}, err
+	}
+	switch {
+	case rec.Name == "" || len(rec.Name) > maxMemberLen || len(rec.Model) > maxMemberLen:
+		return MemberRecord{}, fmt.Errorf("%w: member or model name empty or over %d bytes", errRecord, maxMemberLen)
+	case !isToken(rec.SM) || len(rec.SM) > 64:
+		return MemberRecord{}, fmt.Errorf("%w: not an sm token", errRecord)
+	case rec.Shapes < 0 || rec.Shapes > maxCount || rec.Ceiling < 0 || rec.Ceiling > maxCount:
+		return MemberRecord{}, fmt.Errorf("%w: shape count or ceiling outside 0..%d", errRecord, maxCount)
+	}
+	return rec, nil
+}
+
+// maxCount bounds the numbers of a member record, as [ParseKey] bounds a
+// key's batch and seq.
+const maxCount = 999999
+
 func costCoefficient(x float64) bool { return x >= 0 && !math.IsInf(x, 1) && !math.IsNaN(x) }
 
 func decodeRecord(b []byte, v any) error {
