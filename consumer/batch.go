@@ -153,7 +153,9 @@ func (c *Consumer) runBatch(ctx context.Context, b *batch) {
 		err = schema.Errorf(schema.CodeEngineUnavailable, "engine unavailable")
 	}
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, engine.ErrFatal) {
+			// A fatal engine error ends the process: its jobs go back at
+			// once, for the peers (as at shutdown).
 			err = errShutdown
 		} else if len(b.jobs) > 1 && !isSchemaError(err) {
 			// An internal failure (a bug, a panic) may come from one job's
