@@ -27,31 +27,33 @@ var fatalMessages = []string{
 // joined), is [ErrFatal] or carries one of TensorRT's fatal engine-build
 // messages.
 func IsFatal(err error) bool {
+	return errors.Is(err, ErrFatal) || fatalText(err) != ""
+}
+
+// fatalText is the text of the first error in err's chain that carries a
+// fatal engine-build message, or "". Each error of the chain is read by
+// hand: a wrapper's text need not include its cause's.
+func fatalText(err error) string {
 	if err == nil {
-		return false
+		return ""
 	}
-	if errors.Is(err, ErrFatal) {
-		return true
-	}
-	msg := strings.ToLower(err.Error())
+	msg := err.Error()
 	for _, m := range fatalMessages {
-		if strings.Contains(msg, m) {
-			return true
+		if strings.Contains(strings.ToLower(msg), m) {
+			return msg
 		}
 	}
-	// Each error of the chain by hand: a wrapper's text need not include
-	// its cause's.
 	switch u := err.(type) {
 	case interface{ Unwrap() error }:
-		return IsFatal(u.Unwrap())
+		return fatalText(u.Unwrap())
 	case interface{ Unwrap() []error }:
 		for _, e := range u.Unwrap() {
-			if IsFatal(e) {
-				return true
+			if t := fatalText(e); t != "" {
+				return t
 			}
 		}
 	}
-	return false
+	return ""
 }
 
 // fatalState records the first fatal run error of an engine.
@@ -65,6 +67,10 @@ func (f *fatalState) init() { f.done = make(chan struct{}) }
 
 func (f *fatalState) set(err error) {
 	f.once.Do(func() {
+		// The cause's text is kept where a wrapper's hides it.
+		if t := fatalText(err); t != "" && !strings.Contains(err.Error(), t) {
+			err = fmt.Errorf("%w (%s)", err, t)
+		}
 		f.err = err
 		close(f.done)
 	})
