@@ -29,7 +29,7 @@ type wantLog [][2]int
 
 func (w *wantLog) Want(batch, seq int) { *w = append(*w, [2]int{batch, seq}) }
 
-func TestWithWants(t *testing.T) {
+func TestWrap(t *testing.T) {
 	refused := schema.Errorf(schema.CodeShapeNotWarmed, "above the ceiling")
 	unavailable := schema.Errorf(schema.CodeEngineUnavailable, "reloading")
 	inner := cannedEmbedder{
