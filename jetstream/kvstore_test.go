@@ -15,24 +15,15 @@ import (
 )
 
 // domainRig is a client on the leaf of a [natstest.Domain] that uses the
-// hub's JetStream domain.
-func domainRig(t *testing.T) natsjs.JetStream {
+// hub's JetStream domain, the objects provisioned through it, and the
+// engines bucket as the fleet's store.
+func domainRig(t *testing.T, ctx context.Context) (natsjs.JetStream, jetstream.Config, *jetstream.KVStore) {
 	t.Helper()
 	d := natstest.RunDomain(t)
 	js, err := natsjs.NewWithDomain(connect(t, d.Leaf.ClientURL()), d.HubDomain)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return js
-}
-
-// TestKVStoreLockRenewalUnderDomain: the compile lock's create, renewal
-// (a put at the lock's revision with a fresh TTL) and release all reach
-// the bucket of the hub's domain from a client on a leaf node.
-func TestKVStoreLockRenewalUnderDomain(t *testing.T) {
-	js := domainRig(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	cfg := jetstream.DefaultConfig()
 	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
 		t.Fatal(err)
@@ -41,6 +32,16 @@ func TestKVStoreLockRenewalUnderDomain(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return js, cfg, kv
+}
+
+// TestKVStoreLockRenewalUnderDomain: the compile lock's create, renewal
+// (a put at the lock's revision with a fresh TTL) and release all reach
+// the bucket of the hub's domain from a client on a leaf node.
+func TestKVStoreLockRenewalUnderDomain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	_, _, kv := domainRig(t, ctx)
 	const key, ttl = "lock.m.cpu.b1.s64", 2 * time.Second
 	rev, err := kv.Create(ctx, key, []byte(`{"by":"a"}`), ttl)
 	if err != nil {
@@ -92,17 +93,9 @@ func TestKVStoreLockRenewalUnderDomain(t *testing.T) {
 // the domain's bucket from a leaf node ("no response from stream"), so a
 // compile longer than the lock's TTL lost its lock to a peer.
 func TestKVStoreOldRenewalSubjectMissesDomain(t *testing.T) {
-	js := domainRig(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	cfg := jetstream.DefaultConfig()
-	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
-	kv, err := jetstream.OpenKVStore(ctx, js, cfg.Engines.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
+	js, cfg, kv := domainRig(t, ctx)
 	const key = "lock.m.cpu.b1.s64"
 	rev, err := kv.Create(ctx, key, []byte(`{"by":"a"}`), 5*time.Second)
 	if err != nil {
