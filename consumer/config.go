@@ -70,6 +70,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics records counts and latencies; nil records nothing.
 	Metrics Metrics
+	// Blobs stores results over the publisher's max payload (see
+	// [PayloadLimiter]); nil answers them result_too_large instead.
+	Blobs BlobStore
 	// Now is the clock; default time.Now. Tests move it.
 	Now func() time.Time
 }

@@ -95,7 +95,11 @@ type fakePub struct {
 	fail       func(subject string) error
 	failDLQ    error
 	delay      time.Duration
+	// maxPayload, when set, is the limit the publisher reports.
+	maxPayload int64
 }
+
+func (p *fakePub) MaxPayload() int64 { return p.maxPayload }
 
 func (p *fakePub) PublishResult(ctx context.Context, subject, msgID string, header map[string][]string, data []byte) error {
 	if p.delay > 0 {

@@ -167,3 +167,12 @@ func (j *job) heartbeat(now time.Time, every time.Duration) bool {
 	j.lastTouch = now
 	return j.d.Msg.InProgress() == nil
 }
+
+// replySubject is where the job's result goes: the resolved reply, or a
+// request's own inbox.
+func (j *job) replySubject() string {
+	if j.d.Respond != nil {
+		return j.d.Reply
+	}
+	return j.reply
+}

@@ -43,6 +43,9 @@ const RunSession = "embed"
 // Reasons of NAKs and TERMs that are not error codes.
 const (
 	ReasonPublishFailed = "publish_failed"
+	// ReasonPublishDenied: the server refused the result's publish (the
+	// consumer's user may not publish to the reply subject).
+	ReasonPublishDenied = "publish_denied"
 	ReasonDLQFailed     = "dlq_failed"
 	ReasonShutdown      = "shutdown"
 )

@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 
@@ -54,8 +55,11 @@ func (c *Consumer) deadLetter(ctx context.Context, j *job, out outcome) outcome 
 	if out.err != nil {
 		dl.Message = out.err.Message
 	}
-	if out.reason == ReasonPublishFailed {
+	switch out.reason {
+	case ReasonPublishFailed:
 		dl.Code, dl.Message = ReasonPublishFailed, "result not published on the final delivery"
+	case ReasonPublishDenied:
+		dl.Code, dl.Message = ReasonPublishDenied, "the server denied the result's publish to "+j.replySubject()
 	}
 	dl.JobID, dl.MsgID = c.boundID(j.id), deadLetterID(dl.Code, j)
 	err := c.pub.PublishDLQ(ctx, dl, c.boundHeader(j.d.Header), j.d.Data)
@@ -101,6 +105,15 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 	}
 	h := schema.ResultHeader(res, j.reply, j.enc)
 	telemetry.InjectHeaders(ctx, h)
+	if limit := c.payloadLimit(); limit > 0 && msgSize(h, data)+headerRoom > limit {
+		var send bool
+		if out, data, send = c.oversized(ctx, j, out, res, h, data, limit); !send {
+			return out
+		}
+		if out.code == schema.CodeResultTooLarge {
+			h[schema.HeaderErrorCode] = []string{string(out.code)}
+		}
+	}
 	start := c.cfg.Now()
 	switch {
 	case j.d.Respond != nil:
@@ -116,19 +129,12 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 		return out
 	}
 	if err != nil {
-		c.cfg.Logger.Warn("result not published", "job", j.id, "reply", j.reply, "delivered", j.d.NumDelivered, "err", err)
-		if out.verdict == verdictAck {
-			out.reason = ReasonPublishFailed
-			if c.finalDelivery(j.d.NumDelivered) {
-				// No redelivery follows: keep the job in the DLQ rather
-				// than lose it.
-				out.verdict, out.dlq = verdictTerm, true
-			} else {
-				out.verdict = verdictNak
-				out.delay = c.cfg.NakBackoff.Delay(j.d.NumDelivered)
-			}
+		level := slog.LevelWarn
+		if errors.Is(err, ErrPublishDenied) {
+			level = slog.LevelError
 		}
-		return out
+		c.cfg.Logger.Log(ctx, level, "result not published", "job", j.id, "reply", j.replySubject(), "delivered", j.d.NumDelivered, "err", err)
+		return c.publishFailed(j, out, err)
 	}
 	c.cfg.Metrics.Publish(ctx, c.cfg.Now().Sub(start))
 	return out

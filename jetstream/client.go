@@ -1,214 +1,62 @@
 package jetstream
 
 import (
-	"context"
-	"encoding/base64"
-	"errors"
-	"fmt"
-	"iter"
-
 	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/schema"
-	"github.com/jetembed/jetembed/telemetry"
+)
+
+// The producer client lives in package client (nats.go and schema only);
+// these names keep the server-side code and its tests on one spelling.
+type (
+	// Client is [client.Client].
+	Client = client.Client
+	// ClientOption is [client.Option].
+	ClientOption = client.Option
+	// StoredResult is [client.StoredResult].
+	StoredResult = client.StoredResult
+	// ResultsOption is [client.ResultsOption].
+	ResultsOption = client.ResultsOption
 )
 
 var (
-	// ErrNoService means no process of the embed service answered a
-	// request: nothing serves the endpoint.
-	ErrNoService = errors.New("no embed service answered")
-	// ErrBadResult means a stored result does not decode; [Client.Results]
-	// yields it and goes on.
-	ErrBadResult = errors.New("result does not decode")
+	// ErrNoService is [client.ErrNoService].
+	ErrNoService = client.ErrNoService
+	// ErrBadResult is [client.ErrBadResult].
+	ErrBadResult = client.ErrBadResult
 )
 
-// Client is the producer side of jetembed for Go programs: it queues jobs in
-// the jobs stream ([Client.Submit]), reads their results back from the
-// results stream ([Client.Results]) and asks for vectors now through the
-// request-reply service ([Client.Embed]). W3C trace context of the ctx
-// travels in the message headers.
-type Client struct {
-	nc *nats.Conn
-	js natsjs.JetStream
-	o  clientOptions
-}
+// NewClient is [client.New].
+func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) { return client.New(nc, opts...) }
 
-// NewClient returns a client on nc.
-func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) {
-	o := defaultClientOptions()
-	for _, opt := range opts {
-		opt(&o)
-	}
-	js, err := natsjs.New(nc)
-	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
-	}
-	return &Client{nc: nc, js: js, o: o}, nil
-}
+// WithRun is [client.WithRun].
+func WithRun(run string) ClientOption { return client.WithRun(run) }
 
-// Run is the client's run id (see [WithRun]).
-func (c *Client) Run() string { return c.o.run }
+// WithJSON is [client.WithJSON].
+func WithJSON() ClientOption { return client.WithJSON() }
 
-// JobSubject is where [Client.Submit] publishes jobs: embed.jobs.<run>.
-func (c *Client) JobSubject() string { return c.o.jobsPrefix + "." + c.o.run }
+// WithOutputs is [client.WithOutputs].
+func WithOutputs(outputs ...schema.Output) ClientOption { return client.WithOutputs(outputs...) }
 
-// ReplySubject is where the result of job id goes:
-// embed.results.<run>.<id>, with an id that is not one subject token
-// base64url-encoded behind a "~".
-func (c *Client) ReplySubject(id string) string {
-	return c.o.resultsPrefix + "." + c.o.run + "." + idToken(id)
-}
+// WithEndpoint is [client.WithEndpoint].
+func WithEndpoint(subject string) ClientOption { return client.WithEndpoint(subject) }
 
-func idToken(id string) string {
-	if id != "" && subjectToken(id) == id {
-		return id
-	}
-	return "~" + base64.RawURLEncoding.EncodeToString([]byte(id))
-}
+// AfterSequence is [client.AfterSequence].
+func AfterSequence(seq uint64) ResultsOption { return client.AfterSequence(seq) }
 
-// Submit queues job in the jobs stream, with Nats-Msg-Id = the job id so a
-// job submitted twice within the stream's duplicate window runs once. A job
-// without a reply subject gets [Client.ReplySubject]; job itself is not
-// changed. It returns once the stream stored the job (ack.Duplicate says it
-// was already there).
-func (c *Client) Submit(ctx context.Context, job *schema.Job) (*natsjs.PubAck, error) {
-	j := *job
-	if j.V == 0 {
-		j.V = schema.Version
-	}
-	if j.Reply == "" {
-		j.Reply = c.ReplySubject(j.ID)
-	}
-	data, err := schema.EncodeJob(&j, c.o.enc)
-	if err != nil {
-		return nil, fmt.Errorf("submit job %q: %w", j.ID, err)
-	}
-	h := nats.Header(schema.JobHeader(&j, c.o.enc))
-	telemetry.InjectHeaders(ctx, h)
-	ack, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: c.JobSubject(), Header: h, Data: data})
-	if err != nil {
-		return nil, fmt.Errorf("submit job %q: %w", j.ID, err)
-	}
-	return ack, nil
-}
+// UntilCaughtUp is [client.UntilCaughtUp].
+func UntilCaughtUp() ResultsOption { return client.UntilCaughtUp() }
 
-// StoredResult is one result read back from the results stream.
-type StoredResult struct {
-	*schema.Result
-	// Subject is the subject it was published on.
-	Subject string
-	// Sequence is its stream sequence; Pending counts the results of the
-	// run stored after it when it was delivered.
-	Sequence, Pending uint64
-}
-
-// Results yields the results of run stored in the results stream, oldest
-// first, through an ordered consumer on embed.results.<run>.>, and then
-// waits for new ones until ctx ends (or, with [UntilCaughtUp], stops when
-// it has read what was stored). A result that does not decode is yielded
-// with an error wrapping [ErrBadResult] and the iteration goes on; an error
-// that ends it (ctx, the stream) is yielded last.
-func (c *Client) Results(ctx context.Context, run string, opts ...ResultsOption) iter.Seq2[StoredResult, error] {
-	var o resultsOptions
-	for _, opt := range opts {
-		opt(&o)
+// WithStreams names the jobs and results subjects, the results stream and
+// the blobs bucket of cfg, for deployments that renamed them.
+func WithStreams(cfg Config) ClientOption {
+	n := client.Names{ResultsStream: cfg.Results.Name, BlobsBucket: cfg.Blobs.Name}
+	if len(cfg.Jobs.Subjects) > 0 {
+		n.JobsSubject = cfg.Jobs.Subjects[0]
 	}
-	filter := c.o.resultsPrefix + "." + subjectToken(run) + ".>"
-	return func(yield func(StoredResult, error) bool) {
-		if o.untilCaughtUp {
-			s, err := c.js.Stream(ctx, c.o.resultsStream)
-			if err != nil {
-				yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
-				return
-			}
-			info, err := s.Info(ctx, natsjs.WithSubjectFilter(filter))
-			if err != nil {
-				yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
-				return
-			}
-			if len(info.State.Subjects) == 0 {
-				return
-			}
-		}
-		cc := natsjs.OrderedConsumerConfig{FilterSubjects: []string{filter}}
-		if o.after > 0 {
-			cc.DeliverPolicy, cc.OptStartSeq = natsjs.DeliverByStartSequencePolicy, o.after+1
-		}
-		cons, err := c.js.OrderedConsumer(ctx, c.o.resultsStream, cc)
-		if err != nil {
-			yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
-			return
-		}
-		it, err := cons.Messages()
-		if err != nil {
-			yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
-			return
-		}
-		defer it.Stop()
-		for {
-			m, err := it.Next(natsjs.NextContext(ctx))
-			if err != nil {
-				yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
-				return
-			}
-			sr := StoredResult{Subject: m.Subject()}
-			if md, err := m.Metadata(); err == nil {
-				sr.Sequence, sr.Pending = md.Sequence.Stream, md.NumPending
-			}
-			res, err := schema.DecodeResult(m.Data(), schema.EncodingFor(m.Headers().Get(schema.HeaderContentType)))
-			if err != nil {
-				err = fmt.Errorf("%w: %s (seq %d): %w", ErrBadResult, sr.Subject, sr.Sequence, err)
-			}
-			sr.Result = res
-			if !yield(sr, err) {
-				return
-			}
-			if o.untilCaughtUp && sr.Pending == 0 {
-				return
-			}
-		}
+	if len(cfg.Results.Subjects) > 0 {
+		n.ResultsSubject = cfg.Results.Subjects[0]
 	}
-}
-
-// Embed asks the request-reply service for the vectors of texts now, with
-// the client's outputs (see [WithOutputs]). It is [Client.Request] with a
-// fresh job.
-func (c *Client) Embed(ctx context.Context, texts ...string) (*schema.Result, error) {
-	j := schema.NewJob(nuid.Next(), texts...)
-	j.Outputs = c.o.outputs
-	return c.Request(ctx, j)
-}
-
-// Request sends job to the request-reply endpoint and waits for its result
-// (bounded by ctx; give it a deadline). A result carrying a job-level error
-// is returned together with that error, a *schema.Error.
-func (c *Client) Request(ctx context.Context, job *schema.Job) (*schema.Result, error) {
-	data, err := schema.EncodeJob(job, c.o.enc)
-	if err != nil {
-		return nil, fmt.Errorf("request job %q: %w", job.ID, err)
-	}
-	h := nats.Header(schema.JobHeader(job, c.o.enc))
-	telemetry.InjectHeaders(ctx, h)
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, publishTimeout)
-		defer cancel()
-	}
-	reply, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: c.o.endpoint, Header: h, Data: data})
-	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("%w on %s: %w", ErrNoService, c.o.endpoint, err)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("request job %q: %w", job.ID, err)
-	}
-	res, err := schema.DecodeResult(reply.Data, schema.EncodingFor(reply.Header.Get(schema.HeaderContentType)))
-	if err != nil {
-		return nil, fmt.Errorf("result of job %q: %w", job.ID, err)
-	}
-	if res.Error != nil {
-		return res, res.Error
-	}
-	return res, nil
+	return client.WithNames(n)
 }

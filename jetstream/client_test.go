@@ -96,11 +96,35 @@ func TestClientSubmitCarriesTraceContext(t *testing.T) {
 	if !strings.Contains(parent, "4bf92f3577b34da6a3ce929d0e0e4736") {
 		t.Errorf("job headers %v carry no traceparent of the caller's span", h)
 	}
-	if h.Get(schema.HeaderMsgID) != "t1" || h.Get(schema.HeaderContentType) != schema.MediaTypeJSON {
+	if h.Get(schema.HeaderMsgID) != schema.JobMsgID(c.ReplySubject("t1"), "t1") || h.Get(schema.HeaderContentType) != schema.MediaTypeJSON {
 		t.Errorf("job headers %v", h)
 	}
 	job, err := schema.DecodeJob(stored.Data, schema.EncodingJSON)
 	if err != nil || job.Reply != c.ReplySubject("t1") {
 		t.Errorf("stored job %+v (%v): want reply %s", job, err, c.ReplySubject("t1"))
+	}
+}
+
+// Two producers that pick the same job id (each with its own run, so its own
+// reply subject) both get their job queued; the same producer submitting it
+// again is deduplicated by the jobs stream.
+func TestClientSubmitSameIDTwoProducers(t *testing.T) {
+	srv := newServer(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var acks []bool
+	for _, run := range []string{"a", "b", "a"} {
+		c, err := jetstream.NewClient(srv.nc, jetstream.WithRun(run))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ack, err := c.Submit(ctx, schema.NewJob("doc-1", "hello"))
+		if err != nil {
+			t.Fatalf("run %s: %v", run, err)
+		}
+		acks = append(acks, ack.Duplicate)
+	}
+	if acks[0] || acks[1] || !acks[2] {
+		t.Errorf("duplicate flags of producer a, producer b, producer a again = %v, want [false false true]", acks)
 	}
 }

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -94,7 +95,10 @@ func (m backoffMsg) NakWithDelay(delay time.Duration) error {
 // acknowledge (Msg is nil): the caller waits for the answer instead, which
 // goes back through Respond. A result carrying a job-level error is sent as
 // a micro error, so `nats micro stats` counts it, with the same body.
-func requestDelivery(req micro.Request, received time.Time) consumer.Delivery {
+//
+// The answer is flushed and checked against the connection's permission
+// violations, so a reply the server refuses is reported, not lost.
+func requestDelivery(nc *nats.Conn, req micro.Request, received time.Time) consumer.Delivery {
 	h := map[string][]string(req.Headers())
 	if h == nil {
 		h = make(map[string][]string, 1)
@@ -108,10 +112,14 @@ func requestDelivery(req micro.Request, received time.Time) consumer.Delivery {
 		Received:     received,
 		Respond: func(header map[string][]string, data []byte) error {
 			opt := micro.WithHeaders(micro.Headers(header))
-			if code := first(header, schema.HeaderErrorCode); code != "" {
-				return req.Error(code, code, data, opt)
-			}
-			return req.Respond(data, opt)
+			ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+			defer cancel()
+			return confirmCore(ctx, nc, req.Reply(), func() error {
+				if code := first(header, schema.HeaderErrorCode); code != "" {
+					return req.Error(code, code, data, opt)
+				}
+				return req.Respond(data, opt)
+			})
 		},
 	}
 }

@@ -44,6 +44,7 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config, opts ...Pro
 	}
 	r.Outcomes = append(r.Outcomes, ensureConsumer(ctx, js, cfg.Jobs.Name, cfg.consumerConfig(), o))
 	r.Outcomes = append(r.Outcomes, ensureBucket(ctx, js, cfg.bucketConfig(), cfg.Replicas, o))
+	r.Outcomes = append(r.Outcomes, ensureObjectStore(ctx, js, cfg.blobsConfig(), o))
 	var errs []error
 	var missing []string
 	for _, oc := range r.Outcomes {
@@ -318,4 +319,39 @@ func sorted(s []string) []string {
 	s = slices.Clone(s)
 	slices.Sort(s)
 	return s
+}
+
+func (c Config) blobsConfig() natsjs.ObjectStoreConfig {
+	return natsjs.ObjectStoreConfig{
+		Bucket:      c.Blobs.Name,
+		Description: "jetembed: results too large for one message",
+		TTL:         c.Blobs.TTL,
+		Storage:     natsjs.FileStorage,
+		Replicas:    c.Replicas,
+	}
+}
+
+func ensureObjectStore(ctx context.Context, js natsjs.JetStream, want natsjs.ObjectStoreConfig, o provisionOptions) Outcome {
+	obs, err := js.ObjectStore(ctx, want.Bucket)
+	if errors.Is(err, natsjs.ErrBucketNotFound) {
+		return created(ctx, "objstore", want.Bucket, o, func(ctx context.Context) error {
+			_, err := js.CreateObjectStore(ctx, want)
+			return err
+		})
+	}
+	if err != nil {
+		return failed("objstore", want.Bucket, err)
+	}
+	st, err := obs.Status(ctx)
+	if err != nil {
+		return failed("objstore", want.Bucket, err)
+	}
+	var d drift
+	d.check("Storage", st.Storage(), want.Storage, false)
+	d.check("TTL", st.TTL(), want.TTL, true)
+	d.checkDown("Replicas", st.Replicas(), want.Replicas, want.Replicas < st.Replicas())
+	return d.outcome(ctx, "objstore", want.Bucket, o, func(ctx context.Context) error {
+		_, err := js.UpdateObjectStore(ctx, want)
+		return err
+	})
 }

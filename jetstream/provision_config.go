@@ -58,8 +58,18 @@ type BucketSpec struct {
 	LimitMarkerTTL time.Duration
 }
 
+// BlobsSpec is the wanted shape of the Object Store bucket that holds
+// results too large for one message.
+type BlobsSpec struct {
+	// Name is the bucket name.
+	Name string
+	// TTL drops a blob this long after it was stored; 0 keeps it forever.
+	TTL time.Duration
+}
+
 // Config is everything [Provision] creates: three streams, the durable pull
-// consumer on the jobs stream, and the engines KV bucket.
+// consumer on the jobs stream, the engines KV bucket and the blobs Object
+// Store bucket.
 type Config struct {
 	// Replicas is the replica count of the streams and the bucket (the
 	// consumer follows its stream): 1, or 3 or 5 in a cluster.
@@ -82,6 +92,8 @@ type Config struct {
 
 	// Engines is the KV bucket that propagates compiled engine shapes.
 	Engines BucketSpec
+	// Blobs is the Object Store bucket of oversized results.
+	Blobs BlobsSpec
 }
 
 // DefaultConfig returns the names and limits of the design: EMBED_JOBS,
@@ -113,6 +125,8 @@ func DefaultConfig() Config {
 			MaxAckPending: 1024,
 		},
 		Engines: BucketSpec{Name: "EMBED_ENGINES", History: 1, LimitMarkerTTL: 5 * time.Minute},
+		// Kept as long as the results that name them.
+		Blobs: BlobsSpec{Name: "EMBED_BLOBS", TTL: day},
 	}
 }
 
@@ -204,6 +218,12 @@ func (c Config) Validate() error {
 	}
 	if c.Engines.LimitMarkerTTL < time.Second {
 		add("engines bucket %s: limit marker ttl %v: want >= 1s (lock keys need per-key TTLs)", c.Engines.Name, c.Engines.LimitMarkerTTL)
+	}
+	if err := validName(c.Blobs.Name); err != nil {
+		add("blobs bucket: %w", err)
+	}
+	if c.Blobs.TTL < 0 {
+		add("blobs bucket %s: negative ttl %v", c.Blobs.Name, c.Blobs.TTL)
 	}
 	if len(errs) == 0 {
 		return nil

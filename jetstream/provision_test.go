@@ -35,8 +35,8 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 
 func wantActions(t *testing.T, r Report, want Action) {
 	t.Helper()
-	if len(r.Outcomes) != 5 {
-		t.Fatalf("report has %d outcomes, want 5:\n%s", len(r.Outcomes), r)
+	if len(r.Outcomes) != 6 {
+		t.Fatalf("report has %d outcomes, want 6:\n%s", len(r.Outcomes), r)
 	}
 	for _, o := range r.Outcomes {
 		if o.Action != want {
@@ -93,7 +93,7 @@ func TestProvisionFreshThenNoop(t *testing.T) {
 	if r.Changed() {
 		t.Error("re-run reports a change")
 	}
-	if got := r.String(); strings.Count(got, "unchanged") != 5 || strings.Count(got, "\n") != 5 {
+	if got := r.String(); strings.Count(got, "unchanged") != 6 || strings.Count(got, "\n") != 6 {
 		t.Errorf("report:\n%s", got)
 	}
 }
@@ -301,7 +301,7 @@ func TestProvisionCluster(t *testing.T) {
 		t.Fatalf("Provision: %v\n%s", err, r)
 	}
 	wantActions(t, r, Created)
-	for _, name := range []string{"EMBED_JOBS", "EMBED_RESULTS", "EMBED_DLQ", "KV_EMBED_ENGINES"} {
+	for _, name := range []string{"EMBED_JOBS", "EMBED_RESULTS", "EMBED_DLQ", "KV_EMBED_ENGINES", "OBJ_EMBED_BLOBS"} {
 		c.WaitOnStreamLeader("", name)
 		s, err := js.Stream(ctx, name)
 		if err != nil {
@@ -392,5 +392,39 @@ func TestProvisionInvalidConfig(t *testing.T) {
 	// Validation comes first: no server is needed to refuse this.
 	if _, err := Provision(context.Background(), nil, cfg); !errors.Is(err, ErrInvalidConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestProvisionBlobsBucket: the blobs Object Store gets the configured TTL
+// and replicas, and a changed TTL is updated in place.
+func TestProvisionBlobsBucket(t *testing.T) {
+	s := natstest.RunServer(t)
+	ctx := testCtx(t, 20*time.Second)
+	js := newJS(t, s.ClientURL())
+	cfg := DefaultConfig()
+	if _, err := Provision(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := js.ObjectStore(ctx, "EMBED_BLOBS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := obs.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.TTL() != 24*time.Hour || st.Replicas() != 1 || st.Storage() != natsjs.FileStorage {
+		t.Errorf("blobs bucket: ttl %v replicas %d storage %v", st.TTL(), st.Replicas(), st.Storage())
+	}
+	cfg.Blobs.TTL = time.Hour
+	r, err := Provision(ctx, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := r.Find("objstore", "EMBED_BLOBS"); o.Action != Updated {
+		t.Errorf("blobs bucket: %v, want updated\n%s", o.Action, r)
+	}
+	if st, _ = obs.Status(ctx); st.TTL() != time.Hour {
+		t.Errorf("ttl after update %v", st.TTL())
 	}
 }

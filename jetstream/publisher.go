@@ -1,16 +1,19 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/schema"
 	"github.com/jetembed/jetembed/telemetry"
@@ -49,6 +52,10 @@ type Publisher struct {
 	resName string
 	dlqName string
 	dlqBase string // DLQ subject prefix, ending in "."
+
+	blobName string
+	blobMu   sync.Mutex
+	blobs    natsjs.ObjectStore // bound on first PutBlob
 }
 
 // NewPublisher returns the publisher for the streams of cfg (only the
@@ -68,11 +75,15 @@ func NewPublisher(nc *nats.Conn, cfg Config) (*Publisher, error) {
 	return &Publisher{
 		nc: nc, js: js,
 		results: cfg.Results.Subjects, resName: cfg.Results.Name,
-		dlqName: cfg.DLQ.Name, dlqBase: base,
+		dlqName: cfg.DLQ.Name, dlqBase: base, blobName: cfg.Blobs.Name,
 	}, nil
 }
 
-var _ consumer.Publisher = (*Publisher)(nil)
+var (
+	_ consumer.Publisher      = (*Publisher)(nil)
+	_ consumer.PayloadLimiter = (*Publisher)(nil)
+	_ consumer.BlobStore      = (*Publisher)(nil)
+)
 
 // PublishResult implements [consumer.Publisher].
 func (p *Publisher) PublishResult(ctx context.Context, subject, msgID string, header map[string][]string, data []byte) error {
@@ -85,22 +96,61 @@ func (p *Publisher) PublishResult(ctx context.Context, subject, msgID string, he
 	telemetry.InjectHeaders(ctx, h)
 	m := &nats.Msg{Subject: subject, Header: h, Data: data}
 	if !matchesAny(p.results, subject) {
-		if err := p.nc.PublishMsg(m); err != nil {
-			return fmt.Errorf("publish result to %s: %w", subject, err)
-		}
-		if err := p.nc.FlushWithContext(ctx); err != nil {
-			return fmt.Errorf("%w: result to %s: %w", ErrNotConfirmed, subject, err)
-		}
-		return nil
+		return confirmCore(ctx, p.nc, subject, func() error { return p.nc.PublishMsg(m) })
 	}
 	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(p.resName)}
 	if msgID != "" {
 		opts = append(opts, natsjs.WithMsgID(msgID))
 	}
+	t := deniedTracker(p.nc)
+	mark := t.mark()
 	if _, err := p.js.PublishMsg(ctx, m, opts...); err != nil {
+		// A denied stream publish is never answered: the request times
+		// out, and the violation says why.
+		if t.deniedSince(ctx, mark, subject, nil) {
+			return deniedError(subject)
+		}
 		return fmt.Errorf("%w: result to %s: %w", ErrNotConfirmed, subject, err)
 	}
 	return nil
+}
+
+// MaxPayload implements [consumer.PayloadLimiter]: the connected server's
+// max_payload.
+func (p *Publisher) MaxPayload() int64 { return p.nc.MaxPayload() }
+
+// PutBlob implements [consumer.BlobStore] on the blobs Object Store bucket
+// (bound on first use; provisioning creates it).
+func (p *Publisher) PutBlob(ctx context.Context, name string, header map[string][]string, data []byte) (schema.Blob, error) {
+	ctx, cancel := withTimeout(ctx)
+	defer cancel()
+	obs, err := p.blobStore(ctx)
+	if err != nil {
+		return schema.Blob{}, err
+	}
+	meta := natsjs.ObjectMeta{Name: name, Headers: nats.Header{}}
+	if ct := first(header, schema.HeaderContentType); ct != "" {
+		meta.Headers.Set(schema.HeaderContentType, ct)
+	}
+	info, err := obs.Put(ctx, meta, bytes.NewReader(data))
+	if err != nil {
+		return schema.Blob{}, fmt.Errorf("%w: blob %s in %s: %w", ErrNotConfirmed, name, p.blobName, err)
+	}
+	return schema.Blob{Name: info.Name, Size: int64(info.Size), Digest: info.Digest}, nil
+}
+
+func (p *Publisher) blobStore(ctx context.Context) (natsjs.ObjectStore, error) {
+	p.blobMu.Lock()
+	defer p.blobMu.Unlock()
+	if p.blobs != nil {
+		return p.blobs, nil
+	}
+	obs, err := p.js.ObjectStore(ctx, p.blobName)
+	if err != nil {
+		return nil, fmt.Errorf("blobs bucket %s: %w", p.blobName, err)
+	}
+	p.blobs = obs
+	return obs, nil
 }
 
 // PublishDLQ implements [consumer.Publisher]: the job's body and headers go
@@ -172,17 +222,5 @@ func matchSubject(filter, subject string) bool {
 	return len(ft) == len(st)
 }
 
-// subjectToken makes s usable as one subject token: anything but letters,
-// digits, '-' and '_' becomes '_'.
-func subjectToken(s string) string {
-	if s == "" {
-		return "_"
-	}
-	b := []byte(s)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			b[i] = '_'
-		}
-	}
-	return string(b)
-}
+// subjectToken makes s usable as one subject token ([client.Token]).
+func subjectToken(s string) string { return client.Token(s) }

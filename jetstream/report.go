@@ -66,7 +66,7 @@ func (c Change) String() string {
 
 // Outcome is what happened to one stream, consumer or bucket.
 type Outcome struct {
-	// Kind is "stream", "consumer" or "kv".
+	// Kind is "stream", "consumer", "kv" or "objstore".
 	Kind string
 	// Name is the object's name; a consumer's is "STREAM/consumer".
 	Name string

@@ -164,9 +164,10 @@ type worker struct {
 }
 
 type workerOptions struct {
-	cfg  consumer.Config
-	sink func(*consumer.Consumer) jetstream.Sink // wraps the consumer
-	pull []jetstream.PullOption
+	cfg   consumer.Config
+	blobs bool                                    // store oversized results in the blobs bucket, as serve --blobs
+	sink  func(*consumer.Consumer) jetstream.Sink // wraps the consumer
+	pull  []jetstream.PullOption
 }
 
 // startWorker runs a consumer on emb against srv, like serve does.
@@ -178,7 +179,7 @@ func startWorker(t testing.TB, srv *server, emb consumer.Embedder, o workerOptio
 		log = testLogger(t)
 	}
 	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
-		Config: srv.cfg, Consumer: o.cfg, Embedder: emb, Sink: o.sink,
+		Config: srv.cfg, Consumer: o.cfg, Embedder: emb, Sink: o.sink, Blobs: o.blobs,
 		Service: jetstream.ServiceOptions{Version: "test"}, Pull: o.pull, Logger: log,
 	})
 	if err != nil {

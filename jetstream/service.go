@@ -76,7 +76,7 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 		return nil, fmt.Errorf("micro service: %w", err)
 	}
 	handler := micro.ContextHandler(ctx, func(ctx context.Context, req micro.Request) {
-		if err := sink.Submit(ctx, requestDelivery(req, time.Now())); err != nil {
+		if err := sink.Submit(ctx, requestDelivery(nc, req, time.Now())); err != nil {
 			log.Debug("request refused", "subject", req.Subject(), "err", err)
 		}
 	})

@@ -33,6 +33,10 @@ type WorkerConfig struct {
 	Consumer consumer.Config
 	// Embedder makes the vectors.
 	Embedder consumer.Embedder
+	// Blobs stores results over the server's max payload in the blobs
+	// Object Store bucket and replies with a reference (serve --blobs);
+	// false answers them result_too_large.
+	Blobs bool
 	// Sink, when set, wraps the consumer on its way from the fetch loop and
 	// the service (tests look at deliveries there).
 	Sink func(*consumer.Consumer) Sink
@@ -154,6 +158,9 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 		return nil, err
 	}
 	cc := cfg.Consumer
+	if cfg.Blobs {
+		cc.Blobs = pub
+	}
 	l := st.limits()
 	cc.AckWait, cc.MaxDeliver = l.AckWait, l.MaxDeliver
 	if cc.Logger == nil {

@@ -47,6 +47,9 @@ func (res *Result) DecodeMsgpack(dec *msgpack.Decoder) error {
 			res.Error, err = r.errorValue()
 		case "meta":
 			res.Meta, err = r.meta()
+		case "blob":
+			res.Blob = new(Blob)
+			err = r.blob(res.Blob)
 		default:
 			err = r.skip()
 		}
@@ -216,4 +219,21 @@ func (r reader) errorValue() (*Error, error) {
 		err = errors.New("error without a code")
 	}
 	return e, err
+}
+
+func (r reader) blob(b *Blob) error {
+	return r.fields("blob", func(key string) error {
+		var err error
+		switch key {
+		case "name":
+			b.Name, err = r.str()
+		case "size":
+			b.Size, err = r.integer()
+		case "digest":
+			b.Digest, err = r.str()
+		default:
+			err = r.skip()
+		}
+		return err
+	})
 }

@@ -16,7 +16,8 @@
 //
 //	job:    v, id, texts, outputs, truncate, reply, deadline, meta
 //	result: v, id, model, items, usage {tokens, padded_tokens},
-//	        error {code, message, retriable}, meta
+//	        error {code, message, retriable}, meta,
+//	        blob {name, size, digest} (a result stored in the blobs bucket)
 //	item:   dense, sparse {ids, weights}, colbert, tokens, truncated,
 //	        error {code, message}
 //

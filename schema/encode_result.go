@@ -10,7 +10,8 @@ import (
 func (res *Result) EncodeMsgpack(enc *msgpack.Encoder) error {
 	raw := res.rawMeta.in(EncodingMsgpack)
 	n := 2 + count(res.Model != "") + count(len(res.Items) > 0) + count(!res.Usage.IsZero()) +
-		count(res.Error != nil) + count(len(res.Meta) > 0 || raw != nil)
+		count(res.Error != nil) + count(len(res.Meta) > 0 || raw != nil) +
+		count(res.Blob != nil)
 	if err := enc.EncodeMapLen(n); err != nil {
 		return err
 	}
@@ -45,6 +46,13 @@ func (res *Result) EncodeMsgpack(enc *msgpack.Encoder) error {
 	case len(res.Meta) > 0:
 		w.key("meta")
 		w.do(enc.Encode(res.Meta))
+	}
+	if b := res.Blob; b != nil {
+		w.key("blob")
+		w.do(enc.EncodeMapLen(3))
+		w.str("name", b.Name)
+		w.int("size", int(b.Size))
+		w.str("digest", b.Digest)
 	}
 	return w.err
 }

@@ -23,6 +23,10 @@ const (
 	CodeOverloaded        Code = "overloaded"
 	CodeDeadlineExceeded  Code = "deadline_exceeded"
 	CodeInternal          Code = "internal"
+	// CodeResultTooLarge means the encoded result exceeds the server's max
+	// payload and blobs are off: final, never retried (it would only be
+	// computed again at the same size).
+	CodeResultTooLarge Code = "result_too_large"
 )
 
 // Retriable reports whether a job refused with this code may succeed when

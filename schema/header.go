@@ -18,8 +18,9 @@ const (
 	HeaderReply = "Embed-Reply"
 	// HeaderDeadline is an RFC 3339 deadline, as the job's deadline field.
 	HeaderDeadline = "Embed-Deadline"
-	// HeaderMsgID is the JetStream dedupe id. Producers set it to the job
-	// id (the idempotency key of jobs); a result carries [ResultMsgID].
+	// HeaderMsgID is the JetStream dedupe id. A job carries [JobMsgID] (its
+	// reply and id: the id is the idempotency key of a producer's jobs); a
+	// result carries [ResultMsgID].
 	HeaderMsgID = "Nats-Msg-Id"
 	// HeaderJobID is set on results to the job id, so that a reader can
 	// tell whose result it is without decoding the body.
@@ -30,13 +31,16 @@ const (
 )
 
 // JobHeader returns the headers a producer sends with a job encoded with
-// enc: the Content-Type, the job id as Nats-Msg-Id (JetStream dedupes
-// republished jobs within the stream's window) and the deadline, if any.
-// The map converts to nats.Header directly.
+// enc: the Content-Type, [JobMsgID] as Nats-Msg-Id (JetStream dedupes
+// republished jobs within the stream's window, and two producers that use
+// one id with their own reply subjects never drop each other's jobs) and the
+// deadline, if any. The map converts to nats.Header directly.
 func JobHeader(j *Job, enc Encoding) map[string][]string {
 	h := map[string][]string{
 		HeaderContentType: {enc.ContentType()},
-		HeaderMsgID:       {j.ID},
+	}
+	if id := JobMsgID(j.Reply, j.ID); id != "" {
+		h[HeaderMsgID] = []string{id}
 	}
 	if j.Deadline != "" {
 		h[HeaderDeadline] = []string{j.Deadline}
@@ -67,7 +71,17 @@ func ResultHeader(res *Result, reply string, enc Encoding) map[string][]string {
 // results stream while two producers that use the same id (with their own
 // reply subjects) never collide. It is "" for a job without an id, whose
 // results are not deduplicated.
-func ResultMsgID(reply, id string) string {
+func ResultMsgID(reply, id string) string { return identity("r1-", reply, id) }
+
+// JobMsgID is the dedupe id of job id whose result goes to reply: the same
+// hash as [ResultMsgID] under its own prefix, so a producer that publishes a
+// job twice has it stored once while another producer's job with the same
+// id and its own reply subject is kept. It is "" for a job without an id.
+func JobMsgID(reply, id string) string { return identity("j1-", reply, id) }
+
+// identity hashes reply and id (length-prefixed, so no two pairs collide by
+// concatenation) into a dedupe id with prefix.
+func identity(prefix, reply, id string) string {
 	if id == "" {
 		return ""
 	}
@@ -77,7 +91,7 @@ func ResultMsgID(reply, id string) string {
 	h.Write(n[:])
 	h.Write([]byte(reply))
 	h.Write([]byte(id))
-	return "r1-" + hex.EncodeToString(h.Sum(nil)[:16])
+	return prefix + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // ApplyHeader fills the job's Reply and Deadline from the Embed-Reply and

@@ -8,13 +8,31 @@ import (
 func TestJobHeader(t *testing.T) {
 	j := NewJob("job-1", "x")
 	got := JobHeader(j, EncodingJSON)
-	want := map[string][]string{"Content-Type": {"application/json"}, "Nats-Msg-Id": {"job-1"}}
+	want := map[string][]string{"Content-Type": {"application/json"}, "Nats-Msg-Id": {JobMsgID("", "job-1")}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("JobHeader = %v, want %v", got, want)
 	}
 	j.Deadline = "2030-01-01T00:00:00Z"
 	if got := JobHeader(j, EncodingMsgpack); got["Embed-Deadline"][0] != j.Deadline || got["Content-Type"][0] != "application/msgpack" {
 		t.Errorf("JobHeader with deadline = %v", got)
+	}
+}
+
+func TestJobMsgIDIsTheJobsIdentity(t *testing.T) {
+	a, b := NewJob("doc-1", "x"), NewJob("doc-1", "x")
+	a.Reply, b.Reply = "embed.results.a.run", "embed.results.b.run"
+	ha, hb := JobHeader(a, EncodingMsgpack)[HeaderMsgID][0], JobHeader(b, EncodingMsgpack)[HeaderMsgID][0]
+	if ha == hb {
+		t.Errorf("two producers' jobs with one id share the dedupe id %q", ha)
+	}
+	if again := JobHeader(a, EncodingJSON)[HeaderMsgID][0]; again != ha {
+		t.Errorf("a republished job has a new dedupe id: %q, then %q", ha, again)
+	}
+	if ha == ResultMsgID(a.Reply, a.ID) {
+		t.Errorf("a job and its result share the dedupe id %q", ha)
+	}
+	if _, ok := JobHeader(NewJob("", "x"), EncodingJSON)[HeaderMsgID]; ok {
+		t.Error("a job without an id got a dedupe id")
 	}
 }
 

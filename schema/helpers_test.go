@@ -105,7 +105,7 @@ func sameItem(a, b Item) bool {
 
 func sameResult(a, b *Result) bool {
 	if a.V != b.V || a.ID != b.ID || a.Model != b.Model || a.Usage != b.Usage ||
-		!reflect.DeepEqual(a.Error, b.Error) || len(a.Items) != len(b.Items) || len(a.Meta) != len(b.Meta) {
+		!reflect.DeepEqual(a.Error, b.Error) || !reflect.DeepEqual(a.Blob, b.Blob) || len(a.Items) != len(b.Items) || len(a.Meta) != len(b.Meta) {
 		return false
 	}
 	for i := range a.Items {

@@ -12,8 +12,21 @@ type Result struct {
 	// Error is set when the whole job failed; Items is then empty.
 	Error *Error         `msgpack:"error,omitempty" json:"error,omitempty"`
 	Meta  map[string]any `msgpack:"meta,omitempty" json:"meta,omitempty"`
+	// Blob, when set, says the result was too large for one message: the
+	// whole result, in the same encoding, is the named object of the blobs
+	// Object Store bucket, and this result carries no items.
+	Blob *Blob `msgpack:"blob,omitempty" json:"blob,omitempty"`
 
 	rawMeta rawMeta
+}
+
+// Blob names a result stored in the blobs Object Store bucket (EMBED_BLOBS
+// by default): the object's name, its size in bytes and its digest as the
+// Object Store reports it ("SHA-256=" and the unpadded base64url sha256).
+type Blob struct {
+	Name   string `msgpack:"name" json:"name"`
+	Size   int64  `msgpack:"size" json:"size"`
+	Digest string `msgpack:"digest" json:"digest"`
 }
 
 // EchoMeta sets the result's meta to the job's. When the job was decoded,

@@ -92,7 +92,9 @@ func TestResultRoundTrip(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.enc.String(), func(t *testing.T) {
-			for _, res := range []*Result{fullResult(tt.floats), ErrorResult("j", Errorf(CodeOverloaded, "busy"))} {
+			blob := &Result{V: 1, ID: "big", Model: "m@1", Usage: Usage{Tokens: 9000, PaddedTokens: 9000},
+				Blob: &Blob{Name: "r.0123abcd", Size: 12 << 20, Digest: "SHA-256=abc_-"}}
+			for _, res := range []*Result{fullResult(tt.floats), ErrorResult("j", Errorf(CodeOverloaded, "busy")), blob} {
 				data, err := EncodeResult(res, tt.enc)
 				if err != nil {
 					t.Fatal(err)

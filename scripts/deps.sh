@@ -61,3 +61,11 @@ if command -v node >/dev/null && [ ! -d "$deps/hf-oracle/node_modules/tokenizers
     (cd "$deps/hf-oracle" && npm install --silent --ignore-scripts --no-audit --no-fund >/dev/null)
   fi
 fi
+
+# The Node.js example's NATS client (examples/node, versions pinned by its
+# package-lock.json), into its own git-ignored node_modules. Optional:
+# skipped without Node; TestNodeExample installs it too when missing.
+if command -v npm >/dev/null && [ ! -d "$root/examples/node/node_modules/@nats-io/transport-node" ]; then
+  echo "deps: npm ci examples/node (@nats-io/transport-node, @nats-io/jetstream)" >&2
+  (cd "$root/examples/node" && npm ci --silent --ignore-scripts --no-audit --no-fund >/dev/null)
+fi

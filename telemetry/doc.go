@@ -10,5 +10,6 @@
 //
 // Headers are plain map[string][]string, which nats.Header converts to, so
 // this package does not import nats.go. It imports nothing of the project
-// except schema, for the error codes used as metric labels.
+// except schema, for the error codes used as metric labels, and
+// internal/tracehdr, the trace-header carrier it shares with package client.
 package telemetry

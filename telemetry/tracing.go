@@ -5,16 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 
 	"go.opentelemetry.io/contrib/exporters/autoexport"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/jetembed/jetembed/internal/tracehdr"
 )
 
 // instrumentationName names the tracer and the meter of jetembed.
@@ -45,7 +45,7 @@ var tracingEnv = []string{
 // propagator is used by [InjectHeaders] and [ExtractHeaders] whether or not
 // [SetupTracing] ran, so that a process without an exporter still forwards
 // its producers' trace context instead of cutting the trace.
-var propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+var propagator = tracehdr.Propagator
 
 // SetupTracing installs the global tracer provider with a span exporter
 // configured by the standard OTEL_* environment variables (OTLP over HTTP or
@@ -132,50 +132,14 @@ func Job(id string, texts int) []attribute.KeyValue {
 	return []attribute.KeyValue{AttrJobID.String(id), AttrTexts.Int(texts)}
 }
 
-// headerCarrier adapts NATS headers to the OpenTelemetry carrier. NATS header
-// keys are case-sensitive, but a header that went through an HTTP gateway may
-// arrive canonicalized ("Traceparent"), so Get falls back to a
-// case-insensitive match.
-type headerCarrier map[string][]string
-
-func (h headerCarrier) Get(key string) string {
-	if v := h[key]; len(v) > 0 {
-		return v[0]
-	}
-	for k, v := range h {
-		if len(v) > 0 && strings.EqualFold(k, key) {
-			return v[0]
-		}
-	}
-	return ""
-}
-
-func (h headerCarrier) Set(key, value string) { h[key] = []string{value} }
-
-func (h headerCarrier) Keys() []string {
-	keys := make([]string, 0, len(h))
-	for k := range h {
-		keys = append(keys, k)
-	}
-	return keys
-}
-
 // InjectHeaders writes the trace context of ctx (traceparent, tracestate,
 // baggage) into h, typically a nats.Header about to be published. A nil h is
 // left alone: there is nowhere to write.
-func InjectHeaders(ctx context.Context, h map[string][]string) {
-	if h == nil {
-		return
-	}
-	propagator.Inject(ctx, headerCarrier(h))
-}
+func InjectHeaders(ctx context.Context, h map[string][]string) { tracehdr.Inject(ctx, h) }
 
 // ExtractHeaders returns ctx carrying the remote span context found in h, so
 // spans started from it join the producer's trace. Without trace headers it
 // returns ctx unchanged.
 func ExtractHeaders(ctx context.Context, h map[string][]string) context.Context {
-	if len(h) == 0 {
-		return ctx
-	}
-	return propagator.Extract(ctx, headerCarrier(h))
+	return tracehdr.Extract(ctx, h)
 }

@@ -3,14 +3,13 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"time"
-
-	"golang.org/x/term"
+	"strconv"
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/schema"
@@ -19,7 +18,7 @@ import (
 func init() {
 	register(command{
 		name:    "embed",
-		summary: "embed JSONL texts from stdin locally, without NATS (one JSONL result per line)",
+		summary: "embed JSONL texts from a file or stdin locally, without NATS (one JSONL result per line)",
 		run:     runEmbed,
 	})
 }
@@ -37,8 +36,8 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q (texts come on stdin)", errUsage, fs.Args())
+	if fs.NArg() > 1 {
+		return fmt.Errorf("%w: unexpected arguments %q (one input file, or texts on stdin)", errUsage, fs.Args())
 	}
 	if *batch < 1 {
 		return fmt.Errorf("%w: --batch must be positive", errUsage)
@@ -47,13 +46,26 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
+	path := fs.Arg(0)
+	total := -1
+	if path != "" && path != "-" {
+		if total, err = countLines(path); err != nil {
+			return err
+		}
+	}
+	in, closeIn, err := openInput(cmp.Or(path, "-"), io.in)
+	if err != nil {
+		return err
+	}
+	defer closeIn()
 	e, _, err := ef.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer e.Close()
 
-	p := newProgress(io.err)
+	p := newProgress(io.err, "embedded", total)
+	defer p.end()
 	out := bufio.NewWriter(io.out)
 	defer out.Flush()
 	// Waiting for admission gives back-pressure instead of overloaded
@@ -69,7 +81,7 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 	var readErr error
 	go func() {
 		defer close(pending)
-		readErr = readBatches(io.in, *batch, func(lines []lineText) bool {
+		readErr = readBatches(in, *batch, func(lines []lineText) bool {
 			b := &embedBatch{lines: lines, done: make(chan struct{})}
 			go b.run(ectx, e, want, !*noTruncate)
 			select {
@@ -80,6 +92,7 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 			}
 		})
 	}()
+	lines, failed := 0, 0
 	for b := range pending {
 		<-b.done
 		if b.err != nil {
@@ -91,13 +104,45 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 		if err := out.Flush(); err != nil {
 			return fmt.Errorf("write results: %w", err)
 		}
-		p.add(b.lines)
+		lines += len(b.lines)
+		failed += b.failed
+		p.add(len(b.lines))
 	}
 	if readErr != nil {
-		return fmt.Errorf("read stdin: %w", readErr)
+		return fmt.Errorf("read input: %w", readErr)
 	}
-	p.done()
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return linesFailed(failed, lines)
+}
+
+// countLines counts the lines of a file, for the progress total.
+func countLines(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n, last := 0, byte('\n')
+	buf := make([]byte, 64<<10)
+	for {
+		k, err := f.Read(buf)
+		n += bytes.Count(buf[:k], []byte{'\n'})
+		if k > 0 {
+			last = buf[k-1]
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return 0, err
+		}
+	}
+	if last != '\n' {
+		n++
+	}
+	return n, nil
 }
 
 // readBatches calls batch with every size lines of r (and the rest at the
@@ -106,8 +151,10 @@ func readBatches(r io.Reader, size int, batch func([]lineText) bool) error {
 	in := bufio.NewScanner(r)
 	in.Buffer(make([]byte, 0, 64<<10), maxLine)
 	lines := make([]lineText, 0, size)
+	n := 0
 	for in.Scan() {
-		lines = append(lines, parseLine(in.Bytes()))
+		n++
+		lines = append(lines, parseLine(in.Bytes(), n))
 		if len(lines) == size {
 			if !batch(lines) {
 				return nil
@@ -124,34 +171,45 @@ func readBatches(r io.Reader, size int, batch func([]lineText) bool) error {
 // embedBatch is one batch of lines on its way through the engine; done
 // closes when buf holds its JSONL results or err is set.
 type embedBatch struct {
-	lines []lineText
-	buf   bytes.Buffer
-	err   error
-	done  chan struct{}
+	lines  []lineText
+	buf    bytes.Buffer
+	failed int // lines answered with an error
+	err    error
+	done   chan struct{}
 }
 
 func (b *embedBatch) run(ctx context.Context, e *engine.Engine, want engine.Output, truncate bool) {
 	defer close(b.done)
-	b.err = embedLines(ctx, e, b.lines, want, truncate, json.NewEncoder(&b.buf))
+	b.failed, b.err = embedLines(ctx, e, b.lines, want, truncate, json.NewEncoder(&b.buf))
 }
 
-// lineText is one input line: its text, or why it has none.
+// lineText is one input line: its id (given, else its line number) and its
+// text, or why it has none.
 type lineText struct {
+	id   string
 	text string
 	err  *schema.Error
 }
 
-func parseLine(b []byte) lineText {
+func parseLine(b []byte, n int) lineText {
 	var v struct {
+		ID   any     `json:"id"`
 		Text *string `json:"text"`
 	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return lineText{err: schema.Errorf(schema.CodeBadPayload, "line is not a JSON object: %v", err)}
+	l := lineText{id: strconv.Itoa(n)}
+	err := json.Unmarshal(b, &v)
+	if err == nil && v.ID != nil {
+		l.id = fmt.Sprint(v.ID)
 	}
-	if v.Text == nil {
-		return lineText{err: schema.Errorf(schema.CodeBadPayload, `line has no "text" string`)}
+	switch {
+	case err != nil:
+		l.err = schema.Errorf(schema.CodeBadPayload, "line %d is not a JSON object: %v", n, err)
+	case v.Text == nil:
+		l.err = schema.Errorf(schema.CodeBadPayload, `line %d has no "text" string`, n)
+	default:
+		l.text = *v.Text
 	}
-	return lineText{text: *v.Text}
+	return l
 }
 
 func parseOutputs(s string) (engine.Output, error) {
@@ -177,8 +235,9 @@ func parseOutputs(s string) (engine.Output, error) {
 }
 
 // embedLines embeds one batch of lines and writes one result per line, in
-// order. Only a refusal of the whole call is an error of the command.
-func embedLines(ctx context.Context, e *engine.Engine, lines []lineText, want engine.Output, truncate bool, enc *json.Encoder) error {
+// order, returning how many lines failed. Only a refusal of the whole call
+// is an error of the command.
+func embedLines(ctx context.Context, e *engine.Engine, lines []lineText, want engine.Output, truncate bool, enc *json.Encoder) (int, error) {
 	texts := make([]engine.Text, 0, len(lines))
 	for _, l := range lines {
 		if l.err == nil {
@@ -187,20 +246,23 @@ func embedLines(ctx context.Context, e *engine.Engine, lines []lineText, want en
 	}
 	embs, _, err := e.Embed(ctx, texts)
 	if err != nil {
-		return err
+		return 0, err
 	}
-	next := 0
+	next, failed := 0, 0
 	for _, l := range lines {
 		it := schema.Item{Error: l.err}
 		if l.err == nil {
 			it = item(embs[next], want)
 			next++
 		}
-		if err := enc.Encode(it); err != nil {
-			return fmt.Errorf("write result: %w", err)
+		if it.Error != nil {
+			failed++
+		}
+		if err := enc.Encode(newOutputLine(l.id, e.ModelID(), it)); err != nil {
+			return 0, fmt.Errorf("write result: %w", err)
 		}
 	}
-	return nil
+	return failed, nil
 }
 
 // item converts an engine result to its wire form.
@@ -221,33 +283,6 @@ func item(e engine.Embedding, want engine.Output) schema.Item {
 		}
 	}
 	return it
-}
-
-// progress prints a one-line count on stderr when stderr is a terminal.
-type progress struct {
-	w     io.Writer
-	on    bool
-	start time.Time
-	texts int
-}
-
-func newProgress(w io.Writer) *progress {
-	f, ok := w.(*os.File)
-	return &progress{w: w, on: ok && term.IsTerminal(int(f.Fd())), start: time.Now()}
-}
-
-func (p *progress) add(lines []lineText) {
-	p.texts += len(lines)
-	if p.on {
-		rate := float64(p.texts) / time.Since(p.start).Seconds()
-		fmt.Fprintf(p.w, "\rembedded %d texts (%.0f/s)", p.texts, rate)
-	}
-}
-
-func (p *progress) done() {
-	if p.on {
-		fmt.Fprintln(p.w)
-	}
 }
 
 // nonNil makes an empty list encode as [] rather than null.

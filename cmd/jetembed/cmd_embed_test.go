@@ -62,9 +62,10 @@ func TestEmbedCommand(t *testing.T) {
 		`{"text":` + strconvQuote(long) + `}`,
 	}, "\n") + "\n"
 	code, out, errOut := run(t, in, "embed", "--model", dir, "--outputs", "dense,sparse,colbert", "--batch", "2", "--max-tokens", "32", "--threads", "1")
-	if code != 0 {
-		t.Fatalf("exit %d: %s", code, errOut)
+	if code != 1 || !strings.Contains(errOut, "2 of 6 lines failed") {
+		t.Fatalf("exit %d, want 1 with a summary: %s", code, errOut)
 	}
+	checkOutputLines(t, out, []string{"1", "2", "3", "4", "5", "6"})
 	items := decodeItems(t, out)
 	if len(items) != 6 {
 		t.Fatalf("%d result lines for 6 input lines", len(items))
@@ -99,7 +100,7 @@ func TestEmbedCommand(t *testing.T) {
 	}
 
 	code, out, errOut = run(t, `{"text":`+strconvQuote(long)+`}`+"\n", "embed", "--model", dir, "--max-tokens", "32", "--no-truncate")
-	if code != 0 {
+	if code != 1 || !strings.Contains(errOut, "1 of 1 lines failed") {
 		t.Fatalf("--no-truncate: exit %d: %s", code, errOut)
 	}
 	if it := decodeItems(t, out)[0]; it.Error == nil || it.Error.Code != schema.CodeTextTooLong || it.Dense != nil {
@@ -119,7 +120,7 @@ func TestEmbedCommandUsage(t *testing.T) {
 		{"embed", "--model", dir, "--outputs", "dense,bogus"},
 		{"embed", "--model", dir, "--provider", "quantum"},
 		{"embed", "--model", dir, "--tiers", "8,x"},
-		{"embed", "--model", dir, "extra"},
+		{"embed", "--model", dir, "in.jsonl", "extra"},
 	} {
 		if code, _, _ := run(t, "", args...); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)

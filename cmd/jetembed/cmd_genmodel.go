@@ -13,6 +13,35 @@ import (
 // to the repository root.
 const defaultTokenizer = "testdata/tokenizers/xlmr-unigram.json"
 
+// findTokenizer finds the default tokenizer from any directory: under the
+// working directory or one of its parents (inside a checkout), else beside
+// the binary or above it (bin/jetembed of a checkout).
+func findTokenizer() (string, error) {
+	var starts []string
+	if wd, err := os.Getwd(); err == nil {
+		starts = append(starts, wd)
+	}
+	if exe, err := os.Executable(); err == nil {
+		if exe, err = filepath.EvalSymlinks(exe); err == nil {
+			starts = append(starts, filepath.Dir(exe))
+		}
+	}
+	for _, dir := range starts {
+		for {
+			p := filepath.Join(dir, defaultTokenizer)
+			if _, err := os.Stat(p); err == nil {
+				return p, nil
+			}
+			parent := filepath.Dir(dir)
+			if parent == dir {
+				break
+			}
+			dir = parent
+		}
+	}
+	return "", fmt.Errorf("%w: %s not found above the working directory or the binary; give --tokenizer", errUsage, defaultTokenizer)
+}
+
 func init() {
 	register(command{
 		name:    "genmodel",
@@ -27,7 +56,7 @@ func runGenmodel(_ context.Context, args []string, io stdio) error {
 	layout := fs.String("layout", "hidden", "export layout: hidden (last_hidden_state + head safetensors) or heads (dense/sparse/colbert outputs)")
 	fp16 := fs.Bool("fp16", false, "store the weights as float16 (compute and outputs stay float32)")
 	seed := fs.Int("seed", 42, "seed of the random weights; same flags give byte-identical files")
-	tokenizer := fs.String("tokenizer", defaultTokenizer, "tokenizer.json to copy into the model directory; its vocabulary sets vocab_size")
+	tokenizer := fs.String("tokenizer", "", "tokenizer.json to copy into the model directory; its vocabulary sets vocab_size (default: the repository's "+defaultTokenizer+", found above the working directory or the binary)")
 	out := fs.String("out", "", "model directory to write (created if missing)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -48,6 +77,11 @@ func runGenmodel(_ context.Context, args []string, io stdio) error {
 	l := onnxgen.Layout(*layout)
 	if l != onnxgen.LayoutHidden && l != onnxgen.LayoutHeads {
 		return fmt.Errorf("%w: --layout %q (want hidden or heads)", errUsage, *layout)
+	}
+	if *tokenizer == "" {
+		if *tokenizer, err = findTokenizer(); err != nil {
+			return err
+		}
 	}
 	tok, err := os.ReadFile(*tokenizer)
 	if err != nil {

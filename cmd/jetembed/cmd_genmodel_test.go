@@ -84,3 +84,16 @@ func TestGenmodelCommandUsage(t *testing.T) {
 		t.Errorf("missing tokenizer: exit %d: %s", code, errOut)
 	}
 }
+
+// TestGenmodelFindsTokenizer: without --tokenizer, genmodel finds the
+// repository's tokenizer from a directory other than the root.
+func TestGenmodelFindsTokenizer(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "m")
+	t.Chdir(filepath.Join("..", "..", "engine"))
+	if code, _, errOut := run(t, "", "genmodel", "--out", out); code != 0 {
+		t.Fatalf("genmodel from engine/: exit %d: %s", code, errOut)
+	}
+	if _, err := os.Stat(filepath.Join(out, "tokenizer.json")); err != nil {
+		t.Error(err)
+	}
+}

@@ -44,6 +44,7 @@ type serveFlags struct {
 	logFormat      *string
 	heartbeat      *time.Duration
 	provision      *string
+	blobs          *bool
 	printConfig    *bool
 	replyAllow     *string
 	maxReplyBytes  *int
@@ -64,6 +65,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 		logFormat:      fs.String("log-format", telemetry.LogAuto, "log format: auto (text on a terminal, else json), text or json"),
 		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
 		provision:      fs.String("provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is jetembed provision"),
+		blobs:          fs.Bool("blobs", true, "store results over the server's max payload in the blobs bucket and reply with a reference (false: reply result_too_large)"),
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
 		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
 		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
@@ -82,6 +84,8 @@ type serveConfig struct {
 	Fleet     *fleetFlags
 
 	Replies schema.ReplyPolicy
+	// Blobs stores results over the max payload in EMBED_BLOBS.
+	Blobs bool
 
 	Patience, Grace, Heartbeat   time.Duration
 	GatherTokens, InFlightTokens int
@@ -113,7 +117,7 @@ func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *eng
 		Patience: *sf.patience, Grace: *sf.grace, Heartbeat: *sf.heartbeat,
 		GatherTokens: *sf.gatherTokens, InFlightTokens: *sf.inFlightTokens, PrefetchMax: *sf.prefetchMax,
 		PrefetchBytes: *sf.prefetchBytes,
-		HTTP:          *sf.http, LogFormat: *sf.logFormat}
+		HTTP:          *sf.http, LogFormat: *sf.logFormat, Blobs: *sf.blobs}
 	if err := c.LogLevel.UnmarshalText([]byte(*sf.logLevel)); err != nil {
 		return c, fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
 	}
@@ -366,6 +370,7 @@ func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb co
 		Consumer: consumer.Config{Replies: c.Replies, Patience: c.Patience, MaxBatchTokens: gather, InFlightTokens: c.InFlightTokens,
 			Logger: log, Metrics: metrics},
 		Embedder:    emb,
+		Blobs:       c.Blobs,
 		Service:     jetstream.ServiceOptions{Version: version, Metadata: map[string]string{"model": model}, Logger: log},
 		PrefetchMax: c.PrefetchMax,
 		Pull:        []jetstream.PullOption{jetstream.PrefetchBytes(c.PrefetchBytes)},

@@ -10,11 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
-
-	"github.com/schollz/progressbar/v3"
-	"golang.org/x/term"
 
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -39,6 +35,8 @@ type submitFlags struct {
 	text        *string
 	timeout     *time.Duration
 	results     *string
+	jobsStream  *string
+	consumer    *string
 }
 
 func runSubmit(ctx context.Context, args []string, io stdio) error {
@@ -55,6 +53,8 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 		text:        fs.String("text", "", "embed this one text now through the request-reply endpoint and print the JSON result"),
 		timeout:     fs.Duration("timeout", 30*time.Second, "with --text: how long to wait for the answer"),
 		results:     fs.String("results-stream", jetstream.DefaultConfig().Results.Name, "name of the results stream, where a run's results are read back"),
+		jobsStream:  fs.String("jobs-stream", jetstream.DefaultConfig().Jobs.Name, "name of the jobs work-queue stream"),
+		consumer:    fs.String("consumer", jetstream.DefaultConfig().Consumer.Name, "name of the durable pull consumer"),
 	}
 	fs.FlagSet.StringVar(f.out, "o", *f.out, "shorthand for --out")
 	// Flags may follow the input file (submit in.jsonl -o out.jsonl); the
@@ -86,11 +86,20 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 	if *f.jobSize < 1 || *f.maxInFlight < 1 {
 		return fmt.Errorf("%w: --job-size and --max-inflight must be positive", errUsage)
 	}
+	nc, err := jetstream.Connect(ctx, nf.options(log))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	cut, err := newJobCut(*f.jobSize, nc.MaxPayload(), *f.json)
+	if err != nil {
+		return err
+	}
 	// A file is read twice, streaming: once for the run id and the size of
 	// the run, once to submit it. stdin is read once.
 	sum := inputSummary{jobs: -1, texts: -1}
 	if files[0] != "-" {
-		if sum, err = summarize(files[0], f); err != nil {
+		if sum, err = summarize(files[0], f, cut); err != nil {
 			return err
 		}
 	}
@@ -114,11 +123,6 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 		defer file.Close()
 		w = file
 	}
-	nc, err := jetstream.Connect(ctx, nf.options(log))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
 	streams := jetstream.DefaultConfig()
 	streams.Results.Name = *f.results
 	opts := []jetstream.ClientOption{jetstream.WithRun(*f.run), jetstream.WithStreams(streams)}
@@ -129,12 +133,12 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
-	b, err := newBulk(c, *f.run, f, outs, log)
+	b, err := newBulk(c, *f.run, f, cut, outs, log)
 	if err != nil {
 		return err
 	}
 	defer b.close()
-	err = b.run(ctx, newInputReader(r), sum, w, io.err)
+	err = b.run(ctx, newInputReader(r), sum, w, io.err, newWatch(nc, *f.jobsStream, *f.consumer))
 	if ferr := nc.Drain(); err == nil && ferr != nil {
 		err = ferr
 	}
@@ -167,17 +171,33 @@ func submitText(ctx context.Context, o jetstream.Options, f submitFlags, outs []
 	if res == nil {
 		return rerr
 	}
-	data, err := schema.EncodeResult(res, schema.EncodingJSON)
+	var it schema.Item
+	switch {
+	case res.Error != nil:
+		it.Error = res.Error
+	case len(res.Items) == 1:
+		it = res.Items[0]
+	default:
+		it.Error = schema.Errorf(schema.CodeInternal, "result has %d items for 1 text", len(res.Items))
+	}
+	data, err := json.Marshal(newOutputLine("1", res.Model, it))
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(io.out, "%s\n", data)
-	return rerr
+	if rerr != nil {
+		return rerr
+	}
+	if it.Error != nil {
+		return linesFailed(1, 1)
+	}
+	return nil
 }
 
 // inputLine is one line of the input file: a text with its id, or why it
 // has none.
 type inputLine struct {
+	n    int // line number, from 1
 	id   string
 	text string
 	err  *schema.Error
@@ -203,23 +223,8 @@ func (r *inputReader) next() (l inputLine, ok bool) {
 		return inputLine{}, false
 	}
 	r.n++
-	var v struct {
-		ID   any     `json:"id"`
-		Text *string `json:"text"`
-	}
-	l.id = strconv.Itoa(r.n)
-	switch err := json.Unmarshal(r.sc.Bytes(), &v); {
-	case err != nil:
-		l.err = schema.Errorf(schema.CodeBadPayload, "line is not a JSON object: %v", err)
-	case v.Text == nil:
-		l.err = schema.Errorf(schema.CodeBadPayload, `line has no "text" string`)
-	default:
-		l.text = *v.Text
-	}
-	if v.ID != nil {
-		l.id = fmt.Sprint(v.ID)
-	}
-	return l, true
+	lt := parseLine(r.sc.Bytes(), r.n)
+	return inputLine{n: r.n, id: lt.id, text: lt.text, err: lt.err}, true
 }
 
 func (r *inputReader) Err() error { return r.sc.Err() }
@@ -243,72 +248,41 @@ type inputSummary struct {
 	jobs, texts int
 }
 
-// summarize reads the input file once, streaming. The run id names a run
-// after its input and the settings that shape its jobs: the same command
-// on the same file resumes, a changed one does not mix with it.
-func summarize(path string, f submitFlags) (inputSummary, error) {
+// summarize reads the input file once, streaming, cutting it as the run
+// will. The run id names a run after its input and the settings that shape
+// its jobs: the same command on the same file resumes, a changed one does
+// not mix with it.
+func summarize(path string, f submitFlags, cut jobCut) (inputSummary, error) {
 	r, closeIn, err := openInput(path, nil)
 	if err != nil {
 		return inputSummary{}, err
 	}
 	defer closeIn()
 	h := sha256.New()
-	fmt.Fprintf(h, "v1 job-size=%d outputs=%s truncate=%v\n", *f.jobSize, *f.outputs, !*f.noTruncate)
+	fmt.Fprintf(h, "v2 %s outputs=%s truncate=%v\n", cut.key(), *f.outputs, !*f.noTruncate)
 	in := newInputReader(r)
 	var sum inputSummary
 	for {
-		l, ok := in.next()
-		if !ok {
+		j, texts, err := cut.next(in)
+		if err != nil {
+			return inputSummary{}, fmt.Errorf("read %s: %w", path, err)
+		}
+		if len(j.lines) == 0 {
 			break
 		}
-		fmt.Fprintf(h, "%q %q %v\n", l.id, l.text, l.err != nil)
-		if l.err == nil {
-			sum.texts++
+		sum.jobs++
+		sum.texts += len(texts)
+		fmt.Fprintf(h, "job %d\n", len(j.lines))
+		k := 0
+		for _, l := range j.lines {
+			text := ""
+			if l.err == nil {
+				text = texts[k]
+				k++
+			}
+			fmt.Fprintf(h, "%q %q %v\n", l.id, text, l.err != nil)
 		}
 	}
-	if err := in.Err(); err != nil {
-		return inputSummary{}, fmt.Errorf("read %s: %w", path, err)
-	}
-	sum.jobs = (in.n + *f.jobSize - 1) / *f.jobSize
 	sum.run = "r" + hex.EncodeToString(h.Sum(nil))[:16]
 	return sum, nil
-}
-
-// bar is submit's progress bar on a terminal: texts/s and ETA. Off the
-// terminal (and for a nil *bar) it does nothing.
-type bar struct{ pb *progressbar.ProgressBar }
-
-// newBar returns the bar for total texts; a negative total (stdin, read
-// once) shows the rate without an ETA.
-func newBar(w io.Writer, total int) *bar {
-	f, ok := w.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) || total == 0 {
-		return &bar{}
-	}
-	return &bar{pb: progressbar.NewOptions(max(total, -1),
-		progressbar.OptionSetWriter(w), progressbar.OptionSetDescription("embedding"),
-		progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("texts"),
-		progressbar.OptionSetPredictTime(true), progressbar.OptionThrottle(100*time.Millisecond),
-		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }))}
-}
-
-// add counts n texts answered in this run.
-func (b *bar) add(n int) {
-	if b != nil && b.pb != nil {
-		_ = b.pb.Add(n)
-	}
-}
-
-// skip takes n texts answered by an earlier run out of the total, so that
-// the rate and the ETA are this run's.
-func (b *bar) skip(n int) {
-	if b != nil && b.pb != nil && n > 0 && b.pb.GetMax() > 0 {
-		b.pb.ChangeMax(b.pb.GetMax() - n)
-	}
-}
-
-func (b *bar) finish() {
-	if b != nil && b.pb != nil {
-		_ = b.pb.Finish()
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -30,12 +31,6 @@ import (
 // small.
 const windowFactor = 8
 
-// outputLine is one line of the output: the input's id and its item.
-type outputLine struct {
-	ID string `json:"id"`
-	schema.Item
-}
-
 // lineMeta is what is kept of an input line until its result is written.
 type lineMeta struct {
 	id  string
@@ -52,6 +47,7 @@ type bulk struct {
 	c       *jetstream.Client
 	prefix  string // job ids are prefix + job number
 	f       submitFlags
+	cut     jobCut
 	outs    []schema.Output
 	log     *slog.Logger
 	window  int
@@ -63,17 +59,20 @@ type bulk struct {
 	spool     *spool
 	next      int // first job not yet written
 	enc       *json.Encoder
-	bar       *bar
+	bar       *progress
+	lines     int   // lines written
+	failed    int   // of which failed
+	answered  int   // texts answered (for the progress watch)
 	err       error // the first write error
 }
 
-func newBulk(c *jetstream.Client, run string, f submitFlags, outs []schema.Output, log *slog.Logger) (*bulk, error) {
+func newBulk(c *jetstream.Client, run string, f submitFlags, cut jobCut, outs []schema.Output, log *slog.Logger) (*bulk, error) {
 	sp, err := newSpool()
 	if err != nil {
 		return nil, err
 	}
 	return &bulk{
-		c: c, prefix: run + "-", f: f, outs: outs, log: log,
+		c: c, prefix: run + "-", f: f, cut: cut, outs: outs, log: log,
 		window:  windowFactor * *f.maxInFlight,
 		changed: make(chan struct{}, 1),
 		jobs:    map[int]*bulkJob{}, submitted: map[int]bool{}, spool: sp,
@@ -136,6 +135,7 @@ func (b *bulk) take(sr jetstream.StoredResult, err error) error {
 		delete(b.submitted, k)
 		if j := b.jobs[k]; j != nil {
 			b.bar.add(j.texts)
+			b.answered += j.texts
 		}
 	}
 	if err := b.spool.Put(k, res); err != nil {
@@ -176,8 +176,10 @@ func (b *bulk) flush() {
 // run resumes what the results stream already holds, then reads the input
 // and submits the other jobs, at most --max-inflight unanswered and at most
 // the window ahead of the first unwritten one, and writes every line in
-// input order as soon as the jobs before it are done.
-func (b *bulk) run(ctx context.Context, in *inputReader, sum inputSummary, w, errw io.Writer) error {
+// input order as soon as the jobs before it are done. watch, when set, is
+// called about every second while jobs are out, to tell a stalled run from
+// a slow one.
+func (b *bulk) run(ctx context.Context, in *inputReader, sum inputSummary, w, errw io.Writer, watch func(ctx context.Context, stalled time.Duration) string) error {
 	var lastSeq uint64
 	for sr, err := range b.c.Results(ctx, b.c.Run(), jetstream.UntilCaughtUp()) {
 		if err := b.take(sr, err); err != nil {
@@ -191,8 +193,10 @@ func (b *bulk) run(ctx context.Context, in *inputReader, sum inputSummary, w, er
 		fmt.Fprintf(errw, "resuming run %s: %d jobs already done\n", b.c.Run(), done)
 	}
 	out := bufio.NewWriter(w)
+	b.mu.Lock()
 	b.enc = json.NewEncoder(out)
-	b.bar = newBar(errw, sum.texts)
+	b.bar = newProgress(errw, "embedded", sum.texts)
+	b.mu.Unlock()
 
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -209,16 +213,24 @@ func (b *bulk) run(ctx context.Context, in *inputReader, sum inputSummary, w, er
 			}
 		}
 	}()
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		if watch != nil {
+			b.watch(ctx, watch)
+		}
+	}()
 	err := b.submitAll(ctx, in)
 	if err == nil {
 		err = b.waitFor(ctx, func() bool { return len(b.jobs) == 0 })
 	}
 	cancel(nil)
 	<-readerDone
-	b.bar.finish()
+	<-watchDone
+	b.bar.end()
 	ferr := out.Flush()
 	b.mu.Lock()
-	werr := b.err
+	werr, failed, lines := b.err, b.failed, b.lines
 	b.mu.Unlock()
 	switch {
 	case werr != nil:
@@ -228,34 +240,47 @@ func (b *bulk) run(ctx context.Context, in *inputReader, sum inputSummary, w, er
 			return errors.New("interrupted: run the same command again to resume")
 		}
 		return fmt.Errorf("%w (run the same command again to resume)", err)
+	case ferr != nil:
+		return ferr
 	}
-	return ferr
+	return linesFailed(failed, lines)
+}
+
+// watch asks watch for a status whenever no text was answered for a while
+// with jobs out, and shows it on the progress line until answers resume.
+func (b *bulk) watch(ctx context.Context, watch func(ctx context.Context, stalled time.Duration) string) {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last, since := -1, time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		b.mu.Lock()
+		answered, out := b.answered, len(b.submitted)
+		b.mu.Unlock()
+		if answered != last || out == 0 {
+			last, since = answered, time.Now()
+			b.bar.setStatus(watch(ctx, 0))
+			continue
+		}
+		b.bar.setStatus(watch(ctx, time.Since(since)))
+	}
 }
 
 // submitAll reads the input job by job and submits every job the results
 // stream does not answer already.
 func (b *bulk) submitAll(ctx context.Context, in *inputReader) error {
-	size := *b.f.jobSize
 	for k := 0; ; k++ {
-		j := &bulkJob{lines: make([]lineMeta, 0, size)}
-		var texts []string
-		for len(j.lines) < size {
-			l, ok := in.next()
-			if !ok {
-				break
-			}
-			j.lines = append(j.lines, lineMeta{id: l.id, err: l.err})
-			if l.err == nil {
-				texts = append(texts, l.text)
-			}
-		}
-		if err := in.Err(); err != nil {
-			return fmt.Errorf("read input: %w", err)
+		j, texts, err := b.cut.next(in)
+		if err != nil {
+			return err
 		}
 		if len(j.lines) == 0 {
 			return nil
 		}
-		j.texts = len(texts)
 		if err := b.waitFor(ctx, func() bool { return k-b.next < b.window }); err != nil {
 			return err
 		}
@@ -284,7 +309,7 @@ func (b *bulk) submitAll(ctx context.Context, in *inputReader) error {
 		if answered {
 			continue
 		}
-		if _, err := b.c.Submit(ctx, b.job(k, texts)); err != nil {
+		if _, err := b.c.Submit(ctx, b.job(k, j, texts)); err != nil {
 			return err
 		}
 	}
@@ -311,8 +336,12 @@ func (b *bulk) waitFor(ctx context.Context, cond func() bool) error {
 	}
 }
 
-func (b *bulk) job(k int, texts []string) *schema.Job {
-	sj := &schema.Job{V: schema.Version, ID: b.prefix + strconv.Itoa(k), Outputs: b.outs, Texts: texts}
+// job is job k of the run. Its meta names the input lines it covers
+// ("lines": the ids of its texts' lines; "failed": lines that failed
+// before submission, with their error), so that `jetembed results` can
+// write the run without its input.
+func (b *bulk) job(k int, j *bulkJob, texts []string) *schema.Job {
+	sj := &schema.Job{V: schema.Version, ID: b.prefix + strconv.Itoa(k), Outputs: b.outs, Texts: texts, Meta: jobMeta(j)}
 	if *b.f.noTruncate {
 		no := false
 		sj.Truncate = &no
@@ -323,27 +352,44 @@ func (b *bulk) job(k int, texts []string) *schema.Job {
 // write writes one line per input line of j: its item, the job's error, or
 // the line's own error. b.mu held.
 func (b *bulk) write(j *bulkJob, res *schema.Result) error {
+	lines, failed, err := writeJobLines(b.enc, j, res)
+	b.lines += lines
+	b.failed += failed
+	return err
+}
+
+// writeJobLines writes the output lines of job j from its result (nil when
+// it has none), returning how many lines it wrote and how many failed.
+func writeJobLines(enc *json.Encoder, j *bulkJob, res *schema.Result) (lines, failed int, err error) {
 	k := 0
+	model := ""
+	if res != nil {
+		model = res.Model
+	}
 	for _, l := range j.lines {
-		line := outputLine{ID: l.id}
+		var it schema.Item
 		switch {
 		case l.err != nil:
-			line.Error = l.err
+			it.Error = l.err
 		case res != nil && res.Error != nil:
-			line.Error = res.Error
+			it.Error = res.Error
 		case res != nil && k < len(res.Items):
-			line.Item = res.Items[k]
+			it = res.Items[k]
 			k++
 		default:
 			n := 0
 			if res != nil {
 				n = len(res.Items)
 			}
-			line.Error = schema.Errorf(schema.CodeInternal, "result has %d items for %d texts", n, j.texts)
+			it.Error = schema.Errorf(schema.CodeInternal, "result has %d items for %d texts", n, j.texts)
 		}
-		if err := b.enc.Encode(line); err != nil {
-			return fmt.Errorf("write result: %w", err)
+		if it.Error != nil {
+			failed++
 		}
+		if err := enc.Encode(newOutputLine(l.id, model, it)); err != nil {
+			return lines, failed, fmt.Errorf("write result: %w", err)
+		}
+		lines++
 	}
-	return nil
+	return lines, failed, nil
 }

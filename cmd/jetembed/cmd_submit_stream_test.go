@@ -140,8 +140,8 @@ func TestSubmitBadStoredResult(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("submit waits forever for a job whose stored result does not decode")
 	}
-	if e.code != 0 {
-		t.Fatalf("submit: exit %d: %s", e.code, e.errOut)
+	if e.code != 1 || !strings.Contains(e.errOut, "2 of 6 lines failed") {
+		t.Fatalf("submit: exit %d, want 1 with 2 failed lines: %s", e.code, e.errOut)
 	}
 	check := func(lines []outLine) {
 		t.Helper()
@@ -170,7 +170,7 @@ func TestSubmitBadStoredResult(t *testing.T) {
 	// A resume reads the same bad result back and does the same.
 	again := filepath.Join(t.TempDir(), "again.jsonl")
 	code, _, errOut := runCmd(t, ctx, "submit", "--nats", r.url, "--run", "bad", "--job-size", "2", in, "-o", again)
-	if code != 0 || !strings.Contains(errOut, "3 of 3 jobs already done") {
+	if code != 1 || !strings.Contains(errOut, "3 of 3 jobs already done") {
 		t.Fatalf("resume: exit %d: %s", code, errOut)
 	}
 	check(readOutput(t, again))

@@ -42,10 +42,7 @@ func submitInput(t *testing.T, n int) (string, []string) {
 	return p, texts
 }
 
-type outLine struct {
-	ID string `json:"id"`
-	schema.Item
-}
+type outLine = outputLine
 
 // checkSubmitOutput checks one output line per input line, in order, with
 // the id and a dense vector equal to the local embed command's.
@@ -56,6 +53,14 @@ func checkSubmitOutput(t *testing.T, path string, texts []string) {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSuffix(string(data), "\n"), "\n")
+	ids := make([]string, len(texts))
+	for i := range ids {
+		ids[i] = fmt.Sprint(i + 1)
+		if i%5 == 0 && i%7 != 3 {
+			ids[i] = fmt.Sprintf("doc-%d", i)
+		}
+	}
+	checkOutputLines(t, string(data), ids)
 	if len(lines) != len(texts) {
 		t.Fatalf("%d output lines for %d input lines", len(lines), len(texts))
 	}
@@ -142,8 +147,8 @@ func TestSubmitEndToEndAndResume(t *testing.T) {
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel2()
 	code, _, errOut = runCmd(t, ctx2, "submit", "--nats", url, "--job-size", "4", "--max-inflight", "3", "--json", in, "-o", out)
-	if code != 0 {
-		t.Fatalf("resumed submit: exit %d: %s", code, errOut)
+	if code != 1 || !strings.Contains(errOut, "6 of 45 lines failed") {
+		t.Fatalf("resumed submit: exit %d, want 1 and the failed lines counted: %s", code, errOut)
 	}
 	if !strings.Contains(errOut, "3 of 12 jobs already done") {
 		t.Errorf("resume did not report the finished jobs: %s", errOut)
@@ -166,7 +171,7 @@ func TestSubmitEndToEndAndResume(t *testing.T) {
 	// A finished run is answered from the results stream alone.
 	again := filepath.Join(dir, "again.jsonl")
 	code, _, errOut = runCmd(t, ctx2, "submit", "--nats", url, "--job-size", "4", "--json", in, "-o", again)
-	if code != 0 || !strings.Contains(errOut, "12 of 12 jobs already done") {
+	if code != 1 || !strings.Contains(errOut, "12 of 12 jobs already done") {
 		t.Fatalf("rerun of a finished run: exit %d: %s", code, errOut)
 	}
 	a, _ := os.ReadFile(out)
@@ -178,17 +183,36 @@ func TestSubmitEndToEndAndResume(t *testing.T) {
 	// msgpack jobs, another run id, sparse too.
 	mp := filepath.Join(dir, "mp.jsonl")
 	code, _, errOut = runCmd(t, ctx2, "submit", "--nats", url, "--job-size", "10", "--outputs", "dense,sparse", "--run", "mp", in, "-o", mp)
-	if code != 0 {
+	if code != 1 {
 		t.Fatalf("msgpack submit: exit %d: %s", code, errOut)
 	}
 	checkSubmitOutput(t, mp, texts)
+	// The stored results alone give the same output, without the input.
+	stored := filepath.Join(dir, "stored.jsonl")
+	code, _, errOut = runCmd(t, ctx2, "results", "--nats", url, "mp", "-o", stored)
+	if code != 1 || !strings.Contains(errOut, "6 of 45 lines failed") {
+		t.Fatalf("results mp: exit %d: %s", code, errOut)
+	}
+	if a, b := readFile(t, mp), readFile(t, stored); a != b {
+		t.Errorf("results wrote a different output than submit:\n%s\nwant\n%s", b, a)
+	}
 
 	code, stdout, errOut := runCmd(t, ctx2, "submit", "--nats", url, "--text", "hello", "--outputs", "dense,sparse")
 	if code != 0 {
 		t.Fatalf("submit --text: exit %d: %s", code, errOut)
 	}
-	res, err := schema.DecodeResult([]byte(strings.TrimSpace(stdout)), schema.EncodingJSON)
-	if err != nil || len(res.Items) != 1 || len(res.Items[0].Dense) == 0 || res.Items[0].Sparse == nil || !strings.Contains(res.Model, "@") {
+	checkOutputLines(t, stdout, []string{"1"})
+	var line outLine
+	if err := json.Unmarshal([]byte(stdout), &line); err != nil || len(line.Dense) == 0 || line.Sparse == nil || !strings.Contains(line.Model, "@") {
 		t.Errorf("submit --text printed %q (%v)", stdout, err)
 	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/jetembed/jetembed/engine/tokenizer"
@@ -104,11 +103,5 @@ func runTokenize(ctx context.Context, args []string, io stdio) error {
 	if err := flush(); err != nil {
 		return err
 	}
-	if nBad > 0 {
-		return fmt.Errorf("%w: %d of %d lines were not valid input", errBadLines, nBad, lineNo)
-	}
-	return nil
+	return linesFailed(nBad, lineNo)
 }
-
-// errBadLines reports that some input lines could not be tokenized.
-var errBadLines = errors.New("bad input lines")

@@ -64,6 +64,13 @@ func main() {
 }
 
 func runMain(ctx context.Context, args []string, io stdio) int {
+	switch {
+	case len(args) > 0 && (args[0] == "--version" || args[0] == "-version"):
+		args = []string{"version"}
+	case len(args) > 1 && args[0] == "help":
+		// jetembed help CMD is jetembed CMD -h.
+		args = []string{args[1], "-h"}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(io.err)
 		if len(args) == 0 {
@@ -106,7 +113,7 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintf(w, "\nRun 'jetembed <command> -h' for the flags of one command.\n")
+	fmt.Fprintf(w, "\nRun 'jetembed help <command>' (or 'jetembed <command> -h') for the flags of one command.\n")
 }
 
 func init() {

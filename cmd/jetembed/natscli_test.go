@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/jetembed/jetembed/internal/natstest"
 )
 
@@ -147,6 +149,33 @@ func startDev(ctx context.Context, t *testing.T, model string) *devRun {
 		}
 		d.url = m[1]
 		return nil
+	})
+	return d
+}
+
+// serveDev runs `jetembed dev` for the rest of the test and returns once
+// its request-reply endpoint answers, as a reader waits for the banner
+// before trying the commands; the test's cleanup stops it.
+func serveDev(t *testing.T, model string) *devRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d := startDev(ctx, t, model)
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-d.done:
+		case <-time.After(10 * time.Second):
+			t.Error("dev did not stop after its context ended")
+		}
+	})
+	nc, err := nats.Connect(d.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		_, err := nc.Request("embed.v1.embed", []byte(`{"id":"probe","texts":["x"]}`), 2*time.Second)
+		return err
 	})
 	return d
 }

@@ -63,7 +63,9 @@ func (f *natsFlags) options(log *slog.Logger) jetstream.Options {
 type provisionFlags struct {
 	replicas                              *int
 	jobs, results, dlq, consumer, engines *string
+	blobs                                 *string
 	jobsMaxAge, resultsMaxAge, dlqMaxAge  *time.Duration
+	blobsMaxAge                           *time.Duration
 	jobsMaxBytes                          *int
 	dedupe                                *time.Duration
 	noAdvisories                          *bool
@@ -88,6 +90,8 @@ func addProvisionFlags(fs *flagSet, tuning bool) *provisionFlags {
 		dlq:           fs.String("dlq-stream", d.DLQ.Name, "name of the dead-letter stream"),
 		consumer:      fs.String("consumer", d.Consumer.Name, "name of the durable pull consumer"),
 		engines:       fs.String("engines-bucket", d.Engines.Name, "name of the engine-shapes KV bucket"),
+		blobs:         fs.String("blobs-bucket", d.Blobs.Name, "name of the Object Store bucket of results over the server's max payload"),
+		blobsMaxAge:   fs.Duration("blobs-max-age", d.Blobs.TTL, "keep result blobs this long (0: forever)"),
 		jobsMaxAge:    fs.Duration("jobs-max-age", d.Jobs.MaxAge, "drop queued jobs older than this (0: never)"),
 		jobsMaxBytes:  fs.Int("jobs-max-bytes", int(d.Jobs.MaxBytes), "size cap of the jobs stream in bytes; a full queue refuses new jobs (-1: none)"),
 		resultsMaxAge: fs.Duration("results-max-age", d.Results.MaxAge, "keep results this long"),
@@ -119,6 +123,7 @@ func (f *provisionFlags) config() (jetstream.Config, error) {
 	c.CaptureMaxDeliveries = !*f.noAdvisories
 	c.Consumer.Name = *f.consumer
 	c.Engines.Name = *f.engines
+	c.Blobs.Name, c.Blobs.TTL = *f.blobs, *f.blobsMaxAge
 	if t := f.tuning; t != nil {
 		c.Consumer.AckWait = *t.ackWait
 		c.Consumer.MaxDeliver = *t.maxDeliver

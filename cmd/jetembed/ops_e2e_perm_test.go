@@ -114,6 +114,27 @@ func runAccountsServer(t *testing.T) (url, caFile string) {
 	return strings.Replace(s.ClientURL(), "nats://", "tls://", 1), caFile
 }
 
+// serveUnderAccounts starts the accounts.conf server, provisions it as
+// `provisioner` and runs serve as `embedder` (--provision=false) until it
+// is ready.
+func serveUnderAccounts(t *testing.T, ctx context.Context) (url, caFile string, s *served) {
+	t.Helper()
+	url, caFile = runAccountsServer(t)
+	auth := func(user string) []string {
+		return []string{"--nats", url, "--nats-user", user, "--nats-tls-ca", caFile}
+	}
+	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("provisioner"))
+	if code, out, errOut := runCmd(t, ctx, append([]string{"provision"}, auth("provisioner")...)...); code != 0 {
+		t.Fatalf("provision as provisioner: exit %d: %s%s", code, out, errOut)
+	}
+	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("embedder"))
+	// The fleet on (it is off on CPU by default): its KV writes are
+	// inside the embedder's allow-list too.
+	s = startOps(t, url, append(auth("embedder"), "--provision=off", "--http", "", "--fleet", "on")...)
+	s.waitReady(t)
+	return url, caFile, s
+}
+
 // producer is a connection of one producer user, with its private inbox
 // prefix, collecting the permission violations the server reports.
 type producer struct {
@@ -145,19 +166,9 @@ func connectProducer(t *testing.T, url, caFile, user string) *producer {
 // request are embedded and answered within the allow-lists, and
 // producer-b is refused when it tries to read producer-a's results.
 func TestOpsPermissionsEndToEnd(t *testing.T) {
-	url, caFile := runAccountsServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	auth := func(user string) []string {
-		return []string{"--nats", url, "--nats-user", user, "--nats-tls-ca", caFile}
-	}
-	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("provisioner"))
-	if code, out, errOut := runCmd(t, ctx, append([]string{"provision"}, auth("provisioner")...)...); code != 0 {
-		t.Fatalf("provision as provisioner: exit %d: %s%s", code, out, errOut)
-	}
-	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("embedder"))
-	s := startOps(t, url, append(auth("embedder"), "--provision=off", "--http", "", "--fleet", "on")...)
-	s.waitReady(t)
+	url, caFile, s := serveUnderAccounts(t, ctx)
 
 	a := connectProducer(t, url, caFile, "producer-a")
 	b := connectProducer(t, url, caFile, "producer-b")

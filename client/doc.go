@@ -1,0 +1,17 @@
+// Package client is the producer side of jetembed for Go programs: it
+// queues jobs in the jobs stream ([Client.Submit]), reads their results back
+// from the results stream ([Client.Results]), asks for vectors now through
+// the request-reply service ([Client.Embed], [Client.Request]) and fetches
+// results too large for one message from the blobs Object Store bucket,
+// transparently.
+//
+// client depends only on nats.go, package schema (the wire contract) and
+// the OpenTelemetry propagation API (W3C trace context of the ctx travels in
+// the message headers). It imports nothing of the server side, so a
+// producer's module pulls in no nats-server, no ONNX Runtime and no
+// telemetry exporters; a test holds it to that.
+//
+// Errors: a job-level failure is a *[schema.Error] with a stable
+// [schema.Code] (errors.Is matches by code); the client's own failures wrap
+// [ErrNoService], [ErrBadResult] or [ErrBlob].
+package client

@@ -1,0 +1,179 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetembed/jetembed/consumer"
+)
+
+// A core publish the server refuses is not an error of the publish call:
+// the server answers with -ERR 'Permissions Violation for Publish to
+// "<subject>"', which nats.go records as the connection's last error and
+// hands to the async error handler. [confirmCore] publishes, flushes (the
+// server answers in order, so the violation is read before the flush's
+// PONG), and then correlates the violation to the subject it names.
+
+// deniedRe finds the subject in a publish permission violation.
+var deniedRe = regexp.MustCompile(`(?i)permissions violation for publish to "([^"]+)"`)
+
+// deniedWait bounds the wait for the async error handler to catch up with
+// a violation read before a flush completed.
+const deniedWait = 2 * time.Second
+
+// deniedLog is how many recent violations a connection remembers.
+const deniedLog = 256
+
+// denials records the publish permission violations of one connection, in
+// the order nats.go delivered them to the async error handler.
+type denials struct {
+	mu      sync.Mutex
+	seq     uint64
+	recent  []denial // the last deniedLog, oldest first
+	last    error    // the last error value the handler saw
+	changed chan struct{}
+}
+
+type denial struct {
+	seq     uint64
+	subject string
+}
+
+// trackers holds one denials per connection that published core replies.
+var trackers sync.Map // *nats.Conn -> *denials
+
+// deniedTracker returns nc's tracker, installing it in front of the
+// connection's own error handler on first use.
+func deniedTracker(nc *nats.Conn) *denials {
+	if t, ok := trackers.Load(nc); ok {
+		return t.(*denials)
+	}
+	t := &denials{changed: make(chan struct{})}
+	if prev, loaded := trackers.LoadOrStore(nc, t); loaded {
+		return prev.(*denials)
+	}
+	next := nc.Opts.AsyncErrorCB
+	nc.SetErrorHandler(func(c *nats.Conn, sub *nats.Subscription, err error) {
+		t.record(err)
+		if next != nil {
+			next(c, sub, err)
+		}
+	})
+	nc.SetClosedHandler(chainClosed(nc.Opts.ClosedCB, func() { trackers.Delete(nc) }))
+	return t
+}
+
+func chainClosed(next nats.ConnHandler, also func()) nats.ConnHandler {
+	return func(c *nats.Conn) {
+		also()
+		if next != nil {
+			next(c)
+		}
+	}
+}
+
+func (t *denials) record(err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.last = err
+	if m := deniedRe.FindStringSubmatch(errString(err)); m != nil {
+		t.seq++
+		t.recent = append(t.recent, denial{seq: t.seq, subject: m[1]})
+		if len(t.recent) > deniedLog {
+			t.recent = t.recent[len(t.recent)-deniedLog:]
+		}
+	}
+	close(t.changed)
+	t.changed = make(chan struct{})
+}
+
+// mark is the sequence of the last violation recorded.
+func (t *denials) mark() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seq
+}
+
+// deniedSince reports whether subject was denied after mark, first waiting
+// (up to deniedWait) until the handler has seen until, the connection's
+// last error after the flush.
+func (t *denials) deniedSince(ctx context.Context, mark uint64, subject string, until error) bool {
+	deadline := time.NewTimer(deniedWait)
+	defer deadline.Stop()
+	for {
+		t.mu.Lock()
+		caught := until == nil || t.last == until
+		for _, d := range t.recent {
+			if d.seq > mark && d.subject == subject {
+				t.mu.Unlock()
+				return true
+			}
+		}
+		ch := t.changed
+		t.mu.Unlock()
+		if caught {
+			return false
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return false
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// deniedError is the error of a publish the server refused.
+func deniedError(subject string) error {
+	return fmt.Errorf("%w: the server refused the publish to %s (permissions violation)", consumer.ErrPublishDenied, subject)
+}
+
+// confirmCore runs publish (a core publish to subject), flushes, and
+// reports a permission violation for subject as an error wrapping
+// [consumer.ErrPublishDenied].
+func confirmCore(ctx context.Context, nc *nats.Conn, subject string, publish func() error) error {
+	t := deniedTracker(nc)
+	before, mark := nc.LastError(), t.mark()
+	if err := publish(); err != nil {
+		return fmt.Errorf("publish result to %s: %w", subject, err)
+	}
+	if err := nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("%w: result to %s: %w", ErrNotConfirmed, subject, err)
+	}
+	after := nc.LastError()
+	if sameError(after, before) {
+		return nil // no error at all was read while this publish was out
+	}
+	if m := deniedRe.FindStringSubmatch(errString(after)); m != nil && m[1] == subject {
+		return deniedError(subject)
+	}
+	// Another error came last: ours, if any, went to the handler before it.
+	if t.deniedSince(ctx, mark, subject, after) {
+		return deniedError(subject)
+	}
+	return nil
+}
+
+// sameError compares two last-error values by identity (nats.go makes a
+// new error value for each).
+func sameError(a, b error) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false // an uncomparable error type
+		}
+	}()
+	return a == b
+}
