@@ -127,3 +127,51 @@ func TestServeTakesPeerProbe(t *testing.T) {
 		t.Error("serve probed although a peer's coefficients were in the bucket")
 	}
 }
+
+// TestServeFleetAutoIsOffOnCPU: on the CPU provider serve does not join
+// the fleet by default (there are no engines to share): nothing it ran
+// reaches the engines bucket, no member key, no pre-warm of peers'
+// shapes. --fleet takes auto, on or off only.
+func TestServeFleetAutoIsOffOnCPU(t *testing.T) {
+	srv := natstest.RunServer(t)
+	s := startServe(t, srv.ClientURL(), "--warmup-batches", "1", "--warmup-seqs", "8,16")
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := jetstream.NewClient(nc, jetstream.WithRun("cpu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(context.Background(), schema.NewJob("j", "a few words")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, err := range c.Results(ctx, "cpu") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	js, _ := natsjs.New(nc)
+	kv, err := js.KeyValue(ctx, "EMBED_ENGINES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	if len(keys) != 0 || strings.Contains(s.log.String(), "fleet joined") {
+		t.Errorf("a CPU serve with --fleet auto wrote %v to the engines bucket (or joined):\n%s", keys, s.log.String())
+	}
+	if code, _, _ := runCmd(t, ctx, "serve", "--nats", srv.ClientURL(), "--fleet", "maybe", "--model", tinyModel(t, "tiny-hidden")); code != 2 {
+		t.Errorf("--fleet maybe: exit %d, want 2", code)
+	}
+}
