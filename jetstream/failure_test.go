@@ -33,7 +33,8 @@ func consumerInfo(t testing.TB, srv *server) *natsjs.ConsumerInfo {
 	return info
 }
 
-// deliveries records the highest delivery count seen per job subject.
+// deliveries records the highest delivery count seen per job id (from the
+// body; the header's Nats-Msg-Id where the body does not decode).
 type deliveries struct {
 	mu  sync.Mutex
 	max map[string]uint64
@@ -42,12 +43,22 @@ type deliveries struct {
 func (d *deliveries) wrap(c *consumer.Consumer) jetstream.Sink {
 	d.max = map[string]uint64{}
 	return sinkFunc(func(ctx context.Context, dl consumer.Delivery) error {
-		d.mu.Lock()
-		id := dl.Header[schema.HeaderMsgID]
-		if len(id) > 0 {
-			d.max[id[0]] = max(d.max[id[0]], dl.NumDelivered)
+		id := ""
+		if h := dl.Header[schema.HeaderMsgID]; len(h) > 0 {
+			id = h[0]
 		}
-		d.mu.Unlock()
+		var ct string
+		if h := dl.Header[schema.HeaderContentType]; len(h) > 0 {
+			ct = h[0]
+		}
+		if j, err := schema.DecodeJob(dl.Data, schema.EncodingFor(ct)); err == nil && j.ID != "" {
+			id = j.ID
+		}
+		if id != "" {
+			d.mu.Lock()
+			d.max[id] = max(d.max[id], dl.NumDelivered)
+			d.mu.Unlock()
+		}
 		return c.Submit(ctx, dl)
 	})
 }

@@ -52,6 +52,9 @@ printable=${printable//$root\//}
 echo "bench: $printable"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 table=$("${cmd[@]}")
+# Sections of the file made by other runs (## headings: the tokenizer,
+# make bench-fleet) stay as they are.
+kept=$( [ -f "$out" ] && sed -n '/^## /,$p' "$out" || true)
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
 {
@@ -79,5 +82,9 @@ Reading these numbers:
 - On a CPU, transformers.js at batch 1 pads nothing and a single-text session run costs about the same per token as a packed one; its larger batches lose to padding (the mixed lengths make batch 32 several times slower). jetembed's packing pays off against padded batches (the arrival-order and naive rows), not against batch 1.
 - The peak RSS is the whole bench process: the engine's ONNX Runtime arenas (grown by the runs before the bulk run), the embedded nats-server with the queued jobs and results, and the producer. The figure to read is the growth during the bulk run over the RSS just before it.
 NOTES
+  if [ -n "$kept" ]; then
+    echo
+    echo "$kept"
+  fi
 } > "$out"
 echo "bench: wrote $out"
