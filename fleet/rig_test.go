@@ -107,7 +107,7 @@ func startWorker(t testing.TB, srv *server, emb consumer.Embedder, cfg consumer.
 	})
 }
 
-// deliveries records the highest delivery count of each job.
+// deliveries records the highest delivery count of each job id.
 type deliveries struct {
 	mu  sync.Mutex
 	max map[string]uint64
@@ -120,11 +120,16 @@ func (f sinkFunc) Submit(ctx context.Context, d consumer.Delivery) error { retur
 func (d *deliveries) wrap(c *consumer.Consumer) jetstream.Sink {
 	d.max = map[string]uint64{}
 	return sinkFunc(func(ctx context.Context, dl consumer.Delivery) error {
-		d.mu.Lock()
-		if id := dl.Header[schema.HeaderMsgID]; len(id) > 0 {
-			d.max[id[0]] = max(d.max[id[0]], dl.NumDelivered)
+		var ct string
+		if h := dl.Header[schema.HeaderContentType]; len(h) > 0 {
+			ct = h[0]
 		}
-		d.mu.Unlock()
+		// By the job id in the body: the Nats-Msg-Id is its hashed identity.
+		if j, err := schema.DecodeJob(dl.Data, schema.EncodingFor(ct)); err == nil && j.ID != "" {
+			d.mu.Lock()
+			d.max[j.ID] = max(d.max[j.ID], dl.NumDelivered)
+			d.mu.Unlock()
+		}
 		return c.Submit(ctx, dl)
 	})
 }
