@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/engine"
 )
 
 // Config is what the suite runs on and how big it is.
@@ -92,7 +93,12 @@ type Report struct {
 	// EngineRounds and PipelineRounds are the texts/s of every round.
 	EngineRounds, PipelineRounds []float64
 	Pipeline, Noop, Naive        Bulk
-	Idle, Loaded                 Latency
+	// Backlog is the latency while the producer queues at twice the
+	// pipeline's rate, so a bulk backlog builds up.
+	Idle, Loaded, Backlog Latency
+	// Busy is the sessions' busy fraction (time in Run / wall time /
+	// sessions) during the best pipeline round.
+	Busy float64
 	// InFlightTokens and EngineInflightTokens are the consumer's and the
 	// engine's in-flight budgets (estimated and real tokens).
 	InFlightTokens, EngineInflightTokens int
@@ -101,6 +107,15 @@ type Report struct {
 	PeerEngine       Rate
 	PeerEngineRounds []float64
 	PeerErr          error
+}
+
+// sessionBusy sums the sessions' time in Run.
+func sessionBusy(e *engine.Engine) time.Duration {
+	var d time.Duration
+	for _, s := range e.Stats().Sessions {
+		d += s.Busy
+	}
+	return d
 }
 
 // noopTexts is about how many texts the no-op runs embed.
@@ -132,7 +147,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.EngineInflightTokens = st.InflightBudget
 	cost := st.Cost
 	logf("engine ready (cost model a=%.3g bq=%.3g)", cost.A, cost.Bq)
-	if _, err := bareEngine(ctx, e, fixedCalls(corpus[:min(len(corpus), engineCallTexts)], engineCallTexts)); err != nil {
+	if _, err := bareEngine(ctx, e, fixedCalls(corpus[:min(len(corpus), engineCallTexts)], engineCallTexts), 2); err != nil {
 		return nil, fmt.Errorf("warm pass: %w", err)
 	}
 
@@ -143,10 +158,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cc := consumer.Config{MaxBatchTokens: consumer.DefaultMaxBatchTokens * cfg.Sessions}
 	ccd := cc.WithDefaults()
 	r.InFlightTokens = ccd.InFlightTokens
-	calls := consumerCalls(jobs, ccd.MaxBatchTokens, ccd.MaxBatchJobs)
+	// The consumer makes one Embed call per job, all the jobs it holds at
+	// once; the bare engine gets the same calls.
+	calls := jobs
 	r.EngineCalls = len(calls)
 	for round := range cfg.Rounds {
-		bare, err := bareEngine(ctx, e, calls)
+		bare, err := bareEngine(ctx, e, calls, len(calls))
 		if err != nil {
 			return nil, fmt.Errorf("bare engine: %w", err)
 		}
@@ -156,6 +173,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 		logf("round %d: bare engine %.1f texts/s", round+1, bare.PerSecond())
 		cw := &counting{inner: e}
+		busy0 := sessionBusy(e)
 		pipe, err := bulkRun(ctx, cw, cc, jobs)
 		if err != nil {
 			return nil, fmt.Errorf("pipeline: %w", err)
@@ -164,6 +182,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		r.PipelineRounds = append(r.PipelineRounds, pipe.PerSecond())
 		if pipe.PerSecond() > r.Pipeline.PerSecond() {
 			r.Pipeline = pipe
+			r.Busy = float64(sessionBusy(e)-busy0) / float64(pipe.Elapsed) / float64(cfg.Sessions)
 		}
 		logf("round %d: pipeline %.1f texts/s, peak RSS %d MiB", round+1, pipe.PerSecond(), pipe.PeakRSS>>20)
 	}
@@ -176,18 +195,22 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("latency at 50%% load: %w", err)
 	}
 	logf("request-reply at 50%% load: p50 %v p99 %v", r.Loaded.P50, r.Loaded.P99)
+	if r.Backlog, err = requestLatency(ctx, e, cc, cfg.Requests, 2*r.Pipeline.PerSecond(), jobs); err != nil {
+		return nil, fmt.Errorf("latency under a backlog: %w", err)
+	}
+	logf("request-reply under a backlog: p50 %v p99 %v, %d refused", r.Backlog.P50, r.Backlog.P99, r.Backlog.Refused)
 
 	if cfg.PeerDir != "" {
 		// jetembed's engine runs on the peer's texts right before and
 		// right after the peer and keeps its best, as the peer keeps the
 		// best of its rounds: both see the same machine.
 		peerTexts := corpus[:min(cfg.PeerTexts, len(corpus))]
-		before, err := bareEngine(ctx, e, fixedCalls(peerTexts, engineCallTexts))
+		before, err := bareEngine(ctx, e, fixedCalls(peerTexts, engineCallTexts), 2)
 		if err != nil {
 			return nil, fmt.Errorf("engine on the peer texts: %w", err)
 		}
 		r.Peer, r.PeerErr = peer(ctx, cfg, s, peerTexts)
-		after, err := bareEngine(ctx, e, fixedCalls(peerTexts, engineCallTexts))
+		after, err := bareEngine(ctx, e, fixedCalls(peerTexts, engineCallTexts), 2)
 		if err != nil {
 			return nil, fmt.Errorf("engine on the peer texts: %w", err)
 		}
@@ -215,7 +238,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	logf("arrival-order batches of %d: %.1f texts/s", arrivalBatch, r.Arrival.PerSecond())
 	naive := &naiveEmbedder{s: s, pool: pool}
-	ncc := consumer.Config{MaxBatchJobs: 1, Batches: cfg.Sessions}
+	ncc := consumer.Config{MaxBatchJobs: 1} // the runner pool bounds the runs at once
 	if r.Naive, err = bulkRun(ctx, naive, ncc, jobs); err != nil {
 		return nil, fmt.Errorf("naive baseline: %w", err)
 	}
@@ -235,7 +258,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for range reps {
 		noopJobs = append(noopJobs, jobs...)
 	}
-	if r.NoopEngine, err = bareEngine(ctx, noop, consumerCalls(noopJobs, ccd.MaxBatchTokens, ccd.MaxBatchJobs)); err != nil {
+	if r.NoopEngine, err = bareEngine(ctx, noop, noopJobs, len(noopJobs)); err != nil {
 		return nil, fmt.Errorf("no-op engine: %w", err)
 	}
 	cw := &counting{inner: noop}

@@ -78,14 +78,7 @@ func TestPercentile(t *testing.T) {
 	}
 }
 
-func TestConsumerCalls(t *testing.T) {
-	jobs := [][]string{{"aaaaaaaaa"}, {"bbbbbb", "cc"}, {strings.Repeat("x", 300)}, {"d"}, {"e"}, {"f"}}
-	// Estimates: 5, 4+2, 102, 2, 2, 2.
-	got := consumerCalls(jobs, 20, 2)
-	want := [][]string{{"aaaaaaaaa", "bbbbbb", "cc"}, {strings.Repeat("x", 300)}, {"d", "e"}, {"f"}}
-	if !slices.EqualFunc(got, want, slices.Equal[[]string]) {
-		t.Errorf("consumerCalls = %q, want %q", got, want)
-	}
+func TestFixedCalls(t *testing.T) {
 	if got := fixedCalls([]string{"a", "b", "c"}, 2); !slices.EqualFunc(got, [][]string{{"a", "b"}, {"c"}}, slices.Equal[[]string]) {
 		t.Errorf("fixedCalls = %q", got)
 	}

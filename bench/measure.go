@@ -41,33 +41,6 @@ func (r Rate) Fill() float64 {
 // peer's texts).
 const engineCallTexts = 256
 
-// consumerCalls groups jobs the way the consumer gathers a backlog into
-// batches: whole jobs in order, until the next one would take the batch
-// over maxTokens estimated tokens (the consumer's len/3+2 estimate) or
-// maxJobs jobs.
-func consumerCalls(jobs [][]string, maxTokens, maxJobs int) [][]string {
-	var calls [][]string
-	var cur []string
-	tokens, n := 0, 0
-	for _, job := range jobs {
-		est := 0
-		for _, t := range job {
-			est += len(t)/3 + 2
-		}
-		if n > 0 && (tokens+est > maxTokens || n == maxJobs) {
-			calls = append(calls, cur)
-			cur, tokens, n = nil, 0, 0
-		}
-		cur = append(cur, job...)
-		tokens += est
-		n++
-	}
-	if len(cur) > 0 {
-		calls = append(calls, cur)
-	}
-	return calls
-}
-
 // fixedCalls cuts texts into calls of n texts.
 func fixedCalls(texts []string, n int) [][]string {
 	var calls [][]string
@@ -80,9 +53,10 @@ func fixedCalls(texts []string, n int) [][]string {
 }
 
 // bareEngine embeds the texts of calls directly with e, one Embed per call,
-// from two callers at once (the consumer keeps two batches in flight), and
-// fails if any item fails.
-func bareEngine(ctx context.Context, e *engine.Engine, calls [][]string) (Rate, error) {
+// from callers goroutines at once (the consumer makes one call per job and
+// runs every job it holds at once; the embed command keeps two batches in
+// flight), and fails if any item fails.
+func bareEngine(ctx context.Context, e *engine.Engine, calls [][]string, callers int) (Rate, error) {
 	in := make([][]engine.Text, len(calls))
 	texts := 0
 	for i, call := range calls {
@@ -101,7 +75,7 @@ func bareEngine(ctx context.Context, e *engine.Engine, calls [][]string) (Rate, 
 	)
 	ctx = engine.WithAdmissionWait(ctx)
 	start := time.Now()
-	for range 2 {
+	for range callers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

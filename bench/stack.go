@@ -57,11 +57,9 @@ func (e encoder) SpecialIDs() []int32 { return e.t.SpecialIDs() }
 // batch 2 at 8192 tokens, whose attention scores alone take gigabytes on a
 // MiniLM-size CPU model, and the corpus has no text that long.
 func (s *stack) engineConfig() engine.Config {
-	var grid []engine.Shape
-	for _, seq := range []int{16, 64, 256, 1024} {
-		grid = append(grid, engine.Shape{Batch: 1, Seq: seq}, engine.Shape{Batch: 2, Seq: seq})
-	}
-	return engine.Config{Sessions: s.sessions, Probe: true, Warmup: grid}
+	// serve's CPU defaults: no warm-up grid, no probe (the run-time model
+	// is fitted from the runs), chunks padded to their own longest text.
+	return engine.Config{Sessions: s.sessions, PadExact: true, NoWarmup: true}
 }
 
 // openEngine opens the engine on real ONNX Runtime sessions.

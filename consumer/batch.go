@@ -4,23 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/schema"
 )
 
-// batch is what one Embed call serves: the jobs that run, and those whose
-// deadline had passed when they were picked.
+// batch is what one gathering pass took off the queue: the jobs that
+// run, each in its own Embed call, and those whose deadline had passed.
 type batch struct {
 	jobs    []*job
 	expired []*job
 }
 
-// gather waits for queued jobs and returns a batch once the oldest has
-// waited the patience window, or the queue holds MaxBatchTokens or
-// MaxBatchJobs. It returns nil when ctx is done or Drain began.
+// gather waits for queued jobs and returns them once the oldest has
+// waited the patience window (which only gives the engine's packer more
+// texts to choose from), an interactive job is queued (interactive work
+// has no patience), or the queue holds MaxBatchTokens or MaxBatchJobs. It
+// returns nil when ctx is done or Drain began.
 func (c *Consumer) gather(ctx context.Context) *batch {
 	var timer *time.Timer
 	defer func() {
@@ -38,7 +39,7 @@ func (c *Consumer) gather(ctx context.Context) *batch {
 		if len(c.queue) > 0 {
 			now := c.cfg.Now()
 			left := c.cfg.Patience - now.Sub(c.queue[0].queued)
-			if left <= 0 || c.queuedTokens >= c.cfg.MaxBatchTokens || len(c.queue) >= c.cfg.MaxBatchJobs {
+			if left <= 0 || c.queuedInteractive > 0 || c.queuedTokens >= c.cfg.MaxBatchTokens || len(c.queue) >= c.cfg.MaxBatchJobs {
 				b := c.take(now)
 				c.mu.Unlock()
 				return b
@@ -60,74 +61,40 @@ func (c *Consumer) gather(ctx context.Context) *batch {
 	}
 }
 
-// take pops jobs from the head of the queue while they fit the batch
-// budgets (the first always fits: a job is never split across Embed calls).
-// Jobs past their deadline are set aside, not run. c.mu is held.
+// take pops every queued job. Jobs past their deadline are set aside, not
+// run. c.mu is held.
 func (c *Consumer) take(now time.Time) *batch {
 	b := &batch{}
-	tokens, n := 0, 0
-	for n < len(c.queue) {
-		j := c.queue[n]
+	for _, j := range c.queue {
 		if j.expired(now) {
 			b.expired = append(b.expired, j)
 		} else {
-			if len(b.jobs) > 0 && (tokens+j.tokens > c.cfg.MaxBatchTokens || len(b.jobs) >= c.cfg.MaxBatchJobs) {
-				break
-			}
 			b.jobs = append(b.jobs, j)
-			tokens += j.tokens
 		}
-		c.queuedTokens -= j.tokens
-		n++
 	}
-	rest := copy(c.queue, c.queue[n:])
-	clear(c.queue[rest:])
-	c.queue = c.queue[:rest]
+	clear(c.queue)
+	c.queue = c.queue[:0]
+	c.queuedTokens, c.queuedInteractive = 0, 0
 	return b
 }
 
-// span locates one job's texts in the batch's Embed call: texts[at:at+n]
-// are the job's texts that run, whose indexes in the job are idx.
-type span struct {
-	at  int
-	idx []int
-}
-
-// runBatch embeds the texts of every job of b in one Embed call, then
-// settles the jobs concurrently, each as soon as its result is confirmed.
-func (c *Consumer) runBatch(ctx context.Context, b *batch) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	finish := func(j *job, res *schema.Result, err error) {
-		wg.Go(func() { c.settle(ctx, j, c.decide(j, res, err)) })
-	}
-	for _, j := range b.expired {
-		finish(j, nil, schema.Errorf(schema.CodeDeadlineExceeded, "deadline passed before the job ran"))
-	}
-	if len(b.jobs) == 0 {
-		return
-	}
+// runJob embeds one job's texts in its own Embed call (the engine's queue
+// packs them with every other call's) and settles the job as soon as they
+// are done: no job waits for another.
+func (c *Consumer) runJob(ctx context.Context, j *job) {
 	now := c.cfg.Now()
-	n := 0
-	for _, j := range b.jobs {
-		n += len(j.job.Texts)
-	}
-	texts, idx := make([]engine.Text, 0, n), make([]int, 0, n)
-	spans := make([]span, len(b.jobs))
-	for k, j := range b.jobs {
-		// The stream's clock is not this host's: a skew must not make a
-		// wait negative.
-		c.cfg.Metrics.QueueWait(ctx, max(now.Sub(j.since()), 0))
-		out, truncate := j.outputs(), j.job.Truncates()
-		spans[k].at = len(texts)
-		for i, t := range j.job.Texts {
-			if i < len(j.items) && j.items[i] != nil {
-				continue
-			}
-			idx = append(idx, i)
-			texts = append(texts, engine.Text{Text: t, Outputs: out, Truncate: truncate})
+	// The stream's clock is not this host's: a skew must not make a wait
+	// negative.
+	c.cfg.Metrics.QueueWait(ctx, max(now.Sub(j.since()), 0))
+	out, truncate := j.outputs(), j.job.Truncates()
+	texts := make([]engine.Text, 0, len(j.job.Texts))
+	idx := make([]int, 0, len(j.job.Texts))
+	for i, t := range j.job.Texts {
+		if i < len(j.items) && j.items[i] != nil {
+			continue
 		}
-		spans[k].idx = idx[spans[k].at:len(idx):len(idx)]
+		idx = append(idx, i)
+		texts = append(texts, engine.Text{Text: t, Outputs: out, Truncate: truncate})
 	}
 	c.cfg.Metrics.BatchTexts(ctx, len(texts))
 
@@ -137,14 +104,15 @@ func (c *Consumer) runBatch(ctx context.Context, b *batch) {
 		err  error
 	)
 	if len(texts) > 0 {
-		runCtx, runSpan := startRun(ctx, b.jobs, len(texts))
+		runCtx, runSpan := startRun(ctx, []*job{j}, len(texts))
+		if j.interactive {
+			runCtx = engine.WithInteractive(runCtx)
+		}
 		start := c.cfg.Now()
 		embs, rep, err = c.embed(runCtx, texts)
 		c.cfg.Metrics.Run(ctx, RunSession, c.cfg.Now().Sub(start))
 		endRun(runSpan, rep, err)
-		for _, j := range b.jobs {
-			j.run = runSpan.SpanContext()
-		}
+		j.run = runSpan.SpanContext()
 	}
 	if err == nil && len(embs) != len(texts) {
 		err = fmt.Errorf("consumer: embedder returned %d embeddings for %d texts", len(embs), len(texts))
@@ -157,18 +125,8 @@ func (c *Consumer) runBatch(ctx context.Context, b *batch) {
 			// A fatal engine error ends the process: its jobs go back at
 			// once, for the peers (as at shutdown).
 			err = errShutdown
-		} else if len(b.jobs) > 1 && !isSchemaError(err) {
-			// An internal failure (a bug, a panic) may come from one job's
-			// texts; run each job alone so the others do not share its fate.
-			c.cfg.Logger.Warn("embed failed, running the batch's jobs one by one", "jobs", len(b.jobs), "err", err)
-			for _, j := range b.jobs {
-				c.runBatch(ctx, &batch{jobs: []*job{j}})
-			}
-			return
 		}
-		for _, j := range b.jobs {
-			finish(j, nil, err)
-		}
+		c.settle(ctx, j, c.decide(j, nil, err))
 		return
 	}
 	c.cfg.Metrics.Tokens(ctx, rep.Tokens, rep.PaddedTokens)
@@ -181,15 +139,12 @@ func (c *Consumer) runBatch(ctx context.Context, b *batch) {
 			}
 		}
 	}
-	for k, j := range b.jobs {
-		sp := spans[k]
-		res, jobErr := c.safeAssemble(j, embs[sp.at:sp.at+len(sp.idx)], seq[sp.at:sp.at+len(sp.idx)], sp.idx)
-		finish(j, res, jobErr)
-	}
+	res, jobErr := c.safeAssemble(j, embs, seq, idx)
+	c.settle(ctx, j, c.decide(j, res, jobErr))
 }
 
 // safeAssemble is assemble with a panic turned into the job's internal
-// error, so one job's bug leaves the rest of the batch alone.
+// error, so one job's bug leaves the other jobs alone.
 func (c *Consumer) safeAssemble(j *job, embs []engine.Embedding, seq, idx []int) (res *schema.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -200,13 +155,8 @@ func (c *Consumer) safeAssemble(j *job, embs []engine.Embedding, seq, idx []int)
 	return c.assemble(j, embs, seq, idx)
 }
 
-func isSchemaError(err error) bool {
-	var se *schema.Error
-	return errors.As(err, &se)
-}
-
 // embed calls the Embedder, turning a panic into an internal error: a bug
-// in one batch must not take the process down.
+// in one job must not take the process down.
 func (c *Consumer) embed(ctx context.Context, texts []engine.Text) (embs []engine.Embedding, rep engine.Report, err error) {
 	defer func() {
 		if p := recover(); p != nil {

@@ -21,27 +21,29 @@ const (
 	DefaultAckWait            = 30 * time.Second
 	DefaultInProgressFraction = 0.5
 	DefaultMaxDeliver         = 5
-	DefaultBatches            = 2
 )
 
 // Config tunes a [Consumer]. The zero value is usable after
 // [Config.WithDefaults]; [New] applies it.
 type Config struct {
-	// Patience is how long the scheduler waits, after the first job of a
-	// batch arrived, for more jobs to pack with it. Longer means fuller
-	// chunks and more latency.
+	// Patience is how long a bulk job waits, after the oldest queued job
+	// arrived, before the jobs go to the engine: time for more jobs to
+	// arrive and give the engine's packer more texts to choose from. An
+	// interactive job waits none. Each job is its own Embed call and is
+	// settled as soon as its texts are done.
 	Patience time.Duration
-	// MaxBatchTokens ends the gathering early once the batch holds this
+	// MaxBatchTokens ends the patience early once the queue holds this
 	// many estimated tokens; MaxBatchJobs once it holds this many jobs.
 	MaxBatchTokens int
 	MaxBatchJobs   int
-	// InFlightTokens bounds the estimated tokens of all jobs held (queued,
-	// running or publishing). Submit blocks while it is full; request-reply
-	// deliveries are answered overloaded instead. Default 4 x MaxBatchTokens.
+	// InFlightTokens bounds the estimated tokens of all bulk jobs held
+	// (queued, running or publishing); Submit blocks while it is full.
+	// Default 4 x MaxBatchTokens.
 	InFlightTokens int
-	// Batches is how many gathered batches may be embedding and publishing
-	// at once, so the next batch gathers while one runs.
-	Batches int
+	// InteractiveTokens is the interactive jobs' own in-flight budget, so
+	// a bulk backlog never refuses them; a request-reply delivery that
+	// finds it full is answered overloaded. Default MaxBatchTokens.
+	InteractiveTokens int
 	// AckWait is the JetStream consumer's AckWait. A held message is sent
 	// InProgress each time it has waited InProgressFraction of it since
 	// its delivery or its last InProgress, until it is settled.
@@ -91,8 +93,8 @@ func (c Config) WithDefaults() Config {
 	if c.InFlightTokens <= 0 {
 		c.InFlightTokens = 4 * c.MaxBatchTokens
 	}
-	if c.Batches <= 0 {
-		c.Batches = DefaultBatches
+	if c.InteractiveTokens <= 0 {
+		c.InteractiveTokens = c.MaxBatchTokens
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = DefaultAckWait

@@ -16,7 +16,8 @@ var (
 	// was NAKed without delay (or answered engine_unavailable).
 	ErrDraining = errors.New("consumer: draining")
 	// ErrOverloaded is returned by Submit for a request-reply delivery that
-	// found the in-flight budget full: it was answered overloaded.
+	// found the interactive in-flight budget full: it was answered
+	// overloaded.
 	ErrOverloaded = errors.New("consumer: in-flight budget full")
 	// ErrRunning is returned by a second Run.
 	ErrRunning = errors.New("consumer: already running")
@@ -24,8 +25,9 @@ var (
 
 // Consumer is the job loop. Deliveries enter through [Consumer.Submit], from
 // the JetStream fetch loop and the request-reply handler alike; [Consumer.Run]
-// gathers them into batches, embeds each batch with one Embed call, and
-// settles every delivery; [Consumer.Drain] stops it gracefully.
+// hands each job to the engine in its own Embed call (the engine's one queue
+// packs the texts of all of them) and settles every delivery as soon as its
+// own texts are done; [Consumer.Drain] stops it gracefully.
 type Consumer struct {
 	cfg       Config
 	emb       Embedder
@@ -33,18 +35,21 @@ type Consumer struct {
 	model     string
 	maxTokens int // the engine's, 0 when it does not say
 
-	mu           sync.Mutex
-	queue        []*job
-	queuedTokens int
-	held         map[*job]struct{}
-	waiting      map[*job]struct{} // blocked in Submit for budget
-	heldTokens   int
-	space        chan struct{} // closed when held tokens drop
-	arrived      chan struct{} // a job was queued (capacity 1)
-	draining     chan struct{} // closed by Drain
-	running      bool
-	done         chan struct{} // closed when Run returned
-	cancelWork   context.CancelFunc
+	mu                sync.Mutex
+	queue             []*job
+	queuedTokens      int
+	queuedInteractive int
+	held              map[*job]struct{}
+	waiting           map[*job]struct{} // blocked in Submit for budget
+	// heldTokens are the estimated tokens held, bulk [0] and interactive
+	// [1], each against its own budget.
+	heldTokens [2]int
+	space      chan struct{} // closed when held tokens drop
+	arrived    chan struct{} // a job was queued (capacity 1)
+	draining   chan struct{} // closed by Drain
+	running    bool
+	done       chan struct{} // closed when Run returned
+	cancelWork context.CancelFunc
 
 	limits        atomic.Pointer[DeliveryLimits]
 	noReplyWarned atomic.Bool
@@ -100,7 +105,7 @@ func (c *Consumer) Stats() Stats {
 	defer c.mu.Unlock()
 	return Stats{
 		Jobs: c.jobs.Load(), Texts: c.texts.Load(), Tokens: c.tokens.Load(),
-		Held: len(c.held), Queued: len(c.queue), HeldTokens: c.heldTokens,
+		Held: len(c.held), Queued: len(c.queue), HeldTokens: c.heldTokens[0] + c.heldTokens[1],
 	}
 }
 
@@ -117,11 +122,13 @@ func (c *Consumer) isDraining() bool {
 // ACKed, NAKed or terminated exactly once, whatever Submit returns, and the
 // caller must not settle it. Bad input is settled before Submit returns.
 //
-// While the in-flight token budget is full, Submit blocks until there is
-// room, ctx is done (the delivery is NAKed without delay and ctx's error
-// returned) or Drain begins (NAKed, [ErrDraining]). A request-reply delivery
-// (Respond set) never waits: it is answered overloaded and Submit returns
-// [ErrOverloaded].
+// While the job's in-flight token budget (bulk, or interactive for
+// request-reply deliveries and jobs with priority "interactive") is full,
+// Submit blocks until there is room, ctx is done (the delivery is NAKed
+// without delay and ctx's error returned) or Drain begins (NAKed,
+// [ErrDraining]). A request-reply delivery (Respond set) never waits: it is
+// answered overloaded and Submit returns [ErrOverloaded]; a bulk backlog
+// never fills its budget.
 func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 	now := c.cfg.Now()
 	j, jobErr := c.safeAdmit(d, now)
@@ -136,13 +143,14 @@ func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 			c.settle(ctx, j, c.decide(j, nil, errShutdown))
 			return ErrDraining
 		}
-		j.cost = min(max(j.tokens, 1), c.cfg.InFlightTokens)
-		if c.heldTokens+j.cost <= c.cfg.InFlightTokens {
+		budget := c.budget(j)
+		j.cost = min(max(j.tokens, 1), budget)
+		if c.heldTokens[j.class()]+j.cost <= budget {
 			break
 		}
 		if d.Respond != nil {
 			c.mu.Unlock()
-			c.settle(ctx, j, c.decide(j, nil, schema.Errorf(schema.CodeOverloaded, "consumer in-flight budget full")))
+			c.settle(ctx, j, c.decide(j, nil, schema.Errorf(schema.CodeOverloaded, "consumer interactive in-flight budget full")))
 			return ErrOverloaded
 		}
 		// Heartbeats keep it alive meanwhile: the wait can outlast AckWait.
@@ -164,17 +172,36 @@ func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 			return done
 		}
 	}
-	c.heldTokens += j.cost
+	c.heldTokens[j.class()] += j.cost
 	c.held[j] = struct{}{}
 	j.queued = c.cfg.Now()
 	c.queue = append(c.queue, j)
 	c.queuedTokens += j.tokens
+	if j.interactive {
+		c.queuedInteractive++
+	}
 	c.mu.Unlock()
 	select {
 	case c.arrived <- struct{}{}:
 	default:
 	}
 	return nil
+}
+
+// budget is the in-flight budget of j's class.
+func (c *Consumer) budget(j *job) int {
+	if j.interactive {
+		return c.cfg.InteractiveTokens
+	}
+	return c.cfg.InFlightTokens
+}
+
+// class indexes heldTokens: 0 bulk, 1 interactive.
+func (j *job) class() int {
+	if j.interactive {
+		return 1
+	}
+	return 0
 }
 
 // safeAdmit is admit with a panic (a decoder bug) turned into an internal
@@ -203,12 +230,12 @@ func (c *Consumer) release(j *job) {
 		return
 	}
 	delete(c.held, j)
-	c.heldTokens -= j.cost
+	c.heldTokens[j.class()] -= j.cost
 	close(c.space)
 	c.space = make(chan struct{})
 }
 
-// Run schedules batches until ctx is done or [Consumer.Drain] finished the
+// Run hands jobs to the engine until ctx is done or [Consumer.Drain] finished the
 // work. Cancelling ctx is the hard stop: running Embed calls are cancelled
 // and every held delivery is NAKed without delay. Run returns nil after a
 // drain, ctx's error otherwise.
@@ -233,25 +260,24 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer hb.Wait()
 	defer hbStop()
 
-	var batches sync.WaitGroup
-	slots := make(chan struct{}, c.cfg.Batches)
+	// The in-flight budgets bound how many jobs run at once.
+	var jobs sync.WaitGroup
 	for {
-		select {
-		case slots <- struct{}{}:
-		case <-ctx.Done():
-		case <-c.draining:
-		}
 		b := c.gather(ctx)
 		if b == nil {
 			break
 		}
-		batches.Go(func() {
-			defer func() { <-slots }()
-			c.runBatch(workCtx, b)
-		})
+		for _, j := range b.expired {
+			jobs.Go(func() {
+				c.settle(workCtx, j, c.decide(j, nil, schema.Errorf(schema.CodeDeadlineExceeded, "deadline passed before the job ran")))
+			})
+		}
+		for _, j := range b.jobs {
+			jobs.Go(func() { c.runJob(workCtx, j) })
+		}
 	}
 	c.nakQueued(workCtx)
-	batches.Wait()
+	jobs.Wait()
 	if ctx.Err() != nil && !c.isDraining() {
 		return ctx.Err()
 	}
@@ -262,7 +288,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 func (c *Consumer) nakQueued(ctx context.Context) {
 	c.mu.Lock()
 	q := c.queue
-	c.queue, c.queuedTokens = nil, 0
+	c.queue, c.queuedTokens, c.queuedInteractive = nil, 0, 0
 	c.mu.Unlock()
 	for _, j := range q {
 		c.settle(ctx, j, c.decide(j, nil, errShutdown))
@@ -270,7 +296,7 @@ func (c *Consumer) nakQueued(ctx context.Context) {
 }
 
 // Drain stops accepting deliveries, NAKs without delay those queued but not
-// started, and waits for the batches in flight to be settled. When ctx ends
+// started, and waits for the jobs in flight to be settled. When ctx ends
 // first, the running Embed calls are cancelled, their jobs NAKed, and Drain
 // returns ctx's error once everything is settled. Run then returns nil.
 func (c *Consumer) Drain(ctx context.Context) error {
@@ -302,7 +328,12 @@ func (c *Consumer) Closed() <-chan struct{} { return c.done }
 // than the configured fraction of AckWait, until ctx is done.
 func (c *Consumer) heartbeats(ctx context.Context) {
 	every := c.heartbeatEvery()
-	t := time.NewTicker(max(every/4, time.Millisecond))
+	// At most a quarter second between looks, so a shorter AckWait learned
+	// from the server after start (SetDeliveryLimits) is seen in time.
+	period := func(every time.Duration) time.Duration {
+		return min(max(every/4, time.Millisecond), 250*time.Millisecond)
+	}
+	t := time.NewTicker(period(every))
 	defer t.Stop()
 	var due []*job
 	for {
@@ -314,7 +345,7 @@ func (c *Consumer) heartbeats(ctx context.Context) {
 		// The server's AckWait may have changed (SetDeliveryLimits).
 		if e := c.heartbeatEvery(); e != every {
 			every = e
-			t.Reset(max(every/4, time.Millisecond))
+			t.Reset(period(every))
 		}
 		now := c.cfg.Now()
 		c.mu.Lock()

@@ -131,9 +131,9 @@ func TestReplyResolution(t *testing.T) {
 	}
 }
 
-// TestCrossJobPacking: jobs gathered in one patience window share one
-// Embed call, and each gets its own texts back in order.
-func TestCrossJobPacking(t *testing.T) {
+// TestOneCallPerJob: each job is its own Embed call (the engine packs
+// their texts together), and each gets its own texts back in order.
+func TestOneCallPerJob(t *testing.T) {
 	r := newRig(t, Config{Patience: 200 * time.Millisecond, MaxBatchJobs: 5}, nil, nil)
 	var jobs []*schema.Job
 	var msgs []*fakeMsg
@@ -155,63 +155,85 @@ func TestCrossJobPacking(t *testing.T) {
 			t.Fatalf("calls %v", got)
 		}
 	}
-	calls := r.emb.Calls()
-	if len(calls) != 1 || len(calls[0]) != 15 {
-		t.Fatalf("%d Embed calls (%d texts in the first), want one call of 15 texts", len(calls), len(calls[0]))
+	var sizes []int
+	for _, c := range r.emb.Calls() {
+		sizes = append(sizes, len(c))
+	}
+	slices.Sort(sizes)
+	if !slices.Equal(sizes, []int{1, 2, 3, 4, 5}) {
+		t.Fatalf("texts per Embed call %v, want one call per job", sizes)
 	}
 	for _, j := range jobs {
 		res, _ := r.resultFor(t, j.ID)
 		checkItems(t, res, j)
 	}
-	if r.met.get("batches") != 1 || r.met.get("batch texts") != 15 || r.met.get("queue waits") != 5 {
+	if r.met.get("batches") != 5 || r.met.get("batch texts") != 15 || r.met.get("queue waits") != 5 {
 		t.Errorf("metrics %v", r.met)
 	}
 }
 
-// TestBatchLimits: MaxBatchJobs and MaxBatchTokens end a batch; a job is
-// never split across Embed calls.
-func TestBatchLimits(t *testing.T) {
+// TestPerJobSettling: a job is settled as soon as its own texts are
+// embedded, while a job gathered with it still runs.
+func TestPerJobSettling(t *testing.T) {
+	emb := &fakeEmb{block: make(chan struct{}), blockIf: func(texts []engine.Text) bool { return len(texts) > 1 }}
+	r := newRig(t, Config{Patience: 50 * time.Millisecond, MaxBatchJobs: 2}, emb, nil)
+	big, mBig := delivery(t, schema.NewJob("big", "a", "b", "c"), schema.EncodingJSON, 1)
+	small, mSmall := delivery(t, schema.NewJob("small", "d"), schema.EncodingJSON, 1)
+	for _, d := range []Delivery{big, small} {
+		if err := r.c.Submit(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := mSmall.wait(t); !slices.Equal(got, []string{"ack"}) {
+		t.Fatalf("small job: calls %v, want [ack]", got)
+	}
+	if got := mBig.Calls(); len(got) != 0 {
+		t.Fatalf("big job settled (%v) while its texts were still running", got)
+	}
+	close(emb.block)
+	if got := mBig.wait(t); !slices.Equal(got, []string{"ack"}) {
+		t.Fatalf("big job: calls %v, want [ack]", got)
+	}
+}
+
+// TestPatienceLimits: MaxBatchJobs and MaxBatchTokens end the patience
+// window early; an interactive job (priority "interactive") has none, and
+// its Embed call runs in the engine's interactive class.
+func TestPatienceLimits(t *testing.T) {
 	cases := []struct {
-		name  string
-		cfg   Config
-		calls []int // texts per Embed call
+		name string
+		cfg  Config
+		jobs []*schema.Job
 	}{
-		{"jobs", Config{MaxBatchJobs: 2}, []int{4, 4, 2}},
-		// Each text estimates 30/3+2 = 12 tokens, a job 24.
-		{"tokens", Config{MaxBatchTokens: 50}, []int{4, 4, 2}},
-		{"tokens one job over", Config{MaxBatchTokens: 20}, []int{2, 2, 2, 2, 2}},
+		{"jobs", Config{MaxBatchJobs: 2}, []*schema.Job{schema.NewJob("a", "x"), schema.NewJob("b", "y")}},
+		// Each text estimates 30/3+2 = 12 tokens.
+		{"tokens", Config{MaxBatchTokens: 20}, []*schema.Job{schema.NewJob("a", strings.Repeat("a", 30), strings.Repeat("b", 30))}},
+		{"interactive", Config{}, []*schema.Job{{V: 1, ID: "i", Texts: []string{"z"}, Priority: schema.PriorityInteractive}}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			emb := &fakeEmb{block: make(chan struct{})}
-			tc.cfg.Batches, tc.cfg.InFlightTokens = 1, 1000
-			r := newRig(t, tc.cfg, emb, nil)
-			// A first job holds the only batch slot so the others queue.
-			d0, m0 := delivery(t, schema.NewJob("first", "x"), schema.EncodingJSON, 1)
-			if err := r.c.Submit(context.Background(), d0); err != nil {
-				t.Fatal(err)
-			}
-			waitFor(t, func() bool { return len(emb.Calls()) == 1 })
+			tc.cfg.Patience = time.Hour
+			r := newRig(t, tc.cfg, nil, nil)
 			var msgs []*fakeMsg
-			for k := range 5 {
-				text := strings.Repeat("a", 30)
-				d, m := delivery(t, schema.NewJob(fmt.Sprint(k), text, text), schema.EncodingJSON, 1)
+			for _, j := range tc.jobs {
+				d, m := delivery(t, j, schema.EncodingJSON, 1)
 				if err := r.c.Submit(context.Background(), d); err != nil {
 					t.Fatal(err)
 				}
 				msgs = append(msgs, m)
 			}
-			close(emb.block)
-			m0.wait(t)
 			for _, m := range msgs {
-				m.wait(t)
+				if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+					t.Fatalf("calls %v, want [ack] well within the hour of patience", got)
+				}
 			}
-			var got []int
-			for _, c := range emb.Calls()[1:] {
-				got = append(got, len(c))
-			}
-			if !slices.Equal(got, tc.calls) {
-				t.Errorf("texts per call %v, want %v", got, tc.calls)
+			if tc.name == "interactive" {
+				r.emb.mu.Lock()
+				ctx := r.emb.ctxs[0]
+				r.emb.mu.Unlock()
+				if !engine.IsInteractive(ctx) {
+					t.Errorf("the interactive job's Embed call was not in the interactive class")
+				}
 			}
 		})
 	}

@@ -153,24 +153,28 @@ func (p *fakePub) DLQ() []DeadLetter {
 
 // fakeEmb computes vectors from each text alone, so a test knows what any
 // text must get whatever it was packed with: see want. refuse fails chosen
-// items, callErr whole calls; block holds every call until closed.
+// items, callErr whole calls; block holds every call (those blockIf
+// chooses, when set) until closed.
 type fakeEmb struct {
 	mu      sync.Mutex
 	calls   [][]engine.Text
+	ctxs    []context.Context
 	refuse  func(text string) *schema.Error
 	callErr func(texts []engine.Text) error
 	block   chan struct{}
+	blockIf func(texts []engine.Text) bool
 	started chan struct{} // receives once per call, when set
 }
 
 func (f *fakeEmb) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
 	f.mu.Lock()
 	f.calls = append(f.calls, slices.Clone(texts))
+	f.ctxs = append(f.ctxs, ctx)
 	f.mu.Unlock()
 	if f.started != nil {
 		f.started <- struct{}{}
 	}
-	if f.block != nil {
+	if f.block != nil && (f.blockIf == nil || f.blockIf(texts)) {
 		select {
 		case <-f.block:
 		case <-ctx.Done():

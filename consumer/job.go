@@ -22,12 +22,16 @@ type job struct {
 	// items are the per-text validation errors (invalid_utf8), nil when
 	// every text may run.
 	items    []*schema.Error
-	deadline time.Time         // zero: none
-	reply    string            // resolved reply subject; "" with Respond or none
-	tokens   int               // estimated tokens of the texts that will run
-	cost     int               // tokens charged to the in-flight budget
-	queued   time.Time         // when it entered the queue
-	run      trace.SpanContext // the span of the Embed call that served it
+	deadline time.Time // zero: none
+	reply    string    // resolved reply subject; "" with Respond or none
+	tokens   int       // estimated tokens of the texts that will run
+	cost     int       // tokens charged to the in-flight budget
+	// interactive jobs (request-reply, or priority "interactive") skip the
+	// patience window, run in the engine's interactive class and have
+	// their own in-flight budget.
+	interactive bool
+	queued      time.Time         // when it entered the queue
+	run         trace.SpanContext // the span of the Embed call that served it
 
 	// mu orders an InProgress against the settlement, so that no
 	// heartbeat follows the final acknowledgement.
@@ -69,6 +73,7 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 	if j.id == "" {
 		j.id = header(d.Header, schema.HeaderMsgID)
 	}
+	j.interactive = d.Respond != nil || sj != nil && sj.Interactive()
 	// A refused reply wins over any other refusal: it decides that no
 	// result goes anywhere.
 	reply, replyErr := c.replyOf(j)

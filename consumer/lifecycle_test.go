@@ -41,21 +41,26 @@ func TestInProgress(t *testing.T) {
 // is kept alive too, and request-reply deliveries never get InProgress.
 func TestInProgressQueued(t *testing.T) {
 	emb := &fakeEmb{block: make(chan struct{})}
-	r := newRig(t, Config{AckWait: 40 * time.Millisecond, InProgressFraction: 0.25, Batches: 1}, emb, nil)
-	d1, m1 := delivery(t, schema.NewJob("running", "a"), schema.EncodingJSON, 1)
+	// An hour of patience keeps the bulk job queued; the interactive one runs.
+	r := newRig(t, Config{AckWait: 40 * time.Millisecond, InProgressFraction: 0.25, Patience: time.Hour}, emb, nil)
+	d1, m1 := delivery(t, &schema.Job{V: 1, ID: "running", Texts: []string{"a"}, Priority: schema.PriorityInteractive}, schema.EncodingJSON, 1)
 	if err := r.c.Submit(context.Background(), d1); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return len(emb.Calls()) == 1 })
 	d2, m2 := delivery(t, schema.NewJob("queued", "b"), schema.EncodingJSON, 1)
-	d3, m3 := delivery(t, schema.NewJob("request", "c"), schema.EncodingJSON, 1)
-	d3.Respond = func(map[string][]string, []byte) error { return nil }
-	for _, d := range []Delivery{d2, d3} {
-		if err := r.c.Submit(context.Background(), d); err != nil {
-			t.Fatal(err)
-		}
+	if err := r.c.Submit(context.Background(), d2); err != nil {
+		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return slices.Contains(m2.Calls(), "progress") && slices.Contains(m1.Calls(), "progress") })
+	if n := len(emb.Calls()); n != 1 {
+		t.Fatalf("%d Embed calls, want the queued job still queued", n)
+	}
+	d3, m3 := delivery(t, schema.NewJob("request", "c"), schema.EncodingJSON, 1)
+	d3.Respond = func(map[string][]string, []byte) error { return nil }
+	if err := r.c.Submit(context.Background(), d3); err != nil {
+		t.Fatal(err)
+	}
 	close(emb.block)
 	m1.wait(t)
 	m2.wait(t)
@@ -65,12 +70,13 @@ func TestInProgressQueued(t *testing.T) {
 	}
 }
 
-// TestDrain: Drain finishes the batch that is running, NAKs without delay
+// TestDrain: Drain finishes the job that is running, NAKs without delay
 // what is queued, refuses new deliveries, and Run then returns nil.
 func TestDrain(t *testing.T) {
 	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
-	r := newRig(t, Config{Batches: 1}, emb, nil)
-	running, rm := delivery(t, schema.NewJob("running", "a"), schema.EncodingJSON, 1)
+	// An hour of patience keeps bulk jobs queued; the interactive one runs.
+	r := newRig(t, Config{Patience: time.Hour}, emb, nil)
+	running, rm := delivery(t, &schema.Job{V: 1, ID: "running", Texts: []string{"a"}, Priority: schema.PriorityInteractive}, schema.EncodingJSON, 1)
 	if err := r.c.Submit(context.Background(), running); err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +105,7 @@ func TestDrain(t *testing.T) {
 	}
 	select {
 	case err := <-drained:
-		t.Fatalf("Drain returned %v with a batch still running", err)
+		t.Fatalf("Drain returned %v with a job still running", err)
 	default:
 	}
 	close(emb.block)
@@ -114,7 +120,7 @@ func TestDrain(t *testing.T) {
 	}
 	r.run <- nil // for the cleanup's drain
 	if n := len(emb.Calls()); n != 1 {
-		t.Errorf("%d Embed calls, want only the running batch's", n)
+		t.Errorf("%d Embed calls, want only the running job's", n)
 	}
 	if r.met.get("nak shutdown") != 3 {
 		t.Errorf("metrics %v", r.met)
@@ -150,7 +156,7 @@ func TestDrainGrace(t *testing.T) {
 // is NAKed and Run returns the context's error.
 func TestRunCancel(t *testing.T) {
 	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 1)}
-	c, err := New(Config{Batches: 1, NakBackoff: Backoff{Jitter: -1}}, emb, &fakePub{})
+	c, err := New(Config{NakBackoff: Backoff{Jitter: -1}}, emb, &fakePub{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,13 +191,15 @@ func TestRunCancel(t *testing.T) {
 	}
 }
 
-// TestBudget: Submit blocks while the in-flight budget is full and resumes
-// when a job is settled; a request is answered overloaded instead; a
-// blocked Submit whose context ends NAKs its delivery.
+// TestBudget: Submit blocks while the bulk in-flight budget is full and
+// resumes when a job is settled; a request is still admitted (interactive
+// work has its own budget) and answered overloaded only when that budget
+// is full; a blocked Submit whose context ends NAKs its delivery.
 func TestBudget(t *testing.T) {
 	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
-	// "aaaaaaaaa" estimates 9/3+2 = 5 tokens: the budget holds two jobs.
-	r := newRig(t, Config{InFlightTokens: 10, MaxBatchTokens: 5, Batches: 1}, emb, nil)
+	// "aaaaaaaaa" estimates 9/3+2 = 5 tokens: the bulk budget holds two
+	// jobs, the interactive one one.
+	r := newRig(t, Config{InFlightTokens: 10, MaxBatchTokens: 5, InteractiveTokens: 5}, emb, nil)
 	text := "aaaaaaaaa"
 	var msgs []*fakeMsg
 	for _, id := range []string{"a", "b"} {
@@ -202,10 +210,18 @@ func TestBudget(t *testing.T) {
 		msgs = append(msgs, m)
 	}
 	<-emb.started
-	if s := r.c.Stats(); s.Held != 2 || s.HeldTokens != 10 || s.Queued != 1 {
+	<-emb.started
+	if s := r.c.Stats(); s.Held != 2 || s.HeldTokens != 10 || s.Queued != 0 {
 		t.Errorf("stats %+v", s)
 	}
 
+	first, firstMsg := delivery(t, schema.NewJob("first-req", text), schema.EncodingJSON, 1)
+	var firstAnswer []byte
+	first.Respond = func(_ map[string][]string, data []byte) error { firstAnswer = data; return nil }
+	if err := r.c.Submit(context.Background(), first); err != nil {
+		t.Errorf("request Submit with the bulk budget full: %v, want it admitted", err)
+	}
+	<-emb.started
 	req, reqMsg := delivery(t, schema.NewJob("req", text), schema.EncodingJSON, 1)
 	var answer []byte
 	req.Respond = func(_ map[string][]string, data []byte) error { answer = data; return nil }
@@ -239,10 +255,13 @@ func TestBudget(t *testing.T) {
 	if err := <-submitted; err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range append(msgs, wm) {
+	for _, m := range append(msgs, wm, firstMsg) {
 		if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
 			t.Errorf("calls %v, want [ack]", got)
 		}
+	}
+	if res, err := schema.DecodeResult(firstAnswer, schema.EncodingJSON); err != nil || res.Error != nil {
+		t.Errorf("first request answer %+v, %v; want vectors", res, err)
 	}
 }
 
@@ -287,7 +306,7 @@ func TestStress(t *testing.T) {
 		}
 		return nil
 	}}
-	r := newRig(t, Config{Patience: 500 * time.Microsecond, MaxBatchJobs: 16, InFlightTokens: 400, Batches: 2}, emb, pub)
+	r := newRig(t, Config{Patience: 500 * time.Microsecond, MaxBatchJobs: 16, InFlightTokens: 400}, emb, pub)
 	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
 	const workers, perWorker = 4, 150
 	msgs := make([][]*fakeMsg, workers)

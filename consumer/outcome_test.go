@@ -333,7 +333,7 @@ func TestDeadline(t *testing.T) {
 }
 
 // TestPanic: a panicking embedder is an internal error, not a crash; the
-// batch's other jobs are run alone and succeed; the poison job is NAKed
+// other jobs (each its own Embed call) succeed; the poison job is NAKed
 // with a delay and, on its final delivery, terminated with an internal
 // result and a DLQ copy.
 func TestPanic(t *testing.T) {
@@ -358,8 +358,8 @@ func TestPanic(t *testing.T) {
 			t.Errorf("job %d: calls %v, want %s", i, got, want[i])
 		}
 	}
-	if calls := emb.Calls(); len(calls) != 5 || len(calls[0]) != 4 {
-		t.Errorf("embed calls %d (first of %d texts), want the batch then each job alone", len(calls), len(calls[0]))
+	if calls := emb.Calls(); len(calls) != 4 {
+		t.Errorf("%d embed calls, want one per job", len(calls))
 	}
 	res, _ := r.resultFor(t, "poison-final")
 	if res.Error == nil || res.Error.Code != schema.CodeInternal || res.Error.Retriable {
@@ -374,8 +374,8 @@ func TestPanic(t *testing.T) {
 }
 
 // TestRequestReply: a request is answered through Respond, retriable
-// refusals at once (there is no redelivery), and it shares runs with
-// JetStream jobs.
+// refusals at once (there is no redelivery), and its Embed call runs in
+// the engine's interactive class while a JetStream job's runs in bulk.
 func TestRequestReply(t *testing.T) {
 	emb := &fakeEmb{refuse: func(text string) *schema.Error {
 		if text == "cold" {
@@ -417,9 +417,13 @@ func TestRequestReply(t *testing.T) {
 			t.Errorf("calls %v, want [ack]", got)
 		}
 	}
-	if calls := emb.Calls(); len(calls) != 1 || len(calls[0]) != 3 {
-		t.Errorf("calls %v: requests and jobs must share one run", calls)
+	emb.mu.Lock()
+	for i, c := range emb.calls {
+		if isBulk := c[0].Text == "from the stream"; engine.IsInteractive(emb.ctxs[i]) == isBulk {
+			t.Errorf("call %v: interactive %v, want %v", c, !isBulk, isBulk)
+		}
 	}
+	emb.mu.Unlock()
 	if n := len(r.pub.Results()); n != 1 {
 		t.Errorf("%d results published, want only the bulk job's", n)
 	}

@@ -46,12 +46,20 @@ func TestTraceContext(t *testing.T) {
 	// The publish span ends after the ACK, before the budget is freed.
 	waitFor(t, func() bool { return r.c.Stats().Held == 0 })
 
-	var run sdktrace.ReadOnlySpan
+	// Each job is its own Embed call: one run span each, linked to its
+	// producer.
+	runs := map[string]sdktrace.ReadOnlySpan{}
 	publish := map[string]sdktrace.ReadOnlySpan{}
 	for _, s := range exp.GetSpans().Snapshots() {
 		switch s.Name() {
 		case string(telemetry.SpanRun):
-			run = s
+			for _, l := range s.Links() {
+				for _, a := range l.Attributes {
+					if a.Key == telemetry.AttrJobID {
+						runs[a.Value.AsString()] = s
+					}
+				}
+			}
 		case string(telemetry.SpanPublish):
 			for _, a := range s.Attributes() {
 				if a.Key == telemetry.AttrJobID {
@@ -60,10 +68,11 @@ func TestTraceContext(t *testing.T) {
 			}
 		}
 	}
-	if run == nil || len(run.Links()) != 2 || len(run.Events()) != 1 {
-		t.Fatalf("run span %v: want links to both producers and one chunk event", run)
-	}
 	for id, sc := range producers {
+		run := runs[id]
+		if run == nil || len(run.Links()) != 1 || run.Links()[0].SpanContext.SpanID() != sc.SpanID() || len(run.Events()) != 1 {
+			t.Fatalf("job %s: run span %v, want a link to its producer and one chunk event", id, run)
+		}
 		p := publish[id]
 		if p == nil {
 			t.Fatalf("no publish span for job %s", id)

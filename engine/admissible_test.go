@@ -43,14 +43,13 @@ func TestShapeAdmissible(t *testing.T) {
 	if runs := e.Stats().Sessions[0].Runs; runs != 0 {
 		t.Errorf("refused shapes made %d runs", runs)
 	}
-	// With a cost model and a chunk cost budget, the budget bounds rows too.
-	e.cfg.MaxChunkSeconds = 1
-	e.cfg.Cost.A = 1.0 / 512 // one 512-token row costs a second
+	// A memory budget bounds rows too.
+	e.sched.memory = int64(e.sched.cost.bytes(2, 256)) + 1
 	if err := e.ShapeAdmissible(2, 256); err != nil {
-		t.Errorf("2x256 within the cost budget: %v", err)
+		t.Errorf("2x256 within the memory budget: %v", err)
 	}
 	if err := e.ShapeAdmissible(4, 256); !errors.Is(err, ErrShape) {
-		t.Errorf("4x256 over the cost budget: %v, want ErrShape", err)
+		t.Errorf("4x256 over the memory budget: %v, want ErrShape", err)
 	}
 }
 
@@ -63,6 +62,7 @@ func TestUseCostRejectsNetworkGarbage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
+	a0, bq0 := e.CostModel() // the prior from the model's size
 	for _, c := range [][2]float64{
 		{math.NaN(), 0}, {0, math.NaN()}, {math.Inf(1), 0}, {1e-6, math.Inf(1)},
 		{-1e-6, 1e-9}, {1e-6, -1e-9}, {0, 0}, {1e300, 0}, {0, 1e300}, {10, 0},
@@ -71,7 +71,7 @@ func TestUseCostRejectsNetworkGarbage(t *testing.T) {
 			t.Errorf("UseCost(%g, %g) = %v, want ErrConfig", c[0], c[1], err)
 		}
 	}
-	if a, bq := e.CostModel(); a != 0 || bq != 0 {
+	if a, bq := e.CostModel(); a != a0 || bq != bq0 {
 		t.Errorf("a refused cost model was installed: %g %g", a, bq)
 	}
 	if err := e.UseCost(2e-5, 3e-9); err != nil {

@@ -22,18 +22,36 @@ type Config struct {
 	MaxBatchTokens int
 	MaxBatch       int
 	// Tiers are the padded sequence lengths (see [pack.Tiers]); default
-	// pack.Tiers(8, MaxTokens, 4).
+	// pack.Tiers(8, MaxTokens, 4). A provider that compiles a kernel per
+	// shape (TensorRT, CUDA graphs) wants few shapes.
 	Tiers []int
-	// Cost is the chunk cost model in seconds. When zero and Probe is set,
-	// New measures it by timing a few shapes after warm-up.
+	// PadExact pads each chunk to its own longest text instead of a tier:
+	// right where nothing is compiled per shape (the CPU provider).
+	PadExact bool
+	// Cost is the chunk run-time model in seconds. The scheduler starts
+	// from a prior derived from the model's size (or this, when set, or
+	// the probe's when Probe is set) and refits it from every run.
 	Cost  pack.Cost
 	Probe bool
-	// MaxChunkSeconds splits chunks whose modelled cost exceeds it, to bound
-	// latency and workspace; 0 disables it.
-	MaxChunkSeconds float64
-	// InflightTokens is the admission budget: real tokens of all Embed
-	// calls in progress. Default 8 x MaxBatchTokens x Sessions.
+	// MaxChunkLatency caps the modelled run time of a bulk chunk, so an
+	// interactive text waits at most about one chunk per session; 0
+	// means the default of 100 ms, negative no cap.
+	MaxChunkLatency time.Duration
+	// MemoryBudget bounds the modelled workspace (bytes) of the chunks
+	// and warm-up shapes of all sessions together: each session's chunk
+	// stays within MemoryBudget / Sessions. A text that does not fit alone
+	// is cut (or fails text_too_long) at the length that does. 0 means no
+	// budget.
+	MemoryBudget int64
+	// InflightTokens is the bulk admission budget: real tokens of all bulk
+	// Embed calls in progress. Default 8 x MaxBatchTokens x Sessions.
 	InflightTokens int
+	// InteractiveTokens is the interactive class's own admission budget
+	// (see [WithInteractive]); default 2 x MaxBatchTokens.
+	InteractiveTokens int
+	// Aging is how long bulk work may wait without progress while
+	// interactive work runs before its next chunk goes first; default 1 s.
+	Aging time.Duration
 	// Guard refuses unwarmed long shapes (TensorRT JIT compiles take
 	// minutes); see [Config.GuardSeq].
 	Guard bool
@@ -82,6 +100,9 @@ type Shape struct {
 
 func (s Shape) String() string { return fmt.Sprintf("%dx%d", s.Batch, s.Seq) }
 
+// DefaultMaxChunkLatency is the default [Config.MaxChunkLatency].
+const DefaultMaxChunkLatency = 100 * time.Millisecond
+
 // ErrConfig reports an unusable [Config].
 var ErrConfig = errors.New("engine: invalid config")
 
@@ -105,6 +126,18 @@ func (c Config) WithDefaults(modelMax int) Config {
 	}
 	if c.InflightTokens == 0 {
 		c.InflightTokens = 8 * c.MaxBatchTokens * c.Sessions
+	}
+	if c.InteractiveTokens == 0 {
+		c.InteractiveTokens = 2 * c.MaxBatchTokens
+	}
+	switch {
+	case c.MaxChunkLatency == 0:
+		c.MaxChunkLatency = DefaultMaxChunkLatency
+	case c.MaxChunkLatency < 0:
+		c.MaxChunkLatency = 0
+	}
+	if c.Aging == 0 {
+		c.Aging = time.Second
 	}
 	if c.GuardSeq == 0 {
 		c.GuardSeq = 4096
@@ -148,16 +181,18 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: max batch tokens %d below max tokens %d: the longest text could not run", ErrConfig, c.MaxBatchTokens, c.MaxTokens)
 	case c.MaxBatch < 1:
 		return fmt.Errorf("%w: max batch %d < 1", ErrConfig, c.MaxBatch)
-	case c.InflightTokens < c.MaxTokens:
-		return fmt.Errorf("%w: in-flight tokens %d below max tokens %d", ErrConfig, c.InflightTokens, c.MaxTokens)
+	case c.InflightTokens < c.MaxTokens || c.InteractiveTokens < c.MaxTokens:
+		return fmt.Errorf("%w: in-flight tokens %d (interactive %d) below max tokens %d", ErrConfig, c.InflightTokens, c.InteractiveTokens, c.MaxTokens)
+	case c.MemoryBudget < 0 || c.Aging < 0:
+		return fmt.Errorf("%w: negative memory budget %d or aging %v", ErrConfig, c.MemoryBudget, c.Aging)
 	case c.GuardSeq < 1:
 		return fmt.Errorf("%w: guard seq %d < 1", ErrConfig, c.GuardSeq)
 	case c.BreakerThreshold < 1:
 		return fmt.Errorf("%w: breaker threshold %d < 1", ErrConfig, c.BreakerThreshold)
 	case c.ReloadBackoff < 0:
 		return fmt.Errorf("%w: reload backoff %v < 0", ErrConfig, c.ReloadBackoff)
-	case c.Cost.A < 0 || c.Cost.Bq < 0 || c.MaxChunkSeconds < 0:
-		return fmt.Errorf("%w: negative cost model %+v / max chunk seconds %g", ErrConfig, c.Cost, c.MaxChunkSeconds)
+	case c.Cost.A < 0 || c.Cost.Bq < 0:
+		return fmt.Errorf("%w: negative cost model %+v", ErrConfig, c.Cost)
 	}
 	for _, s := range c.Warmup {
 		if s.Batch < 1 || s.Seq < 2 || s.Seq > c.MaxTokens {
@@ -167,12 +202,15 @@ func (c Config) validate() error {
 	return c.packConfig().Validate()
 }
 
+// chunkMemory is the workspace budget of one session's chunk; 0 none.
+func (c Config) chunkMemory() int64 {
+	return c.MemoryBudget / int64(max(c.Sessions, 1))
+}
+
 func (c Config) packConfig() pack.Config {
 	return pack.Config{
 		MaxTokens: c.MaxBatchTokens,
 		MaxBatch:  c.MaxBatch,
 		Tiers:     c.Tiers,
-		Cost:      c.Cost,
-		MaxCost:   c.MaxChunkSeconds,
 	}
 }

@@ -22,9 +22,8 @@ type Engine struct {
 	weights *heads.Weights // hidden-state layout only
 	special heads.Special
 	pool    *pool
-	adm     *admission
-	packers sync.Pool // *pack.Packer: packers keep buffers, one call at a time
-	packCfg pack.Config
+	sched   *sched
+	adm     [nClasses]*admission
 	// ranMu serializes ran, so OnWarmed hears each new shape once even
 	// when two sessions finish it at the same moment.
 	ranMu sync.Mutex
@@ -37,11 +36,25 @@ type Engine struct {
 // (and the cost probe when asked) and returns a ready engine. ctx bounds
 // the start-up only.
 func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory RunnerFactory) (*Engine, error) {
-	cfg = cfg.WithDefaults(m.Config.MaxTokens)
+	cost := newCostModel(m.Config)
+	explicit := cfg.Warmup != nil
+	memMax := cost.maxSeq(cfg.chunkMemory())
+	if memMax < 2 {
+		return nil, fmt.Errorf("%w: memory budget %d bytes holds no text (one of 2 tokens needs %.0f a session)", ErrConfig, cfg.MemoryBudget, cost.bytes(1, 2))
+	}
+	// A text the budget cannot hold even alone is cut to what fits (or
+	// fails text_too_long): the budget lowers the engine's maximum.
+	cfg = cfg.WithDefaults(min(m.Config.MaxTokens, memMax))
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	e := &Engine{cfg: cfg, tok: tok, model: m, adm: &admission{cap: cfg.InflightTokens}}
+	var err error
+	if cfg.Warmup, err = fitWarmup(cfg, cost, explicit); err != nil {
+		return nil, err
+	}
+	e := &Engine{cfg: cfg, tok: tok, model: m}
+	e.adm[bulk] = &admission{cap: cfg.InflightTokens}
+	e.adm[interactive] = &admission{cap: cfg.InteractiveTokens}
 	if m.Layout == model.LayoutHidden {
 		e.weights = &heads.Weights{
 			Dim:     m.Config.HiddenSize,
@@ -53,15 +66,17 @@ func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory
 		}
 	}
 	e.special = e.sparseSkip()
-	e.setCost(cfg.Cost)
+	e.sched = newSched(cfg, cost, e.refused)
+	if cfg.Cost != (pack.Cost{}) {
+		cost.use(cfg.Cost)
+	}
 
-	var err error
 	var rewarm func() []RunInput
 	if cfg.Guard {
 		rewarm = e.rewarmInputs
 	}
 	e.fatal.init()
-	if e.pool, err = newPool(cfg, e.fatal.watch(factory), e.ran, rewarm); err != nil {
+	if e.pool, err = newPool(cfg, e.fatal.watch(factory), e.sched, e.input, e.ran, rewarm); err != nil {
 		return nil, err
 	}
 	if err := e.warmGrid(ctx, cfg.Warmup); err != nil {
@@ -77,6 +92,26 @@ func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory
 	return e, nil
 }
 
+// fitWarmup keeps the warm-up shapes whose workspace fits the memory
+// budget: a default grid drops the others, a given one is refused.
+func fitWarmup(cfg Config, cost *costModel, explicit bool) ([]Shape, error) {
+	budget := cfg.chunkMemory()
+	if budget <= 0 {
+		return cfg.Warmup, nil
+	}
+	var out []Shape
+	for _, sh := range cfg.Warmup {
+		if b := cost.bytes(sh.Batch, sh.Seq); b > float64(budget) {
+			if explicit {
+				return nil, fmt.Errorf("%w: warm-up shape %v needs about %.0f MiB, above the memory budget of %d MiB a session", ErrConfig, sh, b/(1<<20), budget>>20)
+			}
+			continue
+		}
+		out = append(out, sh)
+	}
+	return out, nil
+}
+
 func (e *Engine) sparseSkip() heads.Special {
 	c := e.model.Config
 	s := heads.Special{int32(c.BOSID), int32(c.EOSID), int32(c.PadID)}
@@ -89,16 +124,21 @@ func (e *Engine) sparseSkip() heads.Special {
 	return slices.Compact(s)
 }
 
-// setCost installs a cost model in the packers (new packers pick it up).
+// setCost installs a probed or given run-time model in the scheduler.
 func (e *Engine) setCost(c pack.Cost) {
-	e.cfg.Cost = c
-	e.packCfg = e.cfg.packConfig()
-	e.packers = sync.Pool{}
+	e.sched.mu.Lock()
+	e.sched.cost.use(c)
+	e.sched.mu.Unlock()
 }
 
 // ran records a shape that ran on some session, calling OnWarmed the first
 // time.
 func (e *Engine) ran(s Shape) {
+	if e.cfg.PadExact {
+		// Nothing compiles per shape; the record keeps tiers, so it stays
+		// small however many exact lengths run.
+		s.Seq = e.sched.tier(s.Seq)
+	}
 	if e.cfg.Coverage.Warmed(s.Batch, s.Seq) {
 		return // the common case, without the lock
 	}
@@ -128,81 +168,54 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// Embed embeds texts, in order. Items fail alone (invalid_utf8,
-// text_too_long, or the retriable shape_not_warmed / engine_unavailable of
-// their chunk; deadline_exceeded when ctx ends while their chunk waits) in
-// Embedding.Err. The call fails as a whole, with a *schema.Error, only when
-// it is refused before running: overloaded (the in-flight budget is full;
-// see [WithAdmissionWait]) or deadline_exceeded. After Close every item
-// fails with engine_unavailable.
+// Embed embeds texts, in order. Its texts join the engine's one queue
+// (in the interactive class under [WithInteractive], else bulk) and the
+// call returns as soon as its own texts are embedded. Items fail alone
+// (invalid_utf8, text_too_long, or the retriable shape_not_warmed /
+// engine_unavailable of their chunk; deadline_exceeded when ctx ends
+// while they wait) in Embedding.Err. The call fails as a whole, with a
+// *schema.Error, only when it is refused before running: overloaded (its
+// class's in-flight budget is full; see [WithAdmissionWait]) or
+// deadline_exceeded. After Close every item fails with engine_unavailable.
 func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, Report, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, Report{}, schema.Errorf(schema.CodeDeadlineExceeded, "%v", err)
 	}
 	out := make([]Embedding, len(texts))
 	toks := e.tokenize(texts, out)
-	lengths := make([]int, len(texts))
+	var items, lengths []int
 	total := 0
 	for i, t := range toks {
 		if t.err != nil {
 			out[i].Err = t.err
 			continue
 		}
-		lengths[i] = len(t.ids)
+		items, lengths = append(items, i), append(lengths, len(t.ids))
 		total += len(t.ids)
 	}
-	var rep Report
 	if total == 0 {
-		return out, rep, nil
+		return out, Report{}, nil
 	}
-	held, err := e.adm.acquire(ctx, total, waits(ctx))
+	cl := classOf(ctx)
+	adm := e.adm[cl]
+	held, err := adm.acquire(ctx, total, waits(ctx))
 	switch {
 	case errors.Is(err, errOverloaded):
-		return nil, rep, schema.Errorf(schema.CodeOverloaded, "%d tokens in flight, budget %d", e.adm.inUse(), e.cfg.InflightTokens)
+		return nil, Report{}, schema.Errorf(schema.CodeOverloaded, "%d tokens in flight, budget %d", adm.inUse(), adm.cap)
 	case err != nil:
-		return nil, rep, schema.Errorf(schema.CodeDeadlineExceeded, "waiting for capacity: %v", err)
+		return nil, Report{}, schema.Errorf(schema.CodeDeadlineExceeded, "waiting for capacity: %v", err)
 	}
-	defer e.adm.release(held)
-
-	results := make(chan result, len(texts))
-	pending := 0
-	for _, c := range e.pack(lengths) {
-		ci := len(rep.Chunks)
-		rep.Chunks = append(rep.Chunks, ChunkReport{
-			Session: -1, Batch: c.Batch(), Seq: c.Seq, Texts: c.Batch(),
-			RealTokens: c.RealTokens, PaddedTokens: c.PaddedTokens(), Items: c.Items,
-		})
-		if e.refused(c.Seq) {
-			fail(out, c.Items, schema.Errorf(schema.CodeShapeNotWarmed,
-				"chunk %dx%d is above the warmed ceiling %d", c.Batch(), c.Seq, e.cfg.Coverage.Ceiling()))
-			continue
-		}
-		t := task{ctx: ctx, in: e.input(c.Items, c.Seq, toks), load: e.load(c.Batch(), c.Seq), chunk: ci, done: results}
-		if err := e.pool.dispatch(t, -1); err != nil {
-			fail(out, c.Items, runError(err))
-			continue
-		}
-		pending++
+	defer adm.release(held)
+	if e.pool.available() == 0 {
+		fail(out, items, runError(ErrUnavailable))
+		return out, Report{}, nil
 	}
-
-	var wg sync.WaitGroup
-	for ; pending > 0; pending-- {
-		r := <-results
-		c := &rep.Chunks[r.chunk]
-		c.Session = r.session
-		if r.err != nil {
-			fail(out, c.Items, runError(r.err))
-			continue
-		}
-		rep.Tokens += c.RealTokens
-		rep.PaddedTokens += c.PaddedTokens
-		wg.Go(func() {
-			if err := e.collect(c.Items, c.Seq, r.out, texts, toks, out); err != nil {
-				fail(out, c.Items, schema.Errorf(schema.CodeInternal, "%v", err))
-			}
-		})
+	c := &call{ctx: ctx, class: cl, toks: toks, done: make(chan chunkDone, len(items))}
+	if err := e.sched.enqueue(c, items, lengths); err != nil {
+		fail(out, items, runError(err))
+		return out, Report{}, nil
 	}
-	wg.Wait()
+	rep := e.wait(ctx, c, texts, out, len(items))
 	if err := e.FatalErr(); err != nil {
 		// No text of this call is worth keeping: the process is going.
 		return nil, rep, fmt.Errorf("%w: %w", ErrFatal, err)
@@ -210,37 +223,54 @@ func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, Report, 
 	return out, rep, nil
 }
 
+// wait collects the call's chunks as sessions finish them, applying the
+// heads concurrently, until every queued text is done or ctx ends.
+func (e *Engine) wait(ctx context.Context, c *call, texts []Text, out []Embedding, pending int) Report {
+	var rep Report
+	var wg sync.WaitGroup
+	reported := make([]bool, len(texts))
+	for pending > 0 {
+		select {
+		case d := <-c.done:
+			pending -= len(d.items)
+			for _, it := range d.items {
+				reported[it] = true
+			}
+			rep.Chunks = append(rep.Chunks, ChunkReport{
+				Session: d.session, Batch: d.batch, Seq: d.seq, Texts: len(d.items),
+				RealTokens: d.real, PaddedTokens: len(d.items) * d.seq, Items: d.items,
+			})
+			if d.err != nil {
+				fail(out, d.items, d.err)
+				continue
+			}
+			rep.Tokens += d.real
+			rep.PaddedTokens += len(d.items) * d.seq
+			wg.Go(func() {
+				if err := e.collect(d.items, d.rows, d.batch, d.seq, d.out, texts, c.toks, out); err != nil {
+					fail(out, d.items, schema.Errorf(schema.CodeInternal, "%v", err))
+				}
+			})
+		case <-ctx.Done():
+			e.sched.remove(c)
+			err := schema.Errorf(schema.CodeDeadlineExceeded, "%v", ctx.Err())
+			for i := range texts {
+				if !reported[i] && c.toks[i].err == nil {
+					out[i].Err = err
+				}
+			}
+			pending = 0
+		}
+	}
+	wg.Wait()
+	return rep
+}
+
 // refused reports whether the JIT guard refuses chunks of seq: a long
 // sequence no session has warmed would compile in band, for minutes on
 // TensorRT, holding the session and every job queued behind it.
 func (e *Engine) refused(seq int) bool {
 	return e.cfg.Guard && seq >= e.cfg.GuardSeq && seq > e.cfg.Coverage.Ceiling()
-}
-
-// pack packs lengths, returning chunks whose items the caller owns.
-func (e *Engine) pack(lengths []int) []pack.Chunk {
-	p, _ := e.packers.Get().(*pack.Packer)
-	if p == nil {
-		var err error
-		if p, err = pack.New(e.packCfg); err != nil {
-			panic(err) // validated in New
-		}
-	}
-	chunks := slices.Clone(p.Pack(lengths))
-	for i := range chunks {
-		chunks[i].Items = slices.Clone(chunks[i].Items)
-	}
-	e.packers.Put(p)
-	return chunks
-}
-
-// load is a chunk's weight for least-loaded scheduling: its modelled cost
-// in nanoseconds, or its padded tokens when there is no cost model.
-func (e *Engine) load(batch, seq int) int64 {
-	if e.cfg.Cost == (pack.Cost{}) {
-		return int64(batch * seq)
-	}
-	return max(int64(e.cfg.Cost.Of(batch, seq)*1e9), 1)
 }
 
 func fail(out []Embedding, items []int, err *schema.Error) {
@@ -265,9 +295,9 @@ func (e *Engine) Health(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	e.pool.mu.RLock()
-	closed := e.pool.closed
-	e.pool.mu.RUnlock()
+	e.sched.mu.Lock()
+	closed := e.sched.closed
+	e.sched.mu.Unlock()
 	if closed {
 		return ErrClosed
 	}

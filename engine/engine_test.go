@@ -303,7 +303,8 @@ func TestConfigValidate(t *testing.T) {
 		{BreakerThreshold: -1},
 		{Tiers: []int{16, 8}},
 		{Warmup: []Shape{{1, 128}}},
-		{MaxChunkSeconds: -1},
+		{MemoryBudget: -1},
+		{InteractiveTokens: 5},
 	}
 	for i, c := range bad {
 		if err := c.WithDefaults(64).validate(); !errors.Is(err, ErrConfig) && !strings.Contains(fmt.Sprint(err), "invalid config") {

@@ -10,9 +10,11 @@ import (
 	"github.com/jetembed/jetembed/engine/pack"
 )
 
-// The methods in this file let the fleet (package jetstream, which must
-// not import engine) drive an engine through plain integers: an interface
-// declared there is satisfied by *Engine without naming [Shape].
+// The methods in this file are what package fleet needs of an engine (its
+// fleet.Engine interface): warm a peer's shape, say whether a shape is
+// warmed, list the warmed shapes, tell idle from busy, and check a shape
+// read from the network. Shapes travel as the integers of the bucket's
+// keys.
 
 // WarmShape runs a batch x seq chunk once on every loaded session and
 // raises the coverage, as [Engine.Warm] does for one shape. Each run is
@@ -35,10 +37,11 @@ var ErrShape = errors.New("engine: shape not admissible")
 
 // ShapeAdmissible reports, as an [ErrShape], why this engine would never
 // run a batch x seq chunk, or nil if it might: the batch within MaxBatch,
-// seq a tier (or past the last tier) within MaxTokens, and the chunk within
-// the packer's budgets (MaxBatchTokens padded tokens and, with a cost model,
-// MaxChunkSeconds; a single row always fits, as in the packer). It is the
-// one check for shapes read from the network; a memory budget tightens it.
+// seq a tier (or past the last tier) within MaxTokens (which the memory
+// budget may have lowered), and the chunk within the scheduler's budgets
+// (MaxBatchTokens padded tokens and the memory budget's modelled
+// workspace; a single row always fits, as in the scheduler). It is the one
+// check for shapes read from the network.
 func (e *Engine) ShapeAdmissible(batch, seq int) error {
 	c := e.cfg
 	pc := c.packConfig()
@@ -53,8 +56,8 @@ func (e *Engine) ShapeAdmissible(batch, seq int) error {
 		return nil
 	case batch*seq > c.MaxBatchTokens:
 		return fmt.Errorf("%w: %dx%d over %d padded tokens", ErrShape, batch, seq, c.MaxBatchTokens)
-	case c.MaxChunkSeconds > 0 && c.Cost.Of(batch, seq) > c.MaxChunkSeconds:
-		return fmt.Errorf("%w: %dx%d over the %gs chunk cost budget", ErrShape, batch, seq, c.MaxChunkSeconds)
+	case e.sched.memory > 0 && e.sched.cost.bytes(batch, seq) > float64(e.sched.memory):
+		return fmt.Errorf("%w: %dx%d needs about %.0f MiB, over the memory budget of %d MiB a session", ErrShape, batch, seq, e.sched.cost.bytes(batch, seq)/(1<<20), e.sched.memory>>20)
 	}
 	return nil
 }
@@ -87,25 +90,26 @@ func (e *Engine) WarmedShapes() iter.Seq2[int, int] {
 // sees busy false and the same runs across an interval knows the engine
 // stayed idle in between, even if it missed short calls (they move runs).
 func (e *Engine) Activity() (busy bool, runs int64) {
-	busy = e.adm.inUse() > 0
+	queued, running := e.sched.busy()
+	busy = e.adm[bulk].inUse() > 0 || e.adm[interactive].inUse() > 0 || queued > 0 || running > 0
 	for _, s := range e.pool.sessions {
 		runs += s.runs.Load()
-		if s.load.Load() > 0 {
-			busy = true
-		}
 	}
 	return busy, runs
 }
 
-// CostModel is the packing cost model in use: a*B*S + bq*B*S^2 seconds;
-// both zero when the engine schedules by tokens.
-func (e *Engine) CostModel() (a, bq float64) { return e.cfg.Cost.A, e.cfg.Cost.Bq }
+// CostModel is the run-time model in use: a*B*S + bq*B*S^2 seconds (plus
+// a fixed cost per run, refitted from the runs).
+func (e *Engine) CostModel() (a, bq float64) {
+	e.sched.mu.Lock()
+	defer e.sched.mu.Unlock()
+	return e.sched.cost.a, e.sched.cost.bq
+}
 
 // Probe times the probe shapes and installs the fitted cost model, as New
 // does with Config.Probe, and returns it (zeros when too few shapes fit).
 // The fleet calls it, or [Engine.UseCost] with a peer's coefficients,
-// right after New and before the engine serves: neither may run
-// concurrently with Embed, which reads the cost model without a lock.
+// right after New and before the engine serves.
 func (e *Engine) Probe(ctx context.Context) (a, bq float64, err error) {
 	if err := e.probe(ctx); err != nil {
 		return 0, 0, err
@@ -115,10 +119,10 @@ func (e *Engine) Probe(ctx context.Context) (a, bq float64, err error) {
 }
 
 // UseCost installs a cost model measured elsewhere (a peer with the same
-// model and hardware) instead of probing. See [Engine.Probe] for when it
-// may be called. The coefficients come from the network: they must be
-// finite, not negative, not both zero, and price the longest single text
-// at no more than [MaxModelledSeconds].
+// model and hardware) instead of probing; runs keep refining it. The
+// coefficients come from the network: they must be finite, not negative,
+// not both zero, and price the longest single text at no more than
+// [MaxModelledSeconds].
 func (e *Engine) UseCost(a, bq float64) error {
 	c := pack.Cost{A: a, Bq: bq}
 	if !usableCost(c, e.cfg.MaxTokens) {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/jetembed/jetembed/engine/pack"
 	"strings"
 	"testing"
 	"time"
@@ -98,8 +99,8 @@ func TestUseCostAndProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if a, bq := e.CostModel(); a != 0 || bq != 0 {
-		t.Fatalf("cost model before any probe: %g %g, want none", a, bq)
+	if a, bq := e.CostModel(); a <= 0 || bq <= 0 {
+		t.Fatalf("cost model before any probe: %g %g, want the prior from the model's size", a, bq)
 	}
 	if err := e.UseCost(0, 0); !errors.Is(err, ErrConfig) {
 		t.Errorf("UseCost(0, 0) = %v, want ErrConfig", err)
@@ -110,9 +111,9 @@ func TestUseCostAndProbe(t *testing.T) {
 	if a, bq := e.CostModel(); a != 2e-9 || bq != 3e-12 {
 		t.Errorf("cost model after UseCost: %g %g", a, bq)
 	}
-	// The packer uses it: a chunk's modelled cost now bounds its size.
-	if got := e.load(4, 128); got != int64(e.cfg.Cost.Of(4, 128)*1e9) {
-		t.Errorf("scheduling load %d does not follow the installed cost model", got)
+	// The scheduler uses it: a chunk's modelled cost now bounds its size.
+	if got, want := e.sched.seconds(4, 128), (pack.Cost{A: 2e-9, Bq: 3e-12}).Of(4, 128); got < want || got > want+e.sched.cost.r+1e-12 {
+		t.Errorf("modelled %g s for 4x128 does not follow the installed cost model (%g s and the per-run cost)", got, want)
 	}
 	a, bq, err := e.Probe(context.Background())
 	if err != nil {

@@ -6,14 +6,16 @@ import (
 	"github.com/jetembed/jetembed/engine/heads"
 )
 
-// input lays out a chunk: one row per item, right-padded with the pad id.
-func (e *Engine) input(items []int, seq int, toks []tokenized) RunInput {
-	in := RunInput{Batch: len(items), Seq: seq, IDs: make([]int64, len(items)*seq), Mask: make([]int64, len(items)*seq)}
+// input lays out a pulled chunk: one row per text, right-padded with the
+// pad id to the chunk's sequence length.
+func (e *Engine) input(w *work) RunInput {
+	seq := w.seq
+	in := RunInput{Batch: len(w.rows), Seq: seq, IDs: make([]int64, len(w.rows)*seq), Mask: make([]int64, len(w.rows)*seq)}
 	pad := int64(e.model.Config.PadID)
-	for r, it := range items {
+	for r, en := range w.rows {
 		row := in.IDs[r*seq : (r+1)*seq]
 		mask := in.Mask[r*seq : (r+1)*seq]
-		ids := toks[it].ids
+		ids := en.c.toks[en.item].ids
 		for j := range row {
 			if j < len(ids) {
 				row[j], mask[j] = int64(ids[j]), 1
@@ -25,16 +27,18 @@ func (e *Engine) input(items []int, seq int, toks []tokenized) RunInput {
 	return in
 }
 
-// collect applies the heads to a chunk's output and fills its items. A
+// collect applies the heads to the rows of a batch x seq chunk's output
+// that hold a call's items (items[k] is row rows[k]) and fills them. A
 // hidden-state output goes through the Go heads; a three-head output is
 // filtered and copied. Padding positions are never read.
-func (e *Engine) collect(items []int, seq int, o RunOutput, texts []Text, toks []tokenized, out []Embedding) error {
-	if err := e.checkOutput(o, len(items), seq); err != nil {
+func (e *Engine) collect(items, rows []int, batch, seq int, o RunOutput, texts []Text, toks []tokenized, out []Embedding) error {
+	if err := e.checkOutput(o, batch, seq); err != nil {
 		return err
 	}
 	sp := heads.Sparser{Special: e.special}
 	var tw []float32
-	for r, it := range items {
+	for k, it := range items {
+		r := rows[k]
 		ids := toks[it].ids
 		n := len(ids)
 		want := texts[it].Outputs

@@ -25,12 +25,9 @@ var (
 	errOverloaded = errors.New("engine: in-flight token budget full")
 )
 
-// pool runs chunks on its sessions. One scheduler (dispatch, under mu)
-// sends each chunk to the least-loaded loaded session; each session is a
-// goroutine locked to an OS thread, as GPU contexts and ORT's thread-local
-// state want.
-//
-// Lock order: pool.mu, then pool.sched.
+// pool is the sessions and the scheduler they pull from. Each session is
+// a goroutine locked to an OS thread, as GPU contexts and ORT's
+// thread-local state want; when free it pulls its next chunk from sched.
 type pool struct {
 	cfg     Config
 	factory RunnerFactory
@@ -38,42 +35,36 @@ type pool struct {
 	// again; nil runs none.
 	rewarm   func() []RunInput
 	sessions []*session
-	wg       sync.WaitGroup
-
-	mu     sync.RWMutex // dispatch holds it shared, close exclusively
-	closed bool
-	// sched makes picking a session and charging its load one step, so
-	// concurrent callers see each other's chunks when they pick.
-	sched sync.Mutex
+	sched    *sched
+	// input lays out a chunk's rows (the engine's padding and ids).
+	input func(w *work) RunInput
+	wg    sync.WaitGroup
+	done  chan struct{} // closed by close
+	once  sync.Once
 }
 
-// task is one chunk for a session. It carries the caller's context across
-// the channel: the session runs it on the caller's behalf and must stop
-// when the caller gives up.
+// task is a directed run (warm-up, probe) for session want, or any
+// session when want < 0.
 type task struct {
-	ctx   context.Context
-	in    RunInput
-	load  int64
-	chunk int
-	done  chan<- result
+	in   RunInput
+	want int
+	done chan<- result
 }
 
 type result struct {
-	chunk, session int
-	out            RunOutput
-	err            error
+	session int
+	err     error
 }
 
 // session is one model session and its worker. Only the worker touches
-// runner and fails; the rest are atomics read by Stats and dispatch.
+// runner and fails; the rest are atomics read by Stats.
 type session struct {
 	idx    int
-	tasks  chan task
 	runner Runner
 	fails  int
 
 	loaded              atomic.Bool
-	load                atomic.Int64 // queued + running cost
+	load                atomic.Int64 // modelled nanoseconds of the running chunk
 	busy                atomic.Int64 // nanoseconds in Run
 	runs, errs, reloads atomic.Int64
 	consecutive         atomic.Int64
@@ -83,13 +74,13 @@ type session struct {
 // newPool starts the sessions and waits until each tried to load once. It
 // fails only if no session loaded: a pool with some sessions down still
 // serves while the rest retry.
-func newPool(cfg Config, factory RunnerFactory, onRun func(Shape), rewarm func() []RunInput) (*pool, error) {
-	p := &pool{cfg: cfg, factory: factory, rewarm: rewarm}
+func newPool(cfg Config, factory RunnerFactory, sc *sched, input func(*work) RunInput, onRun func(Shape), rewarm func() []RunInput) (*pool, error) {
+	p := &pool{cfg: cfg, factory: factory, rewarm: rewarm, sched: sc, input: input, done: make(chan struct{})}
 	var errs []error
 	var mu sync.Mutex
 	var started sync.WaitGroup
 	for i := 0; i < cfg.Sessions; i++ {
-		s := &session{idx: i, tasks: make(chan task, 256)}
+		s := &session{idx: i}
 		p.sessions = append(p.sessions, s)
 		started.Add(1)
 		p.wg.Go(func() {
@@ -156,92 +147,115 @@ func (s *session) drop() {
 
 func (s *session) loop(p *pool, onRun func(Shape)) {
 	defer s.drop()
-	var retry <-chan time.Time
 	for {
-		if s.runner == nil && retry == nil {
-			retry = time.After(p.cfg.ReloadBackoff)
-		}
-		select {
-		case t, ok := <-s.tasks:
-			if !ok {
+		if s.runner == nil {
+			p.sched.failDirected(s.idx, fmt.Errorf("%w: session %d is reloading", ErrUnavailable, s.idx))
+			select {
+			case <-p.done:
 				return
+			case <-time.After(p.cfg.ReloadBackoff):
 			}
-			t.done <- s.run(p, t, onRun)
-			s.load.Add(-t.load)
-		case <-retry:
-			retry = nil
 			if s.reload(p) == nil {
 				s.reloaded(p)
 			}
+			continue
 		}
+		w := p.sched.next(s.idx)
+		if w == nil {
+			return
+		}
+		if w.task != nil {
+			err := s.run(p, context.Background(), w.task.in, onRun)
+			w.task.done <- result{session: s.idx, err: err}
+		} else {
+			s.chunk(p, w, onRun)
+		}
+		p.sched.finished(w)
 	}
 }
 
-func (s *session) run(p *pool, t task, onRun func(Shape)) result {
-	res := result{chunk: t.chunk, session: s.idx}
-	if s.runner == nil {
-		res.err = fmt.Errorf("%w: session %d is reloading", ErrUnavailable, s.idx)
-		return res
+// chunk runs one pulled chunk and reports it to its calls. Texts whose
+// caller gave up while they waited are not run.
+func (s *session) chunk(p *pool, w *work, onRun func(Shape)) {
+	if w.err != nil {
+		w.deliver(s.idx, RunOutput{}, w.err)
+		return
 	}
-	if err := t.ctx.Err(); err != nil {
-		res.err = err // queued behind other chunks past the caller's deadline
-		return res
+	ctx := w.rows[0].c.ctx
+	for _, e := range w.rows[1:] {
+		if e.c != w.rows[0].c {
+			// Several callers share the run: no one caller may cancel it.
+			ctx = context.Background()
+			break
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		w.deliver(s.idx, RunOutput{}, runError(err))
+		return
+	}
+	in := p.input(w)
+	s.load.Store(int64(p.sched.seconds(in.Batch, in.Seq) * 1e9))
+	defer s.load.Store(0)
+	start := time.Now()
+	out, err := s.runOut(p, ctx, in, onRun)
+	if err != nil {
+		w.deliver(s.idx, RunOutput{}, runError(err))
+		return
+	}
+	p.sched.observe(in.Batch, in.Seq, time.Since(start))
+	w.deliver(s.idx, out, nil)
+}
+
+func (s *session) run(p *pool, ctx context.Context, in RunInput, onRun func(Shape)) error {
+	_, err := s.runOut(p, ctx, in, onRun)
+	return err
+}
+
+func (s *session) runOut(p *pool, ctx context.Context, in RunInput, onRun func(Shape)) (RunOutput, error) {
+	if s.runner == nil {
+		return RunOutput{}, fmt.Errorf("%w: session %d is reloading", ErrUnavailable, s.idx)
 	}
 	start := time.Now()
-	res.out, res.err = s.runner.Run(t.ctx, t.in)
+	out, err := s.runner.Run(ctx, in)
 	s.busy.Add(int64(time.Since(start)))
 	s.runs.Add(1)
-	if res.err == nil {
+	if err == nil {
 		s.fails = 0
 		s.consecutive.Store(0)
-		onRun(Shape{t.in.Batch, t.in.Seq})
-		return res
+		onRun(Shape{in.Batch, in.Seq})
+		return out, nil
 	}
-	if t.ctx.Err() != nil {
+	if ctx.Err() != nil {
 		// The caller gave up; that says nothing about the session.
-		res.err = fmt.Errorf("%w (%w)", t.ctx.Err(), res.err)
-		return res
+		return out, fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
 	s.errs.Add(1)
 	s.fails++
 	s.consecutive.Store(int64(s.fails))
-	res.err = fmt.Errorf("session %d: run %dx%d: %w", s.idx, t.in.Batch, t.in.Seq, res.err)
+	err = fmt.Errorf("session %d: run %dx%d: %w", s.idx, in.Batch, in.Seq, err)
 	if s.fails >= p.cfg.BreakerThreshold {
 		s.drop()
 		if s.reload(p) == nil {
 			s.reloaded(p)
 		}
 	}
-	return res
+	return out, err
 }
 
-// dispatch queues t on the least-loaded loaded session, or on session
-// want when want >= 0 (warm-up runs every session).
+// dispatch queues a directed task on session want (any loaded session
+// when want < 0).
 func (p *pool) dispatch(t task, want int) error {
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if p.closed {
-		return ErrClosed
-	}
-	p.sched.Lock()
-	var best *session
+	ok := false
 	for _, s := range p.sessions {
-		if want >= 0 && s.idx != want || !s.loaded.Load() {
-			continue
-		}
-		if best == nil || s.load.Load() < best.load.Load() {
-			best = s
+		if (want < 0 || s.idx == want) && s.loaded.Load() {
+			ok = true
 		}
 	}
-	if best != nil {
-		best.load.Add(t.load)
-	}
-	p.sched.Unlock()
-	if best == nil {
+	if !ok {
 		return ErrUnavailable
 	}
-	best.tasks <- t
-	return nil
+	t.want = want
+	return p.sched.dispatch(t)
 }
 
 // available counts the loaded sessions.
@@ -256,13 +270,7 @@ func (p *pool) available() int {
 }
 
 func (p *pool) close() {
-	p.mu.Lock()
-	if !p.closed {
-		p.closed = true
-		for _, s := range p.sessions {
-			close(s.tasks)
-		}
-	}
-	p.mu.Unlock()
+	p.sched.close()
+	p.once.Do(func() { close(p.done) })
 	p.wg.Wait()
 }

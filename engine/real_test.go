@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jetembed/jetembed/engine/pack"
 	"hash/fnv"
 	"math"
 	"os"
@@ -116,7 +117,8 @@ func TestPaddingInvariance(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			m := openModel(t, name)
 			alone := openEngine(t, m, engine.Config{NoWarmup: true})
-			packed := openEngine(t, m, engine.Config{NoWarmup: true, Tiers: []int{256}, MaxBatch: 8})
+			// A per-run cost that dwarfs the per-token one makes batching pay.
+			packed := openEngine(t, m, engine.Config{NoWarmup: true, Tiers: []int{256}, MaxBatch: 8, Cost: pack.Cost{A: 1e-12}})
 			short := []engine.Text{{Text: sentence(3, 1), Outputs: all}, {Text: sentence(17, 2), Outputs: all}}
 			mixed := []engine.Text{{Text: sentence(250, 3), Outputs: all}, short[0], {Text: sentence(120, 4), Outputs: all}, short[1]}
 			want, _, err := alone.Embed(context.Background(), short)

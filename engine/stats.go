@@ -12,9 +12,13 @@ type Stats struct {
 	// Warmed lists the warmed shapes when the coverage is a [ShapeSet].
 	Warmed  []Shape
 	Ceiling int
-	// InflightTokens are admitted real tokens of Embed calls in progress.
+	// InflightTokens are admitted real tokens of Embed calls in progress
+	// (both classes); InflightBudget is the bulk class's budget.
 	InflightTokens, InflightBudget int
-	Cost                           pack.Cost
+	// Queued counts texts waiting in the scheduler, QueuedInteractive
+	// those of them in the interactive class.
+	Queued, QueuedInteractive int
+	Cost                      pack.Cost
 }
 
 // SessionStats describes one session. Loaded false means its breaker is
@@ -25,17 +29,24 @@ type SessionStats struct {
 	Busy                  time.Duration
 	Runs, Errors, Reloads int64
 	ConsecutiveErrors     int64
-	QueuedLoad            int64
-	LoadError             error
+	// QueuedLoad is the modelled nanoseconds of the chunk running now.
+	QueuedLoad int64
+	LoadError  error
 }
 
 // Stats returns a snapshot; it is cheap and safe to call concurrently.
 func (e *Engine) Stats() Stats {
+	a, bq := e.CostModel()
+	e.sched.mu.Lock()
+	queued, queuedI := len(e.sched.queue[bulk])+len(e.sched.queue[interactive]), len(e.sched.queue[interactive])
+	e.sched.mu.Unlock()
 	st := Stats{
-		Ceiling:        e.cfg.Coverage.Ceiling(),
-		InflightTokens: e.adm.inUse(),
-		InflightBudget: e.cfg.InflightTokens,
-		Cost:           e.cfg.Cost,
+		Ceiling:           e.cfg.Coverage.Ceiling(),
+		InflightTokens:    e.adm[bulk].inUse() + e.adm[interactive].inUse(),
+		InflightBudget:    e.cfg.InflightTokens,
+		Queued:            queued,
+		QueuedInteractive: queuedI,
+		Cost:              pack.Cost{A: a, Bq: bq},
 	}
 	if ss, ok := e.cfg.Coverage.(*ShapeSet); ok {
 		st.Warmed = ss.Shapes()

@@ -82,14 +82,22 @@ func (e *Engine) runShape(ctx context.Context, sh Shape, s int) (time.Duration, 
 	if sh.Seq > e.cfg.MaxTokens {
 		return 0, fmt.Errorf("%w: shape %v exceeds max tokens %d", ErrConfig, sh, e.cfg.MaxTokens)
 	}
+	if b := e.sched.cost.bytes(sh.Batch, sh.Seq); e.sched.memory > 0 && b > float64(e.sched.memory) {
+		return 0, fmt.Errorf("%w: shape %v needs about %.0f MiB, above the memory budget", ErrConfig, sh, b/(1<<20))
+	}
 	in := e.synthetic(sh)
 	done := make(chan result, 1)
 	start := time.Now()
-	if err := e.pool.dispatch(task{ctx: ctx, in: in, load: e.load(sh.Batch, sh.Seq), done: done}, s); err != nil {
+	if err := e.pool.dispatch(task{in: in, done: done}, s); err != nil {
 		return 0, err
 	}
-	r := <-done
-	return time.Since(start), r.err
+	select {
+	case r := <-done:
+		return time.Since(start), r.err
+	case <-ctx.Done():
+		// The task stays queued and runs later; its result is dropped.
+		return 0, ctx.Err()
+	}
 }
 
 // synthetic is a chunk of the given shape: full rows of real tokens, so

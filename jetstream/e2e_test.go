@@ -182,7 +182,7 @@ func TestManySmallJobsShareRuns(t *testing.T) {
 	ids := submitJobs(t, c, n, "s%02d", "small job number %d")
 	ce := &countingEmbedder{Embedder: e}
 	startWorker(t, srv, ce, workerOptions{cfg: consumer.Config{Patience: 100 * time.Millisecond}})
-	// A request while the queue drains joins the same runs.
+	// A request while the queue drains is answered (ahead of the jobs).
 	cli, err := jetstream.NewClient(srv.nc)
 	if err != nil {
 		t.Fatal(err)
@@ -206,28 +206,22 @@ func TestManySmallJobsShareRuns(t *testing.T) {
 		fmt.Sscanf(id, "s%d", &i)
 		checkResult(t, e, res, []string{fmt.Sprintf("small job number %d", i)}, nil)
 	}
+	// Each job is its own Embed call; the engine's queue packs their
+	// texts: a chunk holding texts of several calls has more rows than the
+	// texts it reports to each.
 	ce.mu.Lock()
 	defer ce.mu.Unlock()
-	shared, mixed := 0, false
-	for k, rep := range ce.reports {
+	shared := 0
+	for _, rep := range ce.reports {
 		for _, ch := range rep.Chunks {
-			if ch.Texts > 1 {
+			if ch.Batch > ch.Texts {
 				shared++
 			}
 		}
-		var hasReq, hasJob bool
-		for _, tx := range ce.texts[k] {
-			hasReq = hasReq || tx.Text == reqText
-			hasJob = hasJob || strings.HasPrefix(tx.Text, "small job")
-		}
-		mixed = mixed || hasReq && hasJob
 	}
-	t.Logf("%d jobs + 1 request in %d Embed calls, %d chunks with several texts", n, ce.calls, shared)
-	if ce.calls >= n/2 || shared == 0 {
-		t.Errorf("%d jobs took %d Embed calls with %d shared chunks: jobs are not packed together", n, ce.calls, shared)
-	}
-	if !mixed {
-		t.Errorf("the request's text never ran in the same Embed call as a queued job's")
+	t.Logf("%d jobs + 1 request in %d Embed calls, %d call-chunks shared with other jobs", n, ce.calls, shared)
+	if shared < n/2 {
+		t.Errorf("%d of %d jobs ran in chunks shared with other jobs: jobs are not packed together", shared, n)
 	}
 }
 

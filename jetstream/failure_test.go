@@ -210,6 +210,14 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("worker A never reached its third batch")
 	}
+	// Each job is its own Embed call: the first two run alongside the
+	// third; let their results land before the stop.
+	natstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if n := streamCount(t, srv.js, srv.cfg.Results.Name); n < 2 {
+			return fmt.Errorf("%d results stored", n)
+		}
+		return nil
+	})
 	// Stopped mid-batch with no grace: the running batch is cancelled.
 	a.stop(t, time.Millisecond)
 	var byA []string

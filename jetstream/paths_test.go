@@ -314,12 +314,13 @@ func TestInFlightBudgetStopsPulling(t *testing.T) {
 }
 
 // TestRequestOverBudgetIsAnsweredOverloaded: a request never waits for the
-// in-flight budget (its caller is waiting): it is answered overloaded,
-// retriable, at once, while the job holding the budget completes.
+// interactive in-flight budget (its caller is waiting): it is answered
+// overloaded, retriable, at once, while the request holding the budget
+// completes.
 func TestRequestOverBudgetIsAnsweredOverloaded(t *testing.T) {
 	srv := newServer(t, nil)
 	w := startWorker(t, srv, delayEmbedder{Engine: openEngine(t, engine.Config{}), pause: 2 * time.Second}, workerOptions{
-		cfg: consumer.Config{InFlightTokens: 1, Patience: time.Millisecond},
+		cfg: consumer.Config{InteractiveTokens: 1, Patience: time.Millisecond},
 	})
 	c, err := jetstream.NewClient(srv.nc)
 	if err != nil {

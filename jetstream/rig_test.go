@@ -49,6 +49,13 @@ func (t tok) SpecialIDs() []int32 { return t.t.SpecialIDs() }
 // openEngine opens the tiny hidden-state model on one CPU session.
 func openEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 	t.Helper()
+	return openEngineWith(t, cfg, nil)
+}
+
+// openEngineWith is openEngine with every session's runner passed through
+// wrap (nil: none), for tests that control when runs finish.
+func openEngineWith(t testing.TB, cfg engine.Config, wrap func(engine.Runner) engine.Runner) *engine.Engine {
+	t.Helper()
 	lib := os.Getenv("JETEMBED_ORT_LIB")
 	if lib == "" {
 		t.Skip("JETEMBED_ORT_LIB not set; run `make test` or `make deps`")
@@ -70,7 +77,11 @@ func openEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 		cfg.NoWarmup = true
 	}
 	e, err := engine.New(context.Background(), cfg, tok{tk}, m, func(int) (engine.Runner, error) {
-		return ort.Open(m, ort.Provider{IntraOpThreads: 1})
+		r, err := ort.Open(m, ort.Provider{IntraOpThreads: 1})
+		if err != nil || wrap == nil {
+			return r, err
+		}
+		return wrap(r), nil
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -98,6 +98,10 @@ func (j *Job) decodeField(r reader, key string, sawV *bool) error {
 		j.Reply, err = r.str()
 	case "deadline":
 		j.Deadline, err = r.str()
+	case "priority":
+		var p string
+		p, err = r.str()
+		j.Priority = Priority(p)
 	case "meta":
 		start, ok := r.offset()
 		j.Meta, err = r.meta()

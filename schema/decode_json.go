@@ -86,6 +86,8 @@ func (j *Job) decodeJSONField(key string, raw json.RawMessage, sawV *bool) error
 		return json.Unmarshal(raw, &j.Reply)
 	case "deadline":
 		return json.Unmarshal(raw, &j.Deadline)
+	case "priority":
+		return json.Unmarshal(raw, &j.Priority)
 	case "meta":
 		if raw[0] != '{' {
 			return errors.New("meta must be an object")

@@ -69,6 +69,12 @@ type Job struct {
 	// Deadline is an optional RFC 3339 timestamp; a job still queued past it
 	// is answered with deadline_exceeded instead of being embedded.
 	Deadline string `msgpack:"deadline,omitempty" json:"deadline,omitempty"`
+	// Priority is the job's scheduling class: empty or [PriorityBulk]
+	// (queued behind interactive work, in chunks capped by the latency
+	// budget), or [PriorityInteractive] (ahead of bulk work, with its own
+	// admission budget: what request-reply calls get). Read it with
+	// [Job.Interactive].
+	Priority Priority `msgpack:"priority,omitempty" json:"priority,omitempty"`
 	// Meta is opaque to jetembed and echoed in the [Result]. A decoded job
 	// also keeps meta's bytes as they arrived, which [Result.EchoMeta]
 	// echoes unchanged.
@@ -91,6 +97,24 @@ func (m rawMeta) in(enc Encoding) []byte {
 	}
 	return m.data
 }
+
+// Priority is a job's scheduling class.
+type Priority string
+
+// The scheduling classes.
+const (
+	PriorityBulk        Priority = "bulk"
+	PriorityInteractive Priority = "interactive"
+)
+
+// Known reports whether p is a priority of wire contract v1 (empty is
+// bulk).
+func (p Priority) Known() bool {
+	return p == "" || p == PriorityBulk || p == PriorityInteractive
+}
+
+// Interactive reports whether the job asked for the interactive class.
+func (j *Job) Interactive() bool { return j.Priority == PriorityInteractive }
 
 // NewJob returns a version 1 job with the default outputs (dense) and
 // truncation on.

@@ -87,3 +87,17 @@ func TestResultErr(t *testing.T) {
 		t.Errorf("ErrorResult = %+v", r)
 	}
 }
+
+// TestPriorityDecodes: the priority field arrives in both encodings.
+func TestPriorityDecodes(t *testing.T) {
+	for _, enc := range []Encoding{EncodingMsgpack, EncodingJSON} {
+		data, err := EncodeJob(&Job{V: 1, ID: "a", Texts: []string{"x"}, Priority: PriorityInteractive}, enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, _, jobErr := Limits{}.WithDefaults().DecodeJob(data, enc)
+		if jobErr != nil || !j.Interactive() {
+			t.Errorf("%v: decoded %+v, %v; want an interactive job", enc, j, jobErr)
+		}
+	}
+}

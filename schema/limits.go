@@ -99,6 +99,9 @@ func (l Limits) Validate(j *Job) (*Error, []*Error) {
 	if _, _, err := j.DeadlineTime(); err != nil {
 		return err.(*Error), nil
 	}
+	if !j.Priority.Known() {
+		return Errorf(CodeBadPayload, "priority %q (want bulk or interactive)", j.Priority), nil
+	}
 	total := 0
 	for i, t := range j.Texts {
 		if len(t) > l.MaxTextBytes {

@@ -23,7 +23,7 @@ func fullJob(enc Encoding) *Job {
 		V: 1, ID: "job-42", Texts: []string{"first text", "", "日本語 ✓", "bad \xff utf8"},
 		Outputs:  []Output{OutputDense, OutputSparse, OutputColBERT},
 		Truncate: ptr(false), Reply: "embed.results.job-42", Deadline: "2030-01-02T03:04:05.123Z",
-		Meta: meta,
+		Priority: PriorityInteractive, Meta: meta,
 	}
 }
 
@@ -182,7 +182,7 @@ func TestJobMsgpackFieldNames(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"v", "id", "texts", "outputs", "truncate", "reply", "deadline", "meta"}
+	want := []string{"v", "id", "texts", "outputs", "truncate", "reply", "deadline", "priority", "meta"}
 	if len(m) != len(want) {
 		t.Errorf("job fields = %v, want %v", m, want)
 	}

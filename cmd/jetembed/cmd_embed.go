@@ -63,6 +63,7 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer e.Close()
+	fmt.Fprintf(io.err, "jetembed: memory budget %s\n", ef.budgetNote)
 
 	p := newProgress(io.err, "embedded", total)
 	defer p.end()

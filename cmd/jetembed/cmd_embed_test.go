@@ -137,7 +137,8 @@ func TestEmbedCommandUsage(t *testing.T) {
 
 func TestWarmupCommand(t *testing.T) {
 	dir := tinyModel(t, "tiny-heads")
-	code, out, errOut := run(t, "", "warmup", "--model", dir, "--warmup-seqs", "8,64", "--probe=false", "--sessions", "2", "--threads", "1")
+	// On CPU the grid is opt-in.
+	code, out, errOut := run(t, "", "warmup", "--model", dir, "--warmup-batches", "1,2", "--warmup-seqs", "8,64", "--probe=false", "--sessions", "2", "--threads", "1")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}

@@ -48,15 +48,16 @@ type serveFlags struct {
 	printConfig    *bool
 	replyAllow     *string
 	maxReplyBytes  *int
+	api            *gatewayFlags
 }
 
 // addServeFlags defines serve's flags; provision is the default of
 // --provision (off for serve, create for dev).
 func addServeFlags(fs *flagSet, provision string) *serveFlags {
 	return &serveFlags{
-		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long a batch waits for more jobs to pack with its first"),
-		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens that end a batch's patience window early: the texts given to the engine at once (0: max-batch-tokens x sessions)"),
-		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the jobs this process holds; when full it stops pulling (0: 4 x gather-tokens)"),
+		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long bulk jobs wait before they go to the engine, so its packer has more texts to choose from (interactive jobs wait none)"),
+		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens of queued jobs that end the patience window early (0: max-batch-tokens x sessions)"),
+		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds; when full it stops pulling (0: 4 x gather-tokens; interactive jobs have a budget of their own)"),
 		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4"),
 		prefetchBytes:  fs.Int("prefetch-bytes", jetstream.DefaultPrefetchBytes, "byte cap of the jobs buffered ahead of the consumer: pull requests ask for no more than fits (raised to the server's max payload)"),
 		grace:          fs.Duration("grace", 30*time.Second, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed"),
@@ -69,6 +70,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
 		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
 		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
+		api:            addGatewayFlags(fs, "http-api", ""),
 	}
 }
 
@@ -93,6 +95,8 @@ type serveConfig struct {
 	HTTP                         string
 	LogLevel                     slog.Level
 	LogFormat                    string
+	// API is the HTTP API's flags (--http-api, off when empty).
+	API *gatewayFlags
 }
 
 // skipProvision is a [serveConfig.Provision] that checks nothing.
@@ -117,7 +121,7 @@ func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *eng
 		Patience: *sf.patience, Grace: *sf.grace, Heartbeat: *sf.heartbeat,
 		GatherTokens: *sf.gatherTokens, InFlightTokens: *sf.inFlightTokens, PrefetchMax: *sf.prefetchMax,
 		PrefetchBytes: *sf.prefetchBytes,
-		HTTP:          *sf.http, LogFormat: *sf.logFormat, Blobs: *sf.blobs}
+		HTTP:          *sf.http, LogFormat: *sf.logFormat, Blobs: *sf.blobs, API: sf.api}
 	if err := c.LogLevel.UnmarshalText([]byte(*sf.logLevel)); err != nil {
 		return c, fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
 	}
@@ -176,7 +180,7 @@ func printConfig(fs *flagSet, io stdio) {
 // to one: --nats-creds and --nats-nkey name files and print as they are).
 func secretFlag(name string) bool {
 	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats") ||
-		strings.Contains(name, "secret")
+		strings.Contains(name, "secret") || name == "api-key"
 }
 
 // liveState is what /readyz asks while the process starts and runs.
@@ -301,9 +305,21 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 		return gone(), err
 	}
 	defer observe(log, metrics, w, e, c.Heartbeat)()
+	// The HTTP API reaches this process's service and its peers through
+	// NATS, as a separate gateway would; it stops before the worker, and
+	// is started again on a new connection.
+	stopAPI, err := startAPI(ctx, log, c.API, nc, metrics)
+	if err != nil {
+		grace, cancel := context.WithTimeout(context.Background(), c.Grace)
+		defer cancel()
+		_ = w.Stop(grace)
+		return false, err
+	}
+	defer stopAPI()
 	if first {
 		log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", c.JetStream.Jobs.Name,
-			"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version)
+			"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version,
+			"memory_budget", c.Engine.budgetNote)
 	} else {
 		log.Info("serving again on a new connection", "nats", jetstream.RedactURL(nc.ConnectedUrl()))
 	}
@@ -322,6 +338,7 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 		return true, nil
 	}
 	live.draining.Store(true)
+	stopAPI()
 	grace, cancel := context.WithTimeout(context.Background(), c.Grace)
 	defer cancel()
 	_ = w.Stop(grace)
@@ -353,9 +370,8 @@ func stopFatal(log *slog.Logger, live *liveState, w *jetstream.Worker, stopFleet
 	return fmt.Errorf("%w: %w", engine.ErrFatal, err)
 }
 
-// worker is the worker's config: by default a gathered batch fills every
-// session's run once (the engine splits it into chunks of its own
-// --max-batch-tokens).
+// worker is the worker's config: by default the patience window ends
+// once the queued jobs would fill every session's run once.
 func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb consumer.Embedder, model string) jetstream.WorkerConfig {
 	gather := c.GatherTokens
 	if gather <= 0 {

@@ -111,20 +111,10 @@ func dialWarmupPublisher(ctx context.Context, io stdio, nf *natsFlags, ef *engin
 // open opens the engine; with a publisher, the cost probe is a peer's or
 // is shared, as serve does.
 func (p *warmupPublisher) open(ctx context.Context, ef *engineFlags) (*engine.Engine, *model.Model, error) {
-	if p == nil || !*ef.probe {
+	if p == nil {
 		return ef.open(ctx)
 	}
-	*ef.probe = false
-	e, m, err := ef.open(ctx)
-	*ef.probe = true
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := shareProbe(ctx, p.log, p.js, e, p.kv.Bucket(), p.sm, hardware(ctx, ef), memberName()); err != nil {
-		e.Close()
-		return nil, nil, err
-	}
-	return e, m, nil
+	return openSharingProbe(ctx, p.log, p.js, ef, p.kv.Bucket(), p.sm)
 }
 
 func (p *warmupPublisher) publish(ctx context.Context, e *engine.Engine) (int, error) {

@@ -26,7 +26,7 @@ func TestWarmupPublishesToTheFleet(t *testing.T) {
 	}
 	dir := tinyModel(t, "tiny-hidden")
 	code, out, errOut := runCmd(t, ctx, "warmup", "--model", dir, "--nats", srv.ClientURL(),
-		"--warmup-batches", "1,2", "--warmup-seqs", "8,64", "--threads", "1")
+		"--warmup-batches", "1,2", "--warmup-seqs", "8,64", "--probe=true", "--threads", "1")
 	if code != 0 {
 		t.Fatalf("warmup: exit %d: %s", code, errOut)
 	}
@@ -59,7 +59,7 @@ func TestWarmupPublishesToTheFleet(t *testing.T) {
 	// A second init container (or a restart) adds nothing, and takes the
 	// stored probe instead of probing again.
 	code, out, errOut = runCmd(t, ctx, "warmup", "--model", dir, "--nats", srv.ClientURL(),
-		"--warmup-batches", "1,2", "--warmup-seqs", "8,64", "--threads", "1")
+		"--warmup-batches", "1,2", "--warmup-seqs", "8,64", "--probe=true", "--threads", "1")
 	if code != 0 || !strings.Contains(out, ": 0 new shape records") || !strings.Contains(errOut, "cost model from a peer's probe") {
 		t.Errorf("second warmup: exit %d\n%s\n%s", code, out, errOut)
 	}

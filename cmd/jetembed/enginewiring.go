@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/engine/model"
@@ -34,13 +35,19 @@ type engineFlags struct {
 	warmMaxSeq          *string
 	warmStrict          *string
 	warn                io.Writer // the command's stderr
-	probe               *bool
+	probe               *string
+	maxChunkLatency     *time.Duration
+	memoryBudget        *string
+	cpuArena            *bool
 	engineCache         *string
 	fp16                *bool
 	gpuMemMiB           *int
 	cudaArena           *string
 	trtWorkspaceMiB     *int
 	trtProfile          *bool
+
+	// budgetNote says how the memory budget was chosen (set by config).
+	budgetNote string
 }
 
 // addEngineFlags defines the engine flags on fs. warm says whether the
@@ -49,7 +56,7 @@ type engineFlags struct {
 func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 	defBatches := ""
 	if warm {
-		defBatches = "1,2"
+		defBatches = "auto"
 	}
 	return &engineFlags{
 		warn:            fs.Output(),
@@ -64,16 +71,19 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		maxTokens:       fs.Int("max-tokens", 0, "longest text in tokens before truncation (0: the model's maximum)"),
 		maxBatchTokens:  fs.Int("max-batch-tokens", 0, "padded tokens (batch x seq) per session run (0: 16384)"),
 		maxBatch:        fs.Int("max-batch", 0, "texts per session run (0: 64)"),
-		tiers:           fs.String("tiers", "", "padded sequence tiers, comma separated (default: 4 per octave from 8 to max tokens)"),
+		tiers:           fs.String("tiers", "", "padded sequence tiers, comma separated (default: none on cpu without the guard, where a chunk is padded to its own longest text; else 4 per octave from 8 to max tokens)"),
 		admission:       fs.Int("engine-admission-tokens", 0, "engine admission budget: tokens of embed calls in progress; beyond it a call is refused as overloaded (0: 8 x max-batch-tokens x sessions)"),
 		guard:           fs.String("guard", "auto", "JIT guard refusing unwarmed long shapes: auto (on for tensorrt), on or off"),
 		guardSeq:        fs.Int("guard-seq", 4096, "sequence length from which the JIT guard applies"),
 		breaker:         fs.Int("breaker-threshold", 3, "consecutive run errors that drop and reload a session"),
-		warmBatches:     fs.String("warmup-batches", defBatches, "warm-up grid batch sizes, comma separated (empty: no warm-up)"),
+		warmBatches:     fs.String("warmup-batches", defBatches, "warm-up grid batch sizes, comma separated (empty: no warm-up; auto: 1,2 on cuda/tensorrt, none on cpu, which compiles nothing per shape)"),
 		warmSq:          fs.String("warmup-seqs", "", "warm-up grid sequence lengths (default: every tier up to --warmup-max-seq)"),
 		warmMaxSeq:      fs.String("warmup-max-seq", "auto", "longest sequence of the default warm-up grid: auto (max tokens on cuda/tensorrt, 512 on cpu, where a shape compiles nothing and batch 2 x 8192 needs gigabytes), or a number"),
 		warmStrict:      fs.String("warmup-strict", "auto", "a warm-up shape that fails is a start failure (exit 1): on, off (warn, skip it: the JIT guard's ceiling is what did warm), or auto (on for cuda and tensorrt, off for cpu)"),
-		probe:           fs.Bool("probe", true, "time a few shapes at start and fit the packing cost model"),
+		probe:           fs.AutoBool("probe", "auto", "time a few shapes at start and fit the packing cost model: auto (on for cuda/tensorrt; on cpu the model is fitted from the runs themselves), true or false"),
+		maxChunkLatency: fs.Duration("max-chunk-latency", engine.DefaultMaxChunkLatency, "cap on the modelled run time of a bulk chunk, so a request waits at most about one chunk (0: the default; negative: no cap)"),
+		memoryBudget:    fs.String("memory-budget", "auto", "workspace budget of all sessions' chunks and warm-up shapes, e.g. 2GiB: longer texts are cut (or fail text_too_long); auto: half the available memory on cpu, off on gpu providers; off"),
+		cpuArena:        fs.Bool("cpu-arena", false, "keep ONNX Runtime's CPU memory arena (faster on some shapes, but memory taken by a long text is never returned)"),
 		engineCache:     fs.String("trt-cache", "", "TensorRT engine cache directory (shared by the fleet)"),
 		fp16:            fs.Bool("fp16", false, "TensorRT: build FP16 engines"),
 		gpuMemMiB:       fs.Int("gpu-mem-limit", 0, "CUDA and TensorRT: cap of the CUDA memory arena per session, in MiB (0: no cap)"),
@@ -86,7 +96,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 // config turns the flags into an engine configuration.
 func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	var cfg engine.Config
-	p := ort.Provider{Kind: ort.Kind(*f.provider), IntraOpThreads: *f.threads, DeviceID: *f.device,
+	p := ort.Provider{Kind: ort.Kind(*f.provider), IntraOpThreads: *f.threads, DeviceID: *f.device, CPUArena: *f.cpuArena,
 		GPUMemLimit: int64(*f.gpuMemMiB) << 20, ArenaExtendStrategy: *f.cudaArena,
 		EngineCacheDir: *f.engineCache, TimingCacheDir: *f.engineCache, FP16: *f.fp16,
 		MaxWorkspaceBytes: int64(*f.trtWorkspaceMiB) << 20}
@@ -96,10 +106,16 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	if err := p.Validate(); err != nil {
 		return cfg, p, fmt.Errorf("%w: --provider: %w", errUsage, err)
 	}
+	cpu := p.Kind == ort.CPU || p.Kind == ""
 	cfg = engine.Config{
 		Sessions: *f.sessions, MaxTokens: *f.maxTokens, MaxBatchTokens: *f.maxBatchTokens,
 		MaxBatch: *f.maxBatch, InflightTokens: *f.admission, GuardSeq: *f.guardSeq,
-		BreakerThreshold: *f.breaker, Probe: *f.probe,
+		BreakerThreshold: *f.breaker, MaxChunkLatency: *f.maxChunkLatency,
+	}
+	cfg.Probe = *f.probe == "true" || *f.probe == "auto" && !cpu
+	var err error
+	if cfg.MemoryBudget, f.budgetNote, err = memoryBudget(*f.memoryBudget, cpu); err != nil {
+		return cfg, p, err
 	}
 	switch *f.guard {
 	case "auto":
@@ -119,11 +135,20 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	default:
 		return cfg, p, fmt.Errorf("%w: --warmup-strict %q (want auto, on or off)", errUsage, *f.warmStrict)
 	}
-	var err error
 	if cfg.Tiers, err = ints("tiers", *f.tiers); err != nil {
 		return cfg, p, err
 	}
-	batches, err := ints("warmup-batches", *f.warmBatches)
+	// Tiers only where a provider compiles shapes, or where the JIT guard
+	// and the fleet's shape records name them.
+	cfg.PadExact = cpu && len(cfg.Tiers) == 0 && !cfg.Guard
+	wb := *f.warmBatches
+	if wb == "auto" {
+		wb = ""
+		if !cpu {
+			wb = "1,2"
+		}
+	}
+	batches, err := ints("warmup-batches", wb)
 	if err != nil {
 		return cfg, p, err
 	}

@@ -86,6 +86,27 @@ func (fs *flagSet) Float64(name string, def float64, usage string) *float64 {
 	return p
 }
 
+// AutoBool defines a flag that is "auto", "true" or "false" (a bare
+// --name means true), backed by its environment variable.
+func (fs *flagSet) AutoBool(name, def, usage string) *string {
+	p := new(string)
+	*p = def
+	parse := func(s string) (string, error) {
+		switch strings.ToLower(s) {
+		case "auto":
+			return "auto", nil
+		}
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return "", fmt.Errorf("%q is not auto, true or false", s)
+		}
+		return strconv.FormatBool(b), nil
+	}
+	fs.Var(&envValue[string]{p: p, parse: parse, isBool: true}, name, fs.bind(name, usage))
+	fs.fromEnv(name)
+	return p
+}
+
 // envErr records a malformed environment variable; Parse reports it.
 func (fs *flagSet) fromEnv(name string) {
 	env := envName(name)

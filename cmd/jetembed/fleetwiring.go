@@ -18,6 +18,7 @@ import (
 
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/model"
 	"github.com/jetembed/jetembed/engine/ort"
 	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/jetstream"
@@ -79,20 +80,36 @@ func openEngine(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *
 	if sm, err = ff.computeCapability(ctx, ef); err != nil {
 		return nil, "", err
 	}
-	probe := *ef.probe
-	*ef.probe = false // probed below, unless a peer already did
-	e, _, err = ef.open(ctx)
-	*ef.probe = probe
+	e, _, err = openSharingProbe(ctx, log, js, ef, cfg.Engines.Name, sm)
 	if err != nil {
 		return nil, "", err
 	}
-	if probe {
-		if err := shareProbe(ctx, log, js, e, cfg.Engines.Name, sm, hardware(ctx, ef), memberName()); err != nil {
+	return e, sm, nil
+}
+
+// openSharingProbe opens the engine with its cost probe deferred, then
+// installs the coefficients a peer with the same model, SM and hardware
+// stored in bucket, or probes and stores its own (when --probe asks for a
+// probe at all).
+func openSharingProbe(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *engineFlags, bucket, sm string) (*engine.Engine, *model.Model, error) {
+	cfg, _, err := ef.config()
+	if err != nil {
+		return nil, nil, err
+	}
+	flag := *ef.probe
+	*ef.probe = "false" // probed below, unless a peer already did
+	e, m, err := ef.open(ctx)
+	*ef.probe = flag
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Probe {
+		if err := shareProbe(ctx, log, js, e, bucket, sm, hardware(ctx, ef), memberName()); err != nil {
 			e.Close()
-			return nil, "", err
+			return nil, nil, err
 		}
 	}
-	return e, sm, nil
+	return e, m, nil
 }
 
 // joinFleet starts the shape propagation of e over js. The returned

@@ -17,6 +17,10 @@ type Config struct {
 	// included: XLM-R positions start at pad_id+1, so two positions are
 	// never available to tokens (8192 for BGE-M3).
 	MaxTokens int
+	// Layers, Heads and Intermediate size the engine's cost and memory
+	// models; absent values take BERT's ratios (12 layers, one head per
+	// 64 hidden units, intermediate 4 x hidden).
+	Layers, Heads, Intermediate int
 }
 
 type rawConfig struct {
@@ -28,6 +32,10 @@ type rawConfig struct {
 	PadID *int `json:"pad_token_id"`
 	BOSID *int `json:"bos_token_id"`
 	EOSID *int `json:"eos_token_id"`
+
+	Layers       int `json:"num_hidden_layers"`
+	Heads        int `json:"num_attention_heads"`
+	Intermediate int `json:"intermediate_size"`
 }
 
 // readConfig parses and checks config.json. Absent special ids take the
@@ -49,6 +57,9 @@ func readConfig(path string) (Config, error) {
 		PadID:                 orDefault(rc.PadID, 1),
 		BOSID:                 orDefault(rc.BOSID, 0),
 		EOSID:                 orDefault(rc.EOSID, 2),
+		Layers:                rc.Layers,
+		Heads:                 rc.Heads,
+		Intermediate:          rc.Intermediate,
 	}
 	switch {
 	case c.HiddenSize <= 0:
@@ -64,6 +75,15 @@ func readConfig(path string) (Config, error) {
 		}
 	}
 	c.MaxTokens = c.MaxPositionEmbeddings - 2
+	if c.Layers <= 0 {
+		c.Layers = 12
+	}
+	if c.Heads <= 0 {
+		c.Heads = max(1, c.HiddenSize/64)
+	}
+	if c.Intermediate <= 0 {
+		c.Intermediate = 4 * c.HiddenSize
+	}
 	return c, nil
 }
 

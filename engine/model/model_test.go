@@ -44,7 +44,7 @@ func TestOpenHidden(t *testing.T) {
 		t.Errorf("id = %q, sha = %q", m.ID, m.SHA256)
 	}
 	want := model.Config{ModelType: "xlm-roberta", HiddenSize: 8, MaxPositionEmbeddings: 8194, VocabSize: 250,
-		PadID: 1, BOSID: 0, EOSID: 2, MaxTokens: 8192}
+		PadID: 1, BOSID: 0, EOSID: 2, MaxTokens: 8192, Layers: 1, Heads: 1, Intermediate: 8}
 	if m.Config != want {
 		t.Errorf("config = %+v, want %+v", m.Config, want)
 	}

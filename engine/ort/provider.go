@@ -29,6 +29,12 @@ type Provider struct {
 	// 0 keeps ORT's default (one intra-op thread per core).
 	IntraOpThreads, InterOpThreads int
 
+	// CPUArena keeps ONNX Runtime's CPU memory arena and memory patterns.
+	// Off (the default), a long text's workspace goes back to the
+	// allocator after its run instead of staying reserved for the life
+	// of the session; see BENCHMARKS.md for what it costs.
+	CPUArena bool
+
 	// GPUMemLimit caps the CUDA arena in bytes; 0 means no limit.
 	GPUMemLimit int64
 	// ArenaExtendStrategy is "kNextPowerOfTwo" (ORT's default) or

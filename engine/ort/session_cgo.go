@@ -79,6 +79,14 @@ func configure(so *ort.SessionOptions, p Provider) error {
 			return fmt.Errorf("ort: inter-op threads: %w", err)
 		}
 	}
+	if p.kind() == CPU && !p.CPUArena {
+		if err := so.SetCpuMemArena(false); err != nil {
+			return fmt.Errorf("ort: cpu arena: %w", err)
+		}
+		if err := so.SetMemPattern(false); err != nil {
+			return fmt.Errorf("ort: memory pattern: %w", err)
+		}
+	}
 	switch p.kind() {
 	case TensorRT:
 		if err := appendTensorRT(so, p); err != nil {
