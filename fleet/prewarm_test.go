@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,3 +56,34 @@ func TestFleetPrewarmWaitsForQueuedWork(t *testing.T) {
 }
 
 var errNotYet = errors.New("not yet")
+
+// TestFleetPrewarmRespectsMemoryBudget: a peer's shape over this engine's
+// memory budget is ignored (never warmed: its workspace would not fit),
+// while one within it is pre-warmed.
+func TestFleetPrewarmRespectsMemoryBudget(t *testing.T) {
+	srv := newServer(t, nil)
+	a := openEngine(t, guardedConfig())
+	cfg := guardedConfig()
+	cfg.MemoryBudget = 16 << 20
+	b := newCounting(openEngine(t, cfg))
+	if err := b.ShapeAdmissible(4, 256); err == nil || !strings.Contains(err.Error(), "memory budget") {
+		t.Fatalf("precondition: 4x256 under a 16 MiB budget: %v; want over the memory budget", err)
+	}
+	model := a.ModelID()
+	startMember(t, srv, a, model, "a", nil)
+	mb := startMember(t, srv, b, model, "b", nil)
+	for _, sh := range [][2]int{{4, 256}, {2, 128}} {
+		if err := a.WarmShape(context.Background(), sh[0], sh[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
+		if !b.ShapeWarmed(2, 128) || mb.Stats().Ignored == 0 {
+			return errNotYet
+		}
+		return nil
+	})
+	if n := b.warmed(4, 256); n != 0 || b.ShapeWarmed(4, 256) {
+		t.Errorf("b warmed 4x256 (%d runs) over its memory budget", n)
+	}
+}
