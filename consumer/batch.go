@@ -121,7 +121,9 @@ func (c *Consumer) runJob(ctx context.Context, j *job) {
 		err = schema.Errorf(schema.CodeEngineUnavailable, "engine unavailable")
 	}
 	if err != nil {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || errors.Is(err, engine.ErrFatal) {
+			// A fatal engine error ends the process: its jobs go back at
+			// once, for the peers (as at shutdown).
 			err = errShutdown
 		}
 		c.settle(ctx, j, c.decide(j, nil, err))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jetembed/jetembed/engine/pack"
@@ -50,6 +51,30 @@ func (e *Engine) warm(ctx context.Context, shapes []Shape) error {
 	}
 	return nil
 }
+
+// warmGrid runs the start-up grid. By default a shape that fails fails
+// New; with WarmupBestEffort it is recorded ([Engine.WarmupFailures]) and
+// skipped, so the coverage (and the JIT guard's ceiling) holds only the
+// shapes that ran. A fatal engine-build error fails New either way.
+func (e *Engine) warmGrid(ctx context.Context, grid []Shape) error {
+	if !e.cfg.WarmupBestEffort {
+		return e.warm(ctx, grid)
+	}
+	for _, sh := range grid {
+		err := e.warm(ctx, []Shape{sh})
+		if err != nil && (IsFatal(err) || ctx.Err() != nil) {
+			return err
+		}
+		if err != nil {
+			e.warmFailed = append(e.warmFailed, err)
+		}
+	}
+	return nil
+}
+
+// WarmupFailures are the grid shapes that failed to warm up in best-effort
+// mode (Config.WarmupBestEffort), one error each.
+func (e *Engine) WarmupFailures() []error { return slices.Clone(e.warmFailed) }
 
 // runShape runs a synthetic chunk of the given shape on session s, or the least-loaded one if
 // s < 0, and returns how long the run took.
