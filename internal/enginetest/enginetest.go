@@ -16,18 +16,6 @@ import (
 	"github.com/jetembed/jetembed/engine/tokenizer"
 )
 
-// Tokenizer adapts the pure-Go tokenizer to [engine.Tokenizer].
-type Tokenizer struct{ T *tokenizer.Tokenizer }
-
-// Encode implements [engine.Tokenizer].
-func (t Tokenizer) Encode(text string, maxTokens int) ([]int32, int) {
-	enc := t.T.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
-	return enc.IDs, enc.Count
-}
-
-// SpecialIDs implements [engine.Tokenizer].
-func (t Tokenizer) SpecialIDs() []int32 { return t.T.SpecialIDs() }
-
 // ModelDir is the directory of a committed test model ("tiny-hidden",
 // "tiny-heads").
 func ModelDir(name string) string {
@@ -39,6 +27,13 @@ func ModelDir(name string) string {
 // session (no warm-up grid unless cfg has one), and closes it at cleanup.
 // It skips the test when JETEMBED_ORT_LIB is unset or cgo is off.
 func Open(tb testing.TB, cfg engine.Config) *engine.Engine {
+	tb.Helper()
+	return OpenWith(tb, cfg, nil)
+}
+
+// OpenWith is [Open] with every session's runner passed through wrap (nil:
+// none), for tests that control when runs finish.
+func OpenWith(tb testing.TB, cfg engine.Config, wrap func(engine.Runner) engine.Runner) *engine.Engine {
 	tb.Helper()
 	lib := os.Getenv("JETEMBED_ORT_LIB")
 	if lib == "" {
@@ -60,8 +55,12 @@ func Open(tb testing.TB, cfg engine.Config) *engine.Engine {
 	if cfg.Warmup == nil {
 		cfg.NoWarmup = true
 	}
-	e, err := engine.New(context.Background(), cfg, Tokenizer{tk}, m, func(int) (engine.Runner, error) {
-		return ort.Open(m, ort.Provider{IntraOpThreads: 1})
+	e, err := engine.New(context.Background(), cfg, engine.TokenizerFunc(tk.EncodeIDs), m, func(int) (engine.Runner, error) {
+		r, err := ort.Open(m, ort.Provider{IntraOpThreads: 1})
+		if err != nil || wrap == nil {
+			return r, err
+		}
+		return wrap(r), nil
 	})
 	if err != nil {
 		tb.Fatal(err)
