@@ -11,9 +11,9 @@ import (
 )
 
 // Warm runs each shape once on every loaded session and records it in the
-// coverage (calling OnWarmed the first time). New runs the configured grid;
-// the fleet calls Warm for shapes a peer compiled, so this process loads
-// them from the shared engine cache before they are needed.
+// coverage (calling OnWarmed the first time), all sessions at once per
+// shape, like the grid New runs. The fleet pre-warms a peer's shape with
+// [Engine.WarmShape] instead, queued between the runs sessions already hold.
 func (e *Engine) Warm(ctx context.Context, shapes []Shape) error {
 	return e.warm(ctx, shapes)
 }

@@ -11,9 +11,10 @@
 // records, the compile lock, pre-warm, wants, membership) lives there, the
 // NATS side of it here.
 //
-// It is the only package of the project that imports nats.go (imported as
-// natsjs for its jetstream package, whose name this package shares) and
-// nats-server. It may import consumer (whose Sink, Delivery and Publisher it
+// With client it is one of the two library packages that import nats.go
+// (imported as natsjs for its jetstream package, whose name this package
+// shares), and the only one that imports nats-server (for the dev server);
+// internal/importrules holds it to that. It may import consumer (whose Sink, Delivery and Publisher it
 // adapts to), fleet (whose Store it implements), telemetry (trace context in
 // headers) and schema; never engine.
 package jetstream
