@@ -121,10 +121,13 @@ func (c *Consumer) runJob(ctx context.Context, j *job) {
 		err = schema.Errorf(schema.CodeEngineUnavailable, "engine unavailable")
 	}
 	if err != nil {
-		if ctx.Err() != nil || errors.Is(err, engine.ErrFatal) {
-			// A fatal engine error ends the process: its jobs go back at
-			// once, for the peers (as at shutdown).
+		switch {
+		case ctx.Err() != nil:
 			err = errShutdown
+		case errors.Is(err, engine.ErrFatal):
+			// A fatal engine error ends the process: its jobs go back
+			// for the peers.
+			err = errFatal
 		}
 		c.settle(ctx, j, c.decide(j, nil, err))
 		return

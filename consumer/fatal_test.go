@@ -10,10 +10,11 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// TestFatalEngineErrorNaksWithoutDelay: a call that fails with the
-// engine's fatal error gives its jobs back at once (NAK without delay), as
-// at shutdown, for the peers to take: this process is about to exit.
-func TestFatalEngineErrorNaksWithoutDelay(t *testing.T) {
+// TestFatalEngineErrorHandsJobsBack: a call that fails with the engine's
+// fatal error gives its jobs back for the peers to take (NAK with the short
+// hand-back delay, not the retry backoff), as at shutdown: this process is
+// about to exit.
+func TestFatalEngineErrorHandsJobsBack(t *testing.T) {
 	emb := &fakeEmb{callErr: func([]engine.Text) error {
 		return fmt.Errorf("%w: failed to build engine", engine.ErrFatal)
 	}}
@@ -27,8 +28,8 @@ func TestFatalEngineErrorNaksWithoutDelay(t *testing.T) {
 		msgs = append(msgs, m)
 	}
 	for i, m := range msgs {
-		if got := m.wait(t); !slices.Equal(got, []string{"nak"}) {
-			t.Errorf("job %d: calls %v, want a NAK without delay", i, got)
+		if got := m.wait(t); !slices.Equal(got, []string{"nak+delay"}) || m.delays[0] != handBackDelay {
+			t.Errorf("job %d: calls %v, delays %v, want one NAK after %v", i, got, m.delays, handBackDelay)
 		}
 	}
 }
