@@ -66,6 +66,7 @@ func (f *Member) prewarmQueued(ctx context.Context) {
 		}
 		s := f.prewarm[0]
 		f.prewarm = f.prewarm[1:]
+		delete(f.queued, s)
 		f.mu.Unlock()
 		if err := f.prewarmOne(ctx, s); err != nil && ctx.Err() == nil {
 			f.stats.errors.Add(1)

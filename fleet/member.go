@@ -43,6 +43,7 @@ type Member struct {
 	locked   map[shape]bool
 	changed  chan struct{} // closed and replaced on every change
 	prewarm  []shape
+	queued   map[shape]bool      // the shapes in prewarm
 	tried    map[shape]bool      // shapes this member published (or found published)
 	compiles []time.Time         // idle compiles within the last hour
 	failed   map[shape]time.Time // wanted shapes this member failed to build, when
@@ -244,7 +245,14 @@ func (f *Member) apply(e *Entry) {
 		_, had := f.shapes[s]
 		f.shapes[s] = rec
 		f.tried[s] = true
-		if !had && s.seq >= f.cfg.MinSeq && !f.eng.ShapeWarmed(s.batch, s.seq) {
+		// A shape already queued is not queued again: a key put and
+		// deleted over and over while the engine is busy (nothing drains
+		// the queue) would grow it without bound.
+		if !had && s.seq >= f.cfg.MinSeq && !f.eng.ShapeWarmed(s.batch, s.seq) && !f.queued[s] {
+			if f.queued == nil {
+				f.queued = map[shape]bool{}
+			}
+			f.queued[s] = true
 			f.prewarm = append(f.prewarm, s)
 			select {
 			case f.kick <- struct{}{}:
