@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 )
 
 // Table is the content of the engines bucket, for operators.
@@ -195,14 +197,14 @@ func (t Table) Write(w io.Writer, now time.Time) error {
 	fmt.Fprintf(tw, "MEMBERS (%d live)\n", len(t.Members))
 	fmt.Fprintln(tw, "NAME\tMODEL\tSM\tSHAPES\tCEILING\tUP\tSEEN")
 	for _, m := range t.Members {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", m.Name, m.Model, m.SM, m.Shapes, m.Ceiling,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\n", printable(m.Name), printable(m.Model), m.SM, m.Shapes, m.Ceiling,
 			strings.TrimSuffix(age(m.Started), " ago"), age(m.At))
 	}
 	fmt.Fprintf(tw, "\nSHAPES (%d)\n", len(t.Shapes))
 	for _, g := range t.Groups {
 		members := "no live member"
 		if len(g.Members) > 0 {
-			members = "members " + strings.Join(g.Members, ", ")
+			members = "members " + printable(strings.Join(g.Members, ", "))
 		}
 		fmt.Fprintf(tw, "%s on %s: %d shapes, up to seq %d; %s\n", g.Model, g.SM, g.Shapes, g.Ceiling, members)
 	}
@@ -233,7 +235,7 @@ func (t Table) Write(w io.Writer, now time.Time) error {
 	if len(t.Unknown) > 0 {
 		fmt.Fprintf(tw, "\nOTHER KEYS (%d)\n", len(t.Unknown))
 		for _, k := range t.Unknown {
-			fmt.Fprintln(tw, k)
+			fmt.Fprintln(tw, printable(k))
 		}
 	}
 	return tw.Flush()
@@ -242,7 +244,7 @@ func (t Table) Write(w io.Writer, now time.Time) error {
 // by is a record's writer, marked when it is no live member.
 func by(name string, gone bool) string {
 	if gone {
-		return name + " (gone)"
+		return printable(name) + " (gone)"
 	}
 	return dash(name)
 }
@@ -250,6 +252,19 @@ func by(name string, gone bool) string {
 func dash(s string) string {
 	if s == "" {
 		return "-"
+	}
+	return printable(s)
+}
+
+// printable is s as it may reach an operator's terminal: a string from a
+// record (anyone who may write the bucket wrote it) holding a control or
+// other non-graphic character (a tab, a newline) is quoted, so that it
+// can neither send escapes nor forge rows of the table.
+func printable(s string) string {
+	for _, r := range s {
+		if !unicode.IsGraphic(r) {
+			return strconv.QuoteToGraphic(s)
+		}
 	}
 	return s
 }
