@@ -165,9 +165,20 @@ func writeError(w http.ResponseWriter, e *apiError, retryAfter int) {
 	}{e})
 }
 
+// writeJSON encodes v before it writes the status: a value JSON cannot
+// hold (a NaN in a vector the fleet answered) is answered 502, not 200
+// with an empty body.
 func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		e := newError(http.StatusBadGateway, codeFleetError, "the answer cannot be written as JSON: %v", err)
+		b, _ = json.Marshal(struct {
+			Error *apiError `json:"error"`
+		}{e})
+		status = e.Status
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(append(b, '\n'))
 }
