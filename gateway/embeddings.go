@@ -144,6 +144,10 @@ func (s *Server) response(k kind, req *embedRequest, out *embedded) (*embedRespo
 				d.Object = "embedding"
 			}
 			d.Sparse = &sparse{Indices: []uint32{}, Values: []float32{}}
+			if it.Sparse != nil && len(it.Sparse.IDs) != len(it.Sparse.Weights) {
+				return nil, newError(http.StatusBadGateway, codeFleetError, "input[%d]: the fleet answered a sparse vector of %d indices and %d values",
+					i, len(it.Sparse.IDs), len(it.Sparse.Weights))
+			}
 			if it.Sparse != nil && len(it.Sparse.IDs) > 0 {
 				d.Sparse = &sparse{Indices: it.Sparse.IDs, Values: it.Sparse.Weights}
 			}
