@@ -326,6 +326,7 @@ func (c Config) blobsConfig() natsjs.ObjectStoreConfig {
 		Bucket:      c.Blobs.Name,
 		Description: "jetembed: results too large for one message",
 		TTL:         c.Blobs.TTL,
+		MaxBytes:    c.Blobs.MaxBytes,
 		Storage:     natsjs.FileStorage,
 		Replicas:    c.Replicas,
 	}
@@ -349,6 +350,9 @@ func ensureObjectStore(ctx context.Context, js natsjs.JetStream, want natsjs.Obj
 	var d drift
 	d.check("Storage", st.Storage(), want.Storage, false)
 	d.check("TTL", st.TTL(), want.TTL, true)
+	if bs, ok := st.(*natsjs.ObjectBucketStatus); ok && bs.StreamInfo() != nil {
+		d.check("MaxBytes", bs.StreamInfo().Config.MaxBytes, max(want.MaxBytes, -1), true)
+	}
 	d.checkDown("Replicas", st.Replicas(), want.Replicas, want.Replicas < st.Replicas())
 	return d.outcome(ctx, "objstore", want.Bucket, o, func(ctx context.Context) error {
 		_, err := js.UpdateObjectStore(ctx, want)

@@ -65,6 +65,10 @@ type BlobsSpec struct {
 	Name string
 	// TTL drops a blob this long after it was stored; 0 keeps it forever.
 	TTL time.Duration
+	// MaxBytes caps the bucket's size; -1 (or 0) is unlimited. A full
+	// bucket refuses new blobs: their jobs are retried, then dead-lettered
+	// publish_failed.
+	MaxBytes int64
 }
 
 // Config is everything [Provision] creates: three streams, the durable pull
@@ -126,7 +130,7 @@ func DefaultConfig() Config {
 		},
 		Engines: BucketSpec{Name: "EMBED_ENGINES", History: 1, LimitMarkerTTL: 5 * time.Minute},
 		// Kept as long as the results that name them.
-		Blobs: BlobsSpec{Name: "EMBED_BLOBS", TTL: day},
+		Blobs: BlobsSpec{Name: "EMBED_BLOBS", TTL: day, MaxBytes: -1},
 	}
 }
 
@@ -221,6 +225,9 @@ func (c Config) Validate() error {
 	}
 	if err := validName(c.Blobs.Name); err != nil {
 		add("blobs bucket: %w", err)
+	}
+	if c.Blobs.MaxBytes < -1 {
+		add("blobs bucket %s: max bytes %d: want -1 (unlimited) or more", c.Blobs.Name, c.Blobs.MaxBytes)
 	}
 	if c.Blobs.TTL < 0 {
 		add("blobs bucket %s: negative ttl %v", c.Blobs.Name, c.Blobs.TTL)

@@ -427,4 +427,21 @@ func TestProvisionBlobsBucket(t *testing.T) {
 	if st, _ = obs.Status(ctx); st.TTL() != time.Hour {
 		t.Errorf("ttl after update %v", st.TTL())
 	}
+	// A size cap is applied in place too, and held by the server.
+	cfg.Blobs.MaxBytes = 64 << 20
+	if r, err = Provision(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := r.Find("objstore", "EMBED_BLOBS"); o.Action != Updated {
+		t.Errorf("blobs bucket with a size cap: %v, want updated\n%s", o.Action, r)
+	}
+	if st, _ = obs.Status(ctx); st.(*natsjs.ObjectBucketStatus).StreamInfo().Config.MaxBytes != 64<<20 {
+		t.Errorf("max bytes after update %d", st.(*natsjs.ObjectBucketStatus).StreamInfo().Config.MaxBytes)
+	}
+	if r, err = Provision(ctx, js, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if o, _ := r.Find("objstore", "EMBED_BLOBS"); o.Action == Updated {
+		t.Errorf("blobs bucket provisioned twice with one cap: updated again\n%s", r)
+	}
 }

@@ -66,7 +66,7 @@ type provisionFlags struct {
 	blobs                                 *string
 	jobsMaxAge, resultsMaxAge, dlqMaxAge  *time.Duration
 	blobsMaxAge                           *time.Duration
-	jobsMaxBytes                          *int
+	jobsMaxBytes, blobsMaxBytes           *int
 	dedupe                                *time.Duration
 	noAdvisories                          *bool
 	tuning                                *tuningFlags // nil without tuning flags
@@ -92,6 +92,7 @@ func addProvisionFlags(fs *flagSet, tuning bool) *provisionFlags {
 		engines:       fs.String("engines-bucket", d.Engines.Name, "name of the engine-shapes KV bucket"),
 		blobs:         fs.String("blobs-bucket", d.Blobs.Name, "name of the Object Store bucket of results over the server's max payload"),
 		blobsMaxAge:   fs.Duration("blobs-max-age", d.Blobs.TTL, "keep result blobs this long (0: forever)"),
+		blobsMaxBytes: fs.Int("blobs-max-bytes", int(d.Blobs.MaxBytes), "size cap of the blobs bucket in bytes; a full bucket refuses new blobs, whose jobs are retried then dead-lettered (-1: none)"),
 		jobsMaxAge:    fs.Duration("jobs-max-age", d.Jobs.MaxAge, "drop queued jobs older than this (0: never)"),
 		jobsMaxBytes:  fs.Int("jobs-max-bytes", int(d.Jobs.MaxBytes), "size cap of the jobs stream in bytes; a full queue refuses new jobs (-1: none)"),
 		resultsMaxAge: fs.Duration("results-max-age", d.Results.MaxAge, "keep results this long"),
@@ -123,7 +124,7 @@ func (f *provisionFlags) config() (jetstream.Config, error) {
 	c.CaptureMaxDeliveries = !*f.noAdvisories
 	c.Consumer.Name = *f.consumer
 	c.Engines.Name = *f.engines
-	c.Blobs.Name, c.Blobs.TTL = *f.blobs, *f.blobsMaxAge
+	c.Blobs.Name, c.Blobs.TTL, c.Blobs.MaxBytes = *f.blobs, *f.blobsMaxAge, int64(*f.blobsMaxBytes)
 	if t := f.tuning; t != nil {
 		c.Consumer.AckWait = *t.ackWait
 		c.Consumer.MaxDeliver = *t.maxDeliver
