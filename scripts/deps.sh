@@ -69,3 +69,15 @@ if command -v npm >/dev/null && [ ! -d "$root/examples/node/node_modules/@nats-i
   echo "deps: npm ci examples/node (@nats-io/transport-node, @nats-io/jetstream)" >&2
   (cd "$root/examples/node" && npm ci --silent --ignore-scripts --no-audit --no-fund >/dev/null)
 fi
+
+# The official OpenAI Node client, pinned by scripts/openai-node's lockfile
+# (npm ci checks its sha512), for the test that drives the HTTP gateway as
+# a RAG framework would. Optional: skipped when Node is not installed.
+OPENAI_NODE_VERSION=6.49.0
+openai_dir="$deps/openai-node"
+if command -v npm >/dev/null && ! grep -qs "\"version\": \"$OPENAI_NODE_VERSION\"" "$openai_dir/node_modules/openai/package.json"; then
+  echo "deps: npm ci openai@$OPENAI_NODE_VERSION" >&2
+  rm -rf "$openai_dir" && mkdir -p "$openai_dir"
+  cp "$root/scripts/openai-node/package.json" "$root/scripts/openai-node/package-lock.json" "$openai_dir/"
+  (cd "$openai_dir" && npm ci --silent --ignore-scripts --no-audit --no-fund >/dev/null)
+fi

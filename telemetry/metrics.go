@@ -210,3 +210,12 @@ func (m *Metrics) ObserveConsumer(fn func(context.Context) (ConsumerStats, error
 	}
 	return reg.Unregister, nil
 }
+
+// Registerer is the private registry /metrics serves, for the collectors of
+// other packages (the HTTP gateway's); nil for a nil *Metrics.
+func (m *Metrics) Registerer() prometheus.Registerer {
+	if m == nil {
+		return nil
+	}
+	return m.registry
+}

@@ -96,6 +96,9 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	fmt.Fprintf(io.out, "request:      nats req %s '{\"id\":\"1\",\"texts\":[\"hello\"]}' -H Content-Type:application/json --server %s\n", jetstream.EndpointSubject, url)
 	fmt.Fprintf(io.out, "or:           jetembed submit --nats %s --text hello\n", url)
 	fmt.Fprintln(io.out, "max payload:  8 MiB here; a standard nats-server takes 1 MiB (jetembed submit reads it and cuts its jobs to fit)")
+	if a := *sf.api.listen; a != "" {
+		fmt.Fprintf(io.out, "HTTP API:     curl http://%s/v1/embeddings -H Content-Type:application/json -d '{\"input\":\"hello\"}'\n", a)
+	}
 	fmt.Fprintf(io.out, "serving model %s; press Ctrl-C to stop\n", *ef.modelDir)
 	c.Provision = skipProvision // done above, with the same config
 	err = serve(ctx, telemetry.NewLogger(io.err, c.LogLevel, c.LogFormat), c)

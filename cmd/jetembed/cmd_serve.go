@@ -48,6 +48,7 @@ type serveFlags struct {
 	printConfig    *bool
 	replyAllow     *string
 	maxReplyBytes  *int
+	api            *gatewayFlags
 }
 
 // addServeFlags defines serve's flags; provision is the default of
@@ -69,6 +70,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
 		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
 		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
+		api:            addGatewayFlags(fs, "http-api", ""),
 	}
 }
 
@@ -93,6 +95,8 @@ type serveConfig struct {
 	HTTP                         string
 	LogLevel                     slog.Level
 	LogFormat                    string
+	// API is the HTTP API's flags (--http-api, off when empty).
+	API *gatewayFlags
 }
 
 // skipProvision is a [serveConfig.Provision] that checks nothing.
@@ -117,7 +121,7 @@ func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *eng
 		Patience: *sf.patience, Grace: *sf.grace, Heartbeat: *sf.heartbeat,
 		GatherTokens: *sf.gatherTokens, InFlightTokens: *sf.inFlightTokens, PrefetchMax: *sf.prefetchMax,
 		PrefetchBytes: *sf.prefetchBytes,
-		HTTP:          *sf.http, LogFormat: *sf.logFormat, Blobs: *sf.blobs}
+		HTTP:          *sf.http, LogFormat: *sf.logFormat, Blobs: *sf.blobs, API: sf.api}
 	if err := c.LogLevel.UnmarshalText([]byte(*sf.logLevel)); err != nil {
 		return c, fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
 	}
@@ -176,7 +180,7 @@ func printConfig(fs *flagSet, io stdio) {
 // to one: --nats-creds and --nats-nkey name files and print as they are).
 func secretFlag(name string) bool {
 	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats") ||
-		strings.Contains(name, "secret")
+		strings.Contains(name, "secret") || name == "api-key"
 }
 
 // liveState is what /readyz asks while the process starts and runs.
@@ -298,6 +302,17 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 		return gone(), err
 	}
 	defer observe(log, metrics, w, e, c.Heartbeat)()
+	// The HTTP API reaches this process's service and its peers through
+	// NATS, as a separate gateway would; it stops before the worker, and
+	// is started again on a new connection.
+	stopAPI, err := startAPI(ctx, log, c.API, nc, metrics)
+	if err != nil {
+		grace, cancel := context.WithTimeout(context.Background(), c.Grace)
+		defer cancel()
+		_ = w.Stop(grace)
+		return false, err
+	}
+	defer stopAPI()
 	if first {
 		log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", c.JetStream.Jobs.Name,
 			"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version,
@@ -318,6 +333,7 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 		return true, nil
 	}
 	live.draining.Store(true)
+	stopAPI()
 	grace, cancel := context.WithTimeout(context.Background(), c.Grace)
 	defer cancel()
 	_ = w.Stop(grace)

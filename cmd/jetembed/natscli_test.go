@@ -126,15 +126,15 @@ type devRun struct {
 }
 
 // startDev runs `jetembed dev` on a free loopback port with a fresh data
-// directory, serving model without warm-up, until ctx ends; it returns once
-// the embedded server's URL is printed.
-func startDev(ctx context.Context, t *testing.T, model string) *devRun {
+// directory, serving model without warm-up (and with the extra flags),
+// until ctx ends; it returns once the embedded server's URL is printed.
+func startDev(ctx context.Context, t *testing.T, model string, extra ...string) *devRun {
 	t.Helper()
 	d := &devRun{out: &lockedBuffer{}, errOut: &lockedBuffer{}, done: make(chan int, 1)}
+	args := append([]string{"dev", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--model", model,
+		"--http", "", "--warmup-batches", "", "--probe=false", "--threads", "1", "--heartbeat", "0"}, extra...)
 	go func() {
-		d.done <- runMain(ctx, []string{"dev", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--model", model,
-			"--http", "", "--warmup-batches", "", "--probe=false", "--threads", "1", "--heartbeat", "0"},
-			stdio{in: strings.NewReader(""), out: d.out, err: d.errOut})
+		d.done <- runMain(ctx, args, stdio{in: strings.NewReader(""), out: d.out, err: d.errOut})
 	}()
 	urlRE := regexp.MustCompile(`dev server on (nats://127\.0\.0\.1:\d+)`)
 	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/gateway"
 	"github.com/jetembed/jetembed/schema"
 	"github.com/jetembed/jetembed/telemetry"
 )
@@ -427,23 +428,44 @@ func TestReadmeMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	names := append(slices.Clone(telemetry.MetricNames), gateway.MetricNames...)
 	mentioned := map[string]bool{}
 	for _, m := range regexp.MustCompile(`jetembed_[a-z_]+`).FindAllString(string(b), -1) {
 		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-			if base := strings.TrimSuffix(m, suffix); base != m && slices.Contains(telemetry.MetricNames, base) {
+			if base := strings.TrimSuffix(m, suffix); base != m && slices.Contains(names, base) {
 				m = base
 			}
 		}
 		mentioned[m] = true
 	}
 	for m := range mentioned {
-		if !slices.Contains(telemetry.MetricNames, m) {
-			t.Errorf("README mentions metric %s, which telemetry does not expose", m)
+		if !slices.Contains(names, m) {
+			t.Errorf("README mentions metric %s, which neither telemetry nor the gateway exposes", m)
 		}
 	}
-	for _, m := range telemetry.MetricNames {
+	for _, m := range names {
 		if !mentioned[m] {
 			t.Errorf("metric %s is not in the README", m)
+		}
+	}
+}
+
+// TestGatewayMapsEveryCode checks that the HTTP gateway has a status for
+// every error code of the wire contract, and that the README's HTTP API
+// error table names it.
+func TestGatewayMapsEveryCode(t *testing.T) {
+	b, err := os.ReadFile(readmePath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(b), "## HTTP API")
+	section, _, _ = strings.Cut(section, "\n## ")
+	for _, c := range schemaCodes(t) {
+		if _, ok := gateway.CodeStatus(schema.Code(c)); !ok {
+			t.Errorf("the gateway has no HTTP status for code %s", c)
+		}
+		if !strings.Contains(section, "`"+c+"`") {
+			t.Errorf("the README's HTTP API section does not name code %s", c)
 		}
 	}
 }

@@ -1,0 +1,158 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/jetembed/jetembed/schema"
+)
+
+// Requester sends one job to the fleet's request-reply endpoint and waits
+// for its result, bounded by ctx. A result that carries a job-level error
+// is returned together with that error, a *schema.Error. When no member of
+// the service is there to answer, the error wraps [ErrNoMember]; when ctx
+// ends first, it wraps ctx's error.
+type Requester interface {
+	Request(ctx context.Context, job *schema.Job) (*schema.Result, error)
+}
+
+// Member is what one member of the embed service says about itself.
+type Member struct {
+	// ID is the member's micro service instance id.
+	ID string
+	// Model is the model it serves, as name@sha256-prefix.
+	Model   string
+	Version string
+}
+
+// Pinger asks the embed service for one member's identity (the micro
+// service $SRV.INFO request), bounded by ctx. The error wraps
+// [ErrNoMember] when nothing answered.
+type Pinger interface {
+	Ping(ctx context.Context) (Member, error)
+}
+
+// ErrNoMember means no member of the embed service answered: nothing serves
+// the endpoint right now.
+var ErrNoMember = errors.New("no member of the embed service answered")
+
+// Defaults of [Config].
+const (
+	DefaultListen        = "127.0.0.1:8081"
+	DefaultMaxBodyBytes  = 8 << 20
+	DefaultMaxInputs     = 2048
+	DefaultJobTexts      = 32
+	DefaultJobBytes      = 512 << 10
+	DefaultParallel      = 4
+	DefaultTimeout       = 30 * time.Second
+	DefaultMaxConcurrent = 64
+	DefaultColBERTBytes  = 64 << 10
+	DefaultHealthWindow  = 10 * time.Second
+	DefaultRetryAfter    = time.Second
+)
+
+// Config configures a [Server]. Requester is required; every zero limit
+// takes its default (see [Config.WithDefaults]).
+type Config struct {
+	Requester Requester
+	// Pinger answers /health and names the served model when no call
+	// has yet; nil means only answered calls count as signs of life.
+	Pinger Pinger
+
+	// APIKey, when set, is the bearer token every call but /health must
+	// carry (Authorization: Bearer <key>). It is compared in constant time
+	// and never logged.
+	APIKey string
+	// TLSCertFile and TLSKeyFile turn on HTTPS; both or neither.
+	TLSCertFile, TLSKeyFile string
+
+	// MaxBodyBytes bounds a request body; a larger one is refused with 413.
+	MaxBodyBytes int64
+	// MaxInputs bounds the inputs of one call; more are refused with 400.
+	MaxInputs int
+	// JobTexts and JobBytes bound one fleet job: a call with more inputs
+	// (or more bytes of text) is split into several jobs, sent Parallel at
+	// a time and reassembled in order. JobBytes must stay under the NATS
+	// server's max_payload.
+	JobTexts int
+	JobBytes int
+	Parallel int
+	// MaxTextBytes bounds one input; a longer one is refused with 413
+	// before it reaches the fleet.
+	MaxTextBytes int
+	// ColBERTBytes bounds the text of a call that asks for ColBERT
+	// vectors: they take about 4 KiB a token (12 KiB in JSON), so a call
+	// may not carry more than this many bytes of text (413 otherwise).
+	ColBERTBytes int
+	// Timeout bounds one HTTP call, all its fleet jobs included; past it
+	// the call is answered 504. The jobs carry it as their deadline.
+	Timeout time.Duration
+	// MaxConcurrent bounds the embedding calls in flight in this gateway;
+	// beyond it a call is answered 429 with Retry-After. With MaxBodyBytes
+	// it bounds the gateway's memory.
+	MaxConcurrent int
+	// HealthWindow is how recent a member's answer must be for /health to
+	// say ok without asking again.
+	HealthWindow time.Duration
+	// RetryAfter is the Retry-After of 429 and 503 answers.
+	RetryAfter time.Duration
+
+	// Logger receives one line per failed call (never texts or keys); nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// Registerer receives the gateway's Prometheus metrics; nil means
+	// none.
+	Registerer prometheus.Registerer
+}
+
+// WithDefaults returns c with every zero or negative limit replaced by its
+// default.
+func (c Config) WithDefaults() Config {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.MaxInputs, DefaultMaxInputs)
+	def(&c.JobTexts, DefaultJobTexts)
+	def(&c.JobBytes, DefaultJobBytes)
+	def(&c.Parallel, DefaultParallel)
+	def(&c.MaxTextBytes, schema.DefaultMaxTextBytes)
+	def(&c.MaxConcurrent, DefaultMaxConcurrent)
+	def(&c.ColBERTBytes, DefaultColBERTBytes)
+	if c.MaxBodyBytes <= 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.HealthWindow <= 0 {
+		c.HealthWindow = DefaultHealthWindow
+	}
+	if c.RetryAfter <= 0 {
+		c.RetryAfter = DefaultRetryAfter
+	}
+	c.JobTexts = min(c.JobTexts, schema.DefaultMaxTexts)
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// ErrInvalidConfig means a [Config] does not validate.
+var ErrInvalidConfig = errors.New("invalid gateway config")
+
+func (c Config) validate() error {
+	switch {
+	case c.Requester == nil:
+		return fmt.Errorf("%w: no requester", ErrInvalidConfig)
+	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
+		return fmt.Errorf("%w: give both a TLS certificate and its key, or neither", ErrInvalidConfig)
+	}
+	return nil
+}

@@ -1,0 +1,40 @@
+package gateway
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+func TestSplit(t *testing.T) {
+	for _, c := range []struct {
+		texts              []string
+		jobTexts, jobBytes int
+		want               string
+	}{
+		{[]string{"a"}, 2, 100, "[{0 1}]"},
+		{[]string{"a", "b", "c", "d", "e"}, 2, 100, "[{0 2} {2 4} {4 5}]"},
+		{[]string{"aaaa", "bbbb", "cc", "dddddddd", "e"}, 10, 6, "[{0 1} {1 3} {3 4} {4 5}]"},
+		{[]string{strings.Repeat("x", 50), "y"}, 10, 10, "[{0 1} {1 2}]"}, // a text over the byte budget goes alone
+		{[]string{"", "", ""}, 2, 1, "[{0 2} {2 3}]"},
+	} {
+		if got := fmt.Sprint(split(c.texts, c.jobTexts, c.jobBytes)); got != c.want {
+			t.Errorf("split(%q, %d, %d) = %s, want %s", c.texts, c.jobTexts, c.jobBytes, got, c.want)
+		}
+	}
+}
+
+func FuzzParseInput(f *testing.F) {
+	for _, s := range []string{`"a"`, `["a","b"]`, `[1,2]`, `[[1],[2]]`, `[]`, `null`, `{"a":1}`, `["a",1]`, `[-1]`, `[" ",null]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		texts, err := parseInput(raw, 8)
+		if (err == nil) == (texts == nil) {
+			t.Fatalf("parseInput(%q) = %q, %v", raw, texts, err)
+		}
+		if err == nil && (len(texts) == 0 || len(texts) > 8) {
+			t.Fatalf("parseInput(%q) gave %d texts", raw, len(texts))
+		}
+	})
+}
