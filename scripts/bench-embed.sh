@@ -9,15 +9,18 @@
 # Usage: scripts/bench-embed.sh BIN MODEL_DIR PEER_DIR. Environment:
 # EMBED_TEXTS (300), EMBED_ROUNDS (2), EMBED_SESSIONS x EMBED_THREADS (2 x 1;
 # the peer gets their product as intra-op threads), EMBED_PEER_BATCHES
-# ("1 2": transformers.js pads a batch to its longest text, and at batch 8
-# the 5.7k-token texts of this corpus need over 24 GiB: the kernel killed it).
+# (peer batch sizes of every round, "1") and EMBED_PEER_ONCE (batch sizes
+# run in the first round only, "2"): transformers.js pads a batch to its
+# longest text, so larger batches are slower here, and at batch 8 the
+# 5.7k-token texts of this corpus need over 24 GiB (the kernel killed it).
 set -euo pipefail
 bin=$1 model=$2 peer=$3
 texts=${EMBED_TEXTS:-300}
 rounds=${EMBED_ROUNDS:-2}
 sessions=${EMBED_SESSIONS:-2}
 threads=${EMBED_THREADS:-1}
-batches=${EMBED_PEER_BATCHES:-1 2}
+batches=${EMBED_PEER_BATCHES:-1}
+once=${EMBED_PEER_ONCE:-2}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -51,7 +54,9 @@ run() {
 }
 for r in $(seq "$rounds"); do
   run jetembed "$bin" embed --model "$model" --sessions "$sessions" --threads "$threads" "$work/mixed.jsonl"
-  for b in $batches; do
+  todo=$batches
+  [ "$r" = 1 ] && todo="$batches $once"
+  for b in $todo; do
     run "transformers.js-b$b" bash -c 'cd "$1" && exec node oneshot.mjs "$2" "$3" "$4" "$5"' _ "$peer" "$hf" "$work/mixed-strings.jsonl" $((sessions * threads)) "$b"
   done
 done
