@@ -10,11 +10,17 @@ export JETEMBED_ORT_LIB ?= $(DEPS)/onnxruntime/libonnxruntime.so.1
 export JETEMBED_NATS_SERVER_BIN ?= $(DEPS)/bin/nats-server
 export JETEMBED_NATS_CLI ?= $(DEPS)/bin/nats
 export JETEMBED_HF_ORACLE ?= $(DEPS)/hf-oracle
-STATICCHECK ?= $(shell $(GO) env GOPATH)/bin/staticcheck
+# Lint tools at fixed versions, built into bin/tools (not @latest: a new
+# release must not turn a clean tree red).
+STATICCHECK_VERSION := v0.8.2
+DEADCODE_VERSION := v0.52.0
+TOOLS := $(CURDIR)/bin/tools
+STATICCHECK ?= $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)
+DEADCODE ?= $(TOOLS)/deadcode-$(DEADCODE_VERSION)
 TEST_TIMEOUT ?= 14m
 FUZZTIME ?= 10s
 
-.PHONY: all deps build run test test-short bench bench-fleet lint fuzz vet-tags docker docker-cuda clean
+.PHONY: all deps build run test test-short bench bench-fleet lint deadcode fuzz vet-tags docker docker-cuda clean
 
 all: build
 
@@ -47,12 +53,26 @@ bench-fleet: deps
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
 
-lint:
+lint: $(STATICCHECK)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	$(GO) vet -tags hftokenizers ./engine/tokenizer/...
-	@test -x $(STATICCHECK) || $(GO) install honnef.co/go/tools/cmd/staticcheck@latest
 	$(STATICCHECK) ./...
+
+$(STATICCHECK):
+	@mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
+	mv $(TOOLS)/staticcheck $@
+
+$(DEADCODE):
+	@mkdir -p $(TOOLS)
+	GOBIN=$(TOOLS) $(GO) install golang.org/x/tools/cmd/deadcode@$(DEADCODE_VERSION)
+	mv $(TOOLS)/deadcode $@
+
+# Functions no program or test reaches (golang.org/x/tools deadcode, with
+# the tests as roots, so test helpers count as used).
+deadcode: $(DEADCODE)
+	$(DEADCODE) -test ./...
 
 docker:
 	docker build -t jetembed:$(VERSION) -f Dockerfile .

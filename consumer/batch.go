@@ -86,10 +86,10 @@ func (c *Consumer) runJob(ctx context.Context, j *job) {
 	// The stream's clock is not this host's: a skew must not make a wait
 	// negative.
 	c.cfg.Metrics.QueueWait(ctx, max(now.Sub(j.since()), 0))
-	out, truncate := j.outputs(), j.job.Truncates()
-	texts := make([]engine.Text, 0, len(j.job.Texts))
-	idx := make([]int, 0, len(j.job.Texts))
-	for i, t := range j.job.Texts {
+	out, truncate := j.outputs(), j.wire.Truncates()
+	texts := make([]engine.Text, 0, len(j.wire.Texts))
+	idx := make([]int, 0, len(j.wire.Texts))
+	for i, t := range j.wire.Texts {
 		if i < len(j.items) && j.items[i] != nil {
 			continue
 		}
@@ -108,9 +108,9 @@ func (c *Consumer) runJob(ctx context.Context, j *job) {
 		if j.interactive {
 			runCtx = engine.WithInteractive(runCtx)
 		}
-		start := c.cfg.Now()
+		// Session runs and their busy time are the engine's to record
+		// (engine.Metrics): an Embed call spans queueing and sessions.
 		embs, rep, err = c.embed(runCtx, texts)
-		c.cfg.Metrics.Run(ctx, RunSession, c.cfg.Now().Sub(start))
 		endRun(runSpan, rep, err)
 		j.run = runSpan.SpanContext()
 	}
@@ -121,8 +121,13 @@ func (c *Consumer) runJob(ctx context.Context, j *job) {
 		err = schema.Errorf(schema.CodeEngineUnavailable, "engine unavailable")
 	}
 	if err != nil {
-		if ctx.Err() != nil {
+		switch {
+		case ctx.Err() != nil:
 			err = errShutdown
+		case errors.Is(err, engine.ErrFatal):
+			// A fatal engine error ends the process: its jobs go back
+			// for the peers.
+			err = errFatal
 		}
 		c.settle(ctx, j, c.decide(j, nil, err))
 		return

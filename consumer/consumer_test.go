@@ -2,13 +2,16 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/testkit"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -302,24 +305,31 @@ func TestQueueWait(t *testing.T) {
 
 // TestPublishConfirmBeforeAck: the ACK waits for the stream's confirmation.
 func TestPublishConfirmBeforeAck(t *testing.T) {
-	confirm := make(chan struct{})
-	pub := &fakePub{fail: func(string) error { <-confirm; return nil }}
-	r := newRig(t, Config{}, nil, pub)
-	j := schema.NewJob("j", "text")
-	j.Reply = "r"
-	d, m := delivery(t, j, schema.EncodingMsgpack, 1)
-	if err := r.c.Submit(context.Background(), d); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { return len(r.emb.Calls()) == 1 })
-	time.Sleep(20 * time.Millisecond)
-	if calls := m.Calls(); len(calls) != 0 {
-		t.Fatalf("message settled before the publish was confirmed: %v", calls)
-	}
-	close(confirm)
-	if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
-		t.Fatalf("calls %v", got)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		confirm := make(chan struct{})
+		pub := &fakePub{fail: func(string) error { <-confirm; return nil }}
+		r := newRig(t, Config{}, nil, pub)
+		j := schema.NewJob("j", "text")
+		j.Reply = "r"
+		d, m := delivery(t, j, schema.EncodingMsgpack, 1)
+		if err := r.c.Submit(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		// A second of fake time is past the patience window; then everything
+		// is blocked, and the publish waits for its confirmation.
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if n := len(r.emb.Calls()); n != 1 {
+			t.Fatalf("%d Embed calls, want 1", n)
+		}
+		if calls := m.Calls(); len(calls) != 0 {
+			t.Fatalf("message settled before the publish was confirmed: %v", calls)
+		}
+		close(confirm)
+		if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+			t.Fatalf("calls %v", got)
+		}
+	})
 }
 
 func TestNoReplyAcksAndWarnsOnce(t *testing.T) {
@@ -344,12 +354,13 @@ func TestNoReplyAcksAndWarnsOnce(t *testing.T) {
 	}
 }
 
-// waitFor polls cond until it holds.
+// waitFor polls cond until it holds ([testkit.CheckFor] for a bool).
 func waitFor(tb testing.TB, cond func() bool) {
 	tb.Helper()
-	for start := time.Now(); !cond(); time.Sleep(time.Millisecond) {
-		if time.Since(start) > 10*time.Second {
-			tb.Fatal("condition never held")
+	testkit.CheckFor(tb, 10*time.Second, time.Millisecond, func() error {
+		if cond() {
+			return nil
 		}
-	}
+		return errors.New("condition never held")
+	})
 }

@@ -6,8 +6,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -16,50 +14,15 @@ import (
 
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/engine/model"
-	"github.com/jetembed/jetembed/engine/ort"
-	"github.com/jetembed/jetembed/engine/tokenizer"
+	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/schema"
 )
-
-// tok adapts the pure-Go tokenizer to the engine, as cmd/jetembed does.
-type tok struct{ t *tokenizer.Tokenizer }
-
-func (k tok) Encode(text string, maxTokens int) ([]int32, int) {
-	enc := k.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
-	return enc.IDs, enc.Count
-}
-
-func (k tok) SpecialIDs() []int32 { return k.t.SpecialIDs() }
 
 // tinyEngine opens the committed tiny hidden-state model on one CPU
 // session, with chunks small enough that a batch spans several.
 func tinyEngine(tb testing.TB) *engine.Engine {
 	tb.Helper()
-	lib := os.Getenv(ort.EnvLibrary)
-	if lib == "" {
-		tb.Skip("JETEMBED_ORT_LIB not set; run `make test` or `make deps`")
-	}
-	if _, err := ort.Init(ort.LibraryOptions{Path: lib}); err != nil {
-		tb.Fatal(err)
-	}
-	m, err := model.Open(filepath.Join("..", "testdata", "models", "tiny-hidden"), model.DefaultOptions())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	t, err := tokenizer.Load(m.TokenizerPath)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	cfg := engine.Config{Sessions: 1, MaxTokens: 24, MaxBatch: 4, MaxBatchTokens: 96, NoWarmup: true}
-	e, err := engine.New(context.Background(), cfg, tok{t}, m, func(int) (engine.Runner, error) {
-		return ort.Open(m, ort.Provider{IntraOpThreads: 1})
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { _ = e.Close() })
-	return e
+	return enginetest.Open(tb, engine.Config{Sessions: 1, MaxTokens: 24, MaxBatch: 4, MaxBatchTokens: 96})
 }
 
 // reporting records the engine's chunk reports.

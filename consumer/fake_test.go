@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/testkit"
 	"github.com/jetembed/jetembed/schema"
 	"github.com/jetembed/jetembed/telemetry"
 )
@@ -287,28 +287,9 @@ func (m *fakeMetrics) QueueWait(_ context.Context, d time.Duration) {
 	m.add("queue waits", 1)
 	m.add("queue wait s", int(d.Seconds()))
 }
-func (m *fakeMetrics) Run(_ context.Context, s string, _ time.Duration) { m.add("run "+s, 1) }
-func (m *fakeMetrics) Publish(context.Context, time.Duration)           { m.add("publishes", 1) }
-func (m *fakeMetrics) Nak(_ context.Context, r string)                  { m.add("nak "+r, 1) }
-func (m *fakeMetrics) Term(_ context.Context, r string)                 { m.add("term "+r, 1) }
-
-// syncBuffer is a log sink safe for the loop's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
+func (m *fakeMetrics) Publish(context.Context, time.Duration) { m.add("publishes", 1) }
+func (m *fakeMetrics) Nak(_ context.Context, r string)        { m.add("nak "+r, 1) }
+func (m *fakeMetrics) Term(_ context.Context, r string)       { m.add("term "+r, 1) }
 
 // rig is a running consumer with fakes around it.
 type rig struct {
@@ -316,7 +297,7 @@ type rig struct {
 	emb *fakeEmb
 	pub *fakePub
 	met *fakeMetrics
-	log *syncBuffer
+	log *testkit.Buffer
 	run chan error
 }
 
@@ -338,7 +319,7 @@ func newRigWith(tb testing.TB, cfg Config, emb Embedder, pub *fakePub) *rig {
 	if pub == nil {
 		pub = &fakePub{}
 	}
-	r := &rig{pub: pub, met: &fakeMetrics{}, log: &syncBuffer{}, run: make(chan error, 1)}
+	r := &rig{pub: pub, met: &fakeMetrics{}, log: &testkit.Buffer{}, run: make(chan error, 1)}
 	if cfg.Patience == 0 {
 		cfg.Patience = time.Millisecond
 	}

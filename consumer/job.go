@@ -16,9 +16,10 @@ import (
 type job struct {
 	d   Delivery
 	enc schema.Encoding
-	// job is nil when the payload did not decode far enough to have one.
-	job *schema.Job
-	id  string
+	// wire is the decoded wire job; nil when the payload did not decode
+	// far enough to have one.
+	wire *schema.Job
+	id   string
 	// items are the per-text validation errors (invalid_utf8), nil when
 	// every text may run.
 	items    []*schema.Error
@@ -66,7 +67,7 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 		j.lastTouch = d.Received
 	}
 	sj, items, jobErr := c.cfg.Limits.DecodeJob(d.Data, j.enc)
-	j.job, j.items = sj, items
+	j.wire, j.items = sj, items
 	if sj != nil {
 		j.id = sj.ID
 	}
@@ -111,8 +112,8 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 func (c *Consumer) replyOf(j *job) (string, *schema.Error) {
 	reply := j.d.Reply
 	if j.d.Respond == nil {
-		if j.job != nil && j.job.Reply != "" {
-			reply = j.job.Reply
+		if j.wire != nil && j.wire.Reply != "" {
+			reply = j.wire.Reply
 		} else if h := header(j.d.Header, schema.HeaderReply); h != "" {
 			reply = h
 		}
@@ -148,18 +149,7 @@ func (j *job) expired(now time.Time) bool {
 }
 
 // outputs returns the engine outputs the job asks for.
-func (j *job) outputs() (o engine.Output) {
-	if j.job.Wants(schema.OutputDense) {
-		o |= engine.Dense
-	}
-	if j.job.Wants(schema.OutputSparse) {
-		o |= engine.Sparse
-	}
-	if j.job.Wants(schema.OutputColBERT) {
-		o |= engine.ColBERT
-	}
-	return o
-}
+func (j *job) outputs() engine.Output { return engine.OutputsOf(j.wire.Outputs) }
 
 // heartbeat sends InProgress when the message has waited every since its
 // delivery or its last InProgress, unless it was settled meanwhile.

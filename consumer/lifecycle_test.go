@@ -8,66 +8,77 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jetembed/jetembed/schema"
 )
 
 // TestInProgress: a held message gets InProgress each time it waited the
-// configured fraction of AckWait, and none after it is settled.
+// configured fraction of AckWait, and none after it is settled. The clock
+// is synctest's: the test waits whole AckWaits without sleeping.
 func TestInProgress(t *testing.T) {
-	emb := &fakeEmb{block: make(chan struct{})}
-	r := newRig(t, Config{AckWait: 80 * time.Millisecond, InProgressFraction: 0.25}, emb, nil)
-	d, m := delivery(t, schema.NewJob("slow", "text"), schema.EncodingJSON, 1)
-	if err := r.c.Submit(context.Background(), d); err != nil {
-		t.Fatal(err)
-	}
-	// Every 20ms: wait for three heartbeats while the embedder holds it.
-	waitFor(t, func() bool { return slices.Index(m.Calls(), "progress") >= 0 && len(m.Calls()) >= 3 })
-	close(emb.block)
-	m.wait(t)
-	calls := m.Calls()
-	settledAt := slices.Index(calls, "ack")
-	if settledAt < 3 || settledAt != len(calls)-1 {
-		t.Fatalf("calls %v: want InProgress heartbeats, then the ack last", calls)
-	}
-	time.Sleep(60 * time.Millisecond)
-	if after := m.Calls(); len(after) != len(calls) {
-		t.Errorf("calls after settling: %v", after[len(calls):])
-	}
+	synctest.Test(t, func(t *testing.T) {
+		emb := &fakeEmb{block: make(chan struct{})}
+		r := newRig(t, Config{AckWait: 8 * time.Second, InProgressFraction: 0.25}, emb, nil)
+		d, m := delivery(t, schema.NewJob("slow", "text"), schema.EncodingJSON, 1)
+		if err := r.c.Submit(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		// A heartbeat every 2s while the embedder holds it: 3 in 7s.
+		time.Sleep(7 * time.Second)
+		synctest.Wait()
+		if got := m.Calls(); !slices.Equal(got, []string{"progress", "progress", "progress"}) {
+			t.Fatalf("calls after 7s held: %v, want three InProgress", got)
+		}
+		close(emb.block)
+		m.wait(t)
+		calls := m.Calls()
+		if calls[len(calls)-1] != "ack" {
+			t.Fatalf("calls %v: want the ack last", calls)
+		}
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if after := m.Calls(); len(after) != len(calls) {
+			t.Errorf("calls after settling: %v", after[len(calls):])
+		}
+	})
 }
 
 // TestInProgressQueued: a job waiting in the queue (not only one running)
-// is kept alive too, and request-reply deliveries never get InProgress.
+// is kept alive too, and request-reply deliveries never get InProgress
+// (synctest's clock, so AckWait can be seconds).
 func TestInProgressQueued(t *testing.T) {
-	emb := &fakeEmb{block: make(chan struct{})}
-	// An hour of patience keeps the bulk job queued; the interactive one runs.
-	r := newRig(t, Config{AckWait: 40 * time.Millisecond, InProgressFraction: 0.25, Patience: time.Hour}, emb, nil)
-	d1, m1 := delivery(t, &schema.Job{V: 1, ID: "running", Texts: []string{"a"}, Priority: schema.PriorityInteractive}, schema.EncodingJSON, 1)
-	if err := r.c.Submit(context.Background(), d1); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { return len(emb.Calls()) == 1 })
-	d2, m2 := delivery(t, schema.NewJob("queued", "b"), schema.EncodingJSON, 1)
-	if err := r.c.Submit(context.Background(), d2); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, func() bool { return slices.Contains(m2.Calls(), "progress") && slices.Contains(m1.Calls(), "progress") })
-	if n := len(emb.Calls()); n != 1 {
-		t.Fatalf("%d Embed calls, want the queued job still queued", n)
-	}
-	d3, m3 := delivery(t, schema.NewJob("request", "c"), schema.EncodingJSON, 1)
-	d3.Respond = func(map[string][]string, []byte) error { return nil }
-	if err := r.c.Submit(context.Background(), d3); err != nil {
-		t.Fatal(err)
-	}
-	close(emb.block)
-	m1.wait(t)
-	m2.wait(t)
-	m3.wait(t)
-	if slices.Contains(m3.Calls(), "progress") {
-		t.Errorf("request-reply delivery got InProgress: %v", m3.Calls())
-	}
+	synctest.Test(t, func(t *testing.T) {
+		emb := &fakeEmb{block: make(chan struct{})}
+		// An hour of patience keeps the bulk job queued; the interactive one runs.
+		r := newRig(t, Config{AckWait: 8 * time.Second, InProgressFraction: 0.25, Patience: time.Hour}, emb, nil)
+		d1, m1 := delivery(t, &schema.Job{V: 1, ID: "running", Texts: []string{"a"}, Priority: schema.PriorityInteractive}, schema.EncodingJSON, 1)
+		if err := r.c.Submit(context.Background(), d1); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return len(emb.Calls()) == 1 })
+		d2, m2 := delivery(t, schema.NewJob("queued", "b"), schema.EncodingJSON, 1)
+		if err := r.c.Submit(context.Background(), d2); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { return slices.Contains(m2.Calls(), "progress") && slices.Contains(m1.Calls(), "progress") })
+		if n := len(emb.Calls()); n != 1 {
+			t.Fatalf("%d Embed calls, want the queued job still queued", n)
+		}
+		d3, m3 := delivery(t, schema.NewJob("request", "c"), schema.EncodingJSON, 1)
+		d3.Respond = func(map[string][]string, []byte) error { return nil }
+		if err := r.c.Submit(context.Background(), d3); err != nil {
+			t.Fatal(err)
+		}
+		close(emb.block)
+		m1.wait(t)
+		m2.wait(t)
+		m3.wait(t)
+		if slices.Contains(m3.Calls(), "progress") {
+			t.Errorf("request-reply delivery got InProgress: %v", m3.Calls())
+		}
+	})
 }
 
 // TestDrain: Drain finishes the job that is running, NAKs without delay
@@ -194,100 +205,106 @@ func TestRunCancel(t *testing.T) {
 // TestBudget: Submit blocks while the bulk in-flight budget is full and
 // resumes when a job is settled; a request is still admitted (interactive
 // work has its own budget) and answered overloaded only when that budget
-// is full; a blocked Submit whose context ends NAKs its delivery.
+// is full; a blocked Submit whose context ends NAKs its delivery. Under
+// synctest, "still blocked" is a fact (synctest.Wait), not a 20ms guess.
 func TestBudget(t *testing.T) {
-	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
-	// "aaaaaaaaa" estimates 9/3+2 = 5 tokens: the bulk budget holds two
-	// jobs, the interactive one one.
-	r := newRig(t, Config{InFlightTokens: 10, MaxBatchTokens: 5, InteractiveTokens: 5}, emb, nil)
-	text := "aaaaaaaaa"
-	var msgs []*fakeMsg
-	for _, id := range []string{"a", "b"} {
-		d, m := delivery(t, schema.NewJob(id, text), schema.EncodingJSON, 1)
-		if err := r.c.Submit(context.Background(), d); err != nil {
+	synctest.Test(t, func(t *testing.T) {
+		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
+		// "aaaaaaaaa" estimates 9/3+2 = 5 tokens: the bulk budget holds two
+		// jobs, the interactive one one.
+		r := newRig(t, Config{InFlightTokens: 10, MaxBatchTokens: 5, InteractiveTokens: 5}, emb, nil)
+		text := "aaaaaaaaa"
+		var msgs []*fakeMsg
+		for _, id := range []string{"a", "b"} {
+			d, m := delivery(t, schema.NewJob(id, text), schema.EncodingJSON, 1)
+			if err := r.c.Submit(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+			msgs = append(msgs, m)
+		}
+		<-emb.started
+		<-emb.started
+		if s := r.c.Stats(); s.Held != 2 || s.HeldTokens != 10 || s.Queued != 0 {
+			t.Errorf("stats %+v", s)
+		}
+
+		first, firstMsg := delivery(t, schema.NewJob("first-req", text), schema.EncodingJSON, 1)
+		var firstAnswer []byte
+		first.Respond = func(_ map[string][]string, data []byte) error { firstAnswer = data; return nil }
+		if err := r.c.Submit(context.Background(), first); err != nil {
+			t.Errorf("request Submit with the bulk budget full: %v, want it admitted", err)
+		}
+		<-emb.started
+		req, reqMsg := delivery(t, schema.NewJob("req", text), schema.EncodingJSON, 1)
+		var answer []byte
+		req.Respond = func(_ map[string][]string, data []byte) error { answer = data; return nil }
+		if err := r.c.Submit(context.Background(), req); !errors.Is(err, ErrOverloaded) {
+			t.Errorf("request Submit: %v, want ErrOverloaded", err)
+		}
+		reqMsg.wait(t)
+		if res, err := schema.DecodeResult(answer, schema.EncodingJSON); err != nil || res.Error == nil || res.Error.Code != schema.CodeOverloaded || !res.Error.Retriable {
+			t.Errorf("request answer %+v, %v", res, err)
+		}
+
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		defer cancel()
+		gaveUp, gm := delivery(t, schema.NewJob("gave-up", text), schema.EncodingJSON, 1)
+		if err := r.c.Submit(ctx, gaveUp); !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("Submit with an ended context: %v", err)
+		}
+		if got := gm.wait(t); !slices.Equal(got, []string{"nak"}) {
+			t.Errorf("calls %v, want [nak]", got)
+		}
+
+		waiting, wm := delivery(t, schema.NewJob("waiting", text), schema.EncodingJSON, 1)
+		submitted := make(chan error, 1)
+		go func() { submitted <- r.c.Submit(context.Background(), waiting) }()
+		synctest.Wait()
+		select {
+		case err := <-submitted:
+			t.Fatalf("Submit returned %v with the budget full", err)
+		default:
+		}
+		close(emb.block)
+		if err := <-submitted; err != nil {
 			t.Fatal(err)
 		}
-		msgs = append(msgs, m)
-	}
-	<-emb.started
-	<-emb.started
-	if s := r.c.Stats(); s.Held != 2 || s.HeldTokens != 10 || s.Queued != 0 {
-		t.Errorf("stats %+v", s)
-	}
-
-	first, firstMsg := delivery(t, schema.NewJob("first-req", text), schema.EncodingJSON, 1)
-	var firstAnswer []byte
-	first.Respond = func(_ map[string][]string, data []byte) error { firstAnswer = data; return nil }
-	if err := r.c.Submit(context.Background(), first); err != nil {
-		t.Errorf("request Submit with the bulk budget full: %v, want it admitted", err)
-	}
-	<-emb.started
-	req, reqMsg := delivery(t, schema.NewJob("req", text), schema.EncodingJSON, 1)
-	var answer []byte
-	req.Respond = func(_ map[string][]string, data []byte) error { answer = data; return nil }
-	if err := r.c.Submit(context.Background(), req); !errors.Is(err, ErrOverloaded) {
-		t.Errorf("request Submit: %v, want ErrOverloaded", err)
-	}
-	reqMsg.wait(t)
-	if res, err := schema.DecodeResult(answer, schema.EncodingJSON); err != nil || res.Error == nil || res.Error.Code != schema.CodeOverloaded || !res.Error.Retriable {
-		t.Errorf("request answer %+v, %v", res, err)
-	}
-
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	gaveUp, gm := delivery(t, schema.NewJob("gave-up", text), schema.EncodingJSON, 1)
-	if err := r.c.Submit(ctx, gaveUp); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Submit with an ended context: %v", err)
-	}
-	if got := gm.wait(t); !slices.Equal(got, []string{"nak"}) {
-		t.Errorf("calls %v, want [nak]", got)
-	}
-
-	waiting, wm := delivery(t, schema.NewJob("waiting", text), schema.EncodingJSON, 1)
-	submitted := make(chan error, 1)
-	go func() { submitted <- r.c.Submit(context.Background(), waiting) }()
-	select {
-	case err := <-submitted:
-		t.Fatalf("Submit returned %v with the budget full", err)
-	case <-time.After(20 * time.Millisecond):
-	}
-	close(emb.block)
-	if err := <-submitted; err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range append(msgs, wm, firstMsg) {
-		if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
-			t.Errorf("calls %v, want [ack]", got)
+		for _, m := range append(msgs, wm, firstMsg) {
+			if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+				t.Errorf("calls %v, want [ack]", got)
+			}
 		}
-	}
-	if res, err := schema.DecodeResult(firstAnswer, schema.EncodingJSON); err != nil || res.Error != nil {
-		t.Errorf("first request answer %+v, %v; want vectors", res, err)
-	}
+		if res, err := schema.DecodeResult(firstAnswer, schema.EncodingJSON); err != nil || res.Error != nil {
+			t.Errorf("first request answer %+v, %v; want vectors", res, err)
+		}
+	})
 }
 
 // TestInProgressWhileWaiting: a delivery blocked in Submit by a full budget
-// is kept alive too.
+// is kept alive too (synctest's clock).
 func TestInProgressWhileWaiting(t *testing.T) {
-	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
-	r := newRig(t, Config{InFlightTokens: 5, AckWait: 40 * time.Millisecond, InProgressFraction: 0.25}, emb, nil)
-	first, fm := delivery(t, schema.NewJob("first", "aaaaaaaaa"), schema.EncodingJSON, 1)
-	if err := r.c.Submit(context.Background(), first); err != nil {
-		t.Fatal(err)
-	}
-	<-emb.started
-	blocked, bm := delivery(t, schema.NewJob("blocked", "aaaaaaaaa"), schema.EncodingJSON, 1)
-	submitted := make(chan error, 1)
-	go func() { submitted <- r.c.Submit(context.Background(), blocked) }()
-	waitFor(t, func() bool { return slices.Contains(bm.Calls(), "progress") })
-	close(emb.block)
-	if err := <-submitted; err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range []*fakeMsg{fm, bm} {
-		if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
-			t.Errorf("calls %v, want [ack]", got)
+	synctest.Test(t, func(t *testing.T) {
+		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
+		r := newRig(t, Config{InFlightTokens: 5, AckWait: 8 * time.Second, InProgressFraction: 0.25}, emb, nil)
+		first, fm := delivery(t, schema.NewJob("first", "aaaaaaaaa"), schema.EncodingJSON, 1)
+		if err := r.c.Submit(context.Background(), first); err != nil {
+			t.Fatal(err)
 		}
-	}
+		<-emb.started
+		blocked, bm := delivery(t, schema.NewJob("blocked", "aaaaaaaaa"), schema.EncodingJSON, 1)
+		submitted := make(chan error, 1)
+		go func() { submitted <- r.c.Submit(context.Background(), blocked) }()
+		waitFor(t, func() bool { return slices.Contains(bm.Calls(), "progress") })
+		close(emb.block)
+		if err := <-submitted; err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []*fakeMsg{fm, bm} {
+			if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+				t.Errorf("calls %v, want [ack]", got)
+			}
+		}
+	})
 }
 
 // TestStress submits a mix of good, bad, refused, expired, unpublishable

@@ -25,9 +25,6 @@ type Metrics interface {
 	// QueueWait records how long a job waited from its arrival until it
 	// was picked for a batch.
 	QueueWait(ctx context.Context, d time.Duration)
-	// Run records one Embed call; the consumer reports it as session
-	// [RunSession], the engine's own runs are per session.
-	Run(ctx context.Context, session string, d time.Duration)
 	// Publish records one confirmed result publish.
 	Publish(ctx context.Context, d time.Duration)
 	// Nak and Term count settlements by reason: an error code or one of
@@ -35,10 +32,6 @@ type Metrics interface {
 	Nak(ctx context.Context, reason string)
 	Term(ctx context.Context, reason string)
 }
-
-// RunSession is the session label of the Embed call latency the consumer
-// records with [Metrics.Run]: a call spans all sessions.
-const RunSession = "embed"
 
 // Reasons of NAKs and TERMs that are not error codes.
 const (

@@ -11,6 +11,19 @@ import (
 // stopping: NAKed without delay so another member of the fleet takes it.
 var errShutdown = errors.New("consumer: shutting down")
 
+// errFatal is the failure of a job whose call met a fatal engine error:
+// this process is about to exit, and gives the job back for the peers.
+var errFatal = errors.New("consumer: fatal engine error")
+
+// handBackDelay is the NAK delay of a job given back after a fatal engine
+// error. Not zero: the error strikes while the pull loop still has a
+// request open, and a job NAKed without delay is redelivered at once
+// straight back to it, to an inbox about to go away, and then waits out
+// AckWait. A second is long enough for the loop to stop and short enough
+// that a peer takes the job at once. (At shutdown fetching stops before
+// jobs are given back, so those are NAKed without delay.)
+const handBackDelay = time.Second
+
 // verdict is what happens to the message of a delivery.
 type verdict uint8
 
@@ -76,18 +89,22 @@ func badInput(code schema.Code) bool {
 //     another consumer): NAK with backoff; on the final delivery an error
 //     result, DLQ and TERM. Request-reply has no redelivery: it is answered
 //     at once.
-//   - shutdown: NAK without delay; request-reply is answered
-//     engine_unavailable.
+//   - shutdown: NAK without delay; after a fatal engine error, NAK after
+//     [handBackDelay]; request-reply is answered engine_unavailable.
 func (c *Consumer) decide(j *job, res *schema.Result, err error) outcome {
 	if err == nil {
 		return outcome{verdict: verdictAck, result: res}
 	}
-	if errors.Is(err, errShutdown) {
+	if shutdown, fatal := errors.Is(err, errShutdown), errors.Is(err, errFatal); shutdown || fatal {
 		if j.d.Respond != nil {
 			se := schema.Errorf(schema.CodeEngineUnavailable, "consumer is shutting down")
 			return outcome{verdict: verdictAck, result: schema.ErrorResult(j.id, se), code: se.Code, err: se}
 		}
-		return outcome{verdict: verdictNak, code: schema.CodeEngineUnavailable, reason: ReasonShutdown}
+		out := outcome{verdict: verdictNak, code: schema.CodeEngineUnavailable, reason: ReasonShutdown}
+		if fatal {
+			out.delay = handBackDelay
+		}
+		return out
 	}
 	var se *schema.Error
 	if !errors.As(err, &se) {

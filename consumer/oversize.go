@@ -71,7 +71,7 @@ func (c *Consumer) oversized(ctx context.Context, j *job, out outcome, res *sche
 			return c.publishFailed(j, out, err), nil, false
 		}
 		small := &schema.Result{V: res.V, ID: res.ID, Model: res.Model, Usage: res.Usage, Meta: res.Meta, Blob: &blob}
-		small.EchoMeta(j.job)
+		small.EchoMeta(j.wire)
 		sd, err := schema.EncodeResult(small, j.enc)
 		if err == nil && msgSize(h, sd)+headerRoom <= limit {
 			c.cfg.Logger.Debug("result stored as a blob", "job", j.id, "bytes", len(data), "blob", blob.Name)
@@ -90,7 +90,7 @@ func (c *Consumer) oversized(ctx context.Context, j *job, out outcome, res *sche
 		return out, nil, false
 	}
 	out.result.Model, out.result.Meta = c.model, res.Meta
-	out.result.EchoMeta(j.job)
+	out.result.EchoMeta(j.wire)
 	sd, err := schema.EncodeResult(out.result, j.enc)
 	if err != nil || msgSize(h, sd)+headerRoom > limit {
 		// Even the error does not fit (a huge meta): the DLQ holds it.

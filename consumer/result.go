@@ -15,7 +15,7 @@ func (c *Consumer) assemble(j *job, embs []engine.Embedding, seq, idx []int) (*s
 			return nil, e.Err
 		}
 	}
-	sj := j.job
+	sj := j.wire
 	res := &schema.Result{V: schema.Version, ID: j.id, Model: c.model, Items: make([]schema.Item, len(sj.Texts))}
 	res.EchoMeta(sj)
 	for i, e := range j.items {
@@ -23,25 +23,13 @@ func (c *Consumer) assemble(j *job, embs []engine.Embedding, seq, idx []int) (*s
 			res.Items[i].Error = e
 		}
 	}
-	dense, sparse, colbert := sj.Wants(schema.OutputDense), sj.Wants(schema.OutputSparse), sj.Wants(schema.OutputColBERT)
+	want := j.outputs()
 	for k := range embs {
 		e := &embs[k]
-		it := &res.Items[idx[k]]
-		it.Tokens, it.Truncated = e.Tokens, e.Truncated
-		if e.Err != nil {
-			it.Error = e.Err
-			continue
-		}
-		res.Usage.Tokens += c.runTokens(e, seq[k])
-		res.Usage.PaddedTokens += seq[k]
-		if dense {
-			it.Dense = e.Dense
-		}
-		if sparse {
-			it.Sparse = &schema.Sparse{IDs: e.SparseIDs, Weights: e.SparseWeights}
-		}
-		if colbert {
-			it.ColBERT = colbertRows(e.ColBERT, e.ColBERTDim)
+		res.Items[idx[k]] = e.Item(want)
+		if e.Err == nil {
+			res.Usage.Tokens += c.runTokens(e, seq[k])
+			res.Usage.PaddedTokens += seq[k]
 		}
 	}
 	return res, nil
@@ -58,17 +46,4 @@ func (c *Consumer) runTokens(e *engine.Embedding, seq int) int {
 		n = min(n, seq)
 	}
 	return n
-}
-
-// colbertRows slices a row-major token x dim matrix into per-token vectors
-// sharing its memory.
-func colbertRows(m []float32, dim int) []schema.Vector {
-	if dim <= 0 || len(m) == 0 {
-		return nil
-	}
-	rows := make([]schema.Vector, len(m)/dim)
-	for r := range rows {
-		rows[r] = m[r*dim : (r+1)*dim : (r+1)*dim]
-	}
-	return rows
 }

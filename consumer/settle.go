@@ -84,7 +84,7 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 		res.Model = c.model
 	}
 	if res.Meta == nil {
-		res.EchoMeta(j.job)
+		res.EchoMeta(j.wire)
 	}
 	data, err := schema.EncodeResult(res, j.enc)
 	if err != nil {
@@ -96,7 +96,7 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 			return out
 		}
 		out.result.Model = c.model
-		out.result.EchoMeta(j.job)
+		out.result.EchoMeta(j.wire)
 		if data, err = schema.EncodeResult(out.result, j.enc); err != nil {
 			out.result = nil
 			return out
@@ -173,8 +173,8 @@ func (c *Consumer) ackMessage(j *job, out outcome) {
 func (c *Consumer) record(ctx context.Context, j *job, out outcome) {
 	m := c.cfg.Metrics
 	texts := 0
-	if j.job != nil {
-		texts = len(j.job.Texts)
+	if j.wire != nil {
+		texts = len(j.wire.Texts)
 	}
 	var o telemetry.Outcome
 	switch out.verdict {

@@ -60,8 +60,8 @@ func endRun(span trace.Span, rep engine.Report, err error) {
 // producer's span, linked to the run that computed it (if any).
 func (j *job) startPublish(ctx context.Context) (context.Context, trace.Span) {
 	texts := 0
-	if j.job != nil {
-		texts = len(j.job.Texts)
+	if j.wire != nil {
+		texts = len(j.wire.Texts)
 	}
 	opts := []trace.SpanStartOption{trace.WithAttributes(telemetry.Job(j.id, texts)...)}
 	if j.run.IsValid() {

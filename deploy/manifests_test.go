@@ -224,6 +224,22 @@ func TestDeployment(t *testing.T) {
 			}
 		}
 	}
+	// The init container records what it warmed in EMBED_ENGINES
+	// (JETEMBED_NATS is in the ConfigMap): it logs in and trusts the CA as
+	// the consumer does.
+	if str(cm, "data", "JETEMBED_NATS") != "" {
+		var password bool
+		for _, e := range list(inits[0], "env") {
+			password = password || str(e, "name") == "JETEMBED_NATS_PASSWORD"
+		}
+		var ca bool
+		for _, m := range list(inits[0], "volumeMounts") {
+			ca = ca || str(m, "mountPath") == filepath.Dir(str(cm, "data", "JETEMBED_NATS_TLS_CA"))
+		}
+		if !password || !ca {
+			t.Errorf("warmup init container: NATS password %v, CA mounted %v; it publishes to the fleet and needs both", password, ca)
+		}
+	}
 	for name, v := range volumes {
 		claim := str(v, "persistentVolumeClaim", "claimName")
 		if claim == "" {

@@ -69,6 +69,10 @@ type Config struct {
 	// NoWarmup skips it (tests, or when the fleet warms later).
 	Warmup   []Shape
 	NoWarmup bool
+	// WarmupBestEffort skips a grid shape that fails to warm up instead of
+	// failing New (see [Engine.WarmupFailures]); a fatal engine-build error
+	// still fails it.
+	WarmupBestEffort bool
 	// WarmupBatches are the batch sizes of the default grid; default 1, 2.
 	WarmupBatches []int
 	// WarmupMaxSeq caps the default grid's sequence lengths; 0 means

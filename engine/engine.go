@@ -27,6 +27,9 @@ type Engine struct {
 	// ranMu serializes ran, so OnWarmed hears each new shape once even
 	// when two sessions finish it at the same moment.
 	ranMu sync.Mutex
+	fatal fatalState
+	// warmFailed are the grid shapes that failed in best-effort warm-up.
+	warmFailed []error
 }
 
 // New loads cfg.Sessions sessions through factory, runs the warm-up grid
@@ -72,10 +75,11 @@ func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory
 	if cfg.Guard {
 		rewarm = e.rewarmInputs
 	}
-	if e.pool, err = newPool(cfg, factory, e.sched, e.input, e.ran, rewarm); err != nil {
+	e.fatal.init()
+	if e.pool, err = newPool(cfg, e.fatal.watch(factory), e.sched, e.input, e.ran, rewarm); err != nil {
 		return nil, err
 	}
-	if err := e.warm(ctx, cfg.Warmup); err != nil {
+	if err := e.warmGrid(ctx, cfg.Warmup); err != nil {
 		e.pool.close()
 		return nil, err
 	}
@@ -178,7 +182,7 @@ func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, Report, 
 		return nil, Report{}, schema.Errorf(schema.CodeDeadlineExceeded, "%v", err)
 	}
 	out := make([]Embedding, len(texts))
-	toks := e.tokenize(texts, out)
+	toks := e.tokenize(ctx, texts, out)
 	var items, lengths []int
 	total := 0
 	for i, t := range toks {
@@ -211,7 +215,12 @@ func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, Report, 
 		fail(out, items, runError(err))
 		return out, Report{}, nil
 	}
-	return out, e.wait(ctx, c, texts, out, len(items)), nil
+	rep := e.wait(ctx, c, texts, out, len(items))
+	if err := e.FatalErr(); err != nil {
+		// No text of this call is worth keeping: the process is going.
+		return nil, rep, fmt.Errorf("%w: %w", ErrFatal, err)
+	}
+	return out, rep, nil
 }
 
 // wait collects the call's chunks as sessions finish them, applying the
@@ -232,6 +241,11 @@ func (e *Engine) wait(ctx context.Context, c *call, texts []Text, out []Embeddin
 				RealTokens: d.real, PaddedTokens: len(d.items) * d.seq, Items: d.items,
 			})
 			if d.err != nil {
+				if d.err.Code == schema.CodeShapeNotWarmed { // only the JIT guard refuses so
+					if m := e.pool.recorder(); m != nil {
+						m.GuardRefusal(ctx)
+					}
+				}
 				fail(out, d.items, d.err)
 				continue
 			}
@@ -291,6 +305,9 @@ func (e *Engine) Health(ctx context.Context) error {
 	e.sched.mu.Unlock()
 	if closed {
 		return ErrClosed
+	}
+	if err := e.FatalErr(); err != nil {
+		return fmt.Errorf("%w: %w", ErrFatal, err)
 	}
 	if e.pool.available() == 0 {
 		return ErrUnavailable

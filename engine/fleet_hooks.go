@@ -10,9 +10,11 @@ import (
 	"github.com/jetembed/jetembed/engine/pack"
 )
 
-// The methods in this file let the fleet (package jetstream, which must
-// not import engine) drive an engine through plain integers: an interface
-// declared there is satisfied by *Engine without naming [Shape].
+// The methods in this file are what package fleet needs of an engine (its
+// fleet.Engine interface): warm a peer's shape, say whether a shape is
+// warmed, list the warmed shapes, tell idle from busy, and check a shape
+// read from the network. Shapes travel as the integers of the bucket's
+// keys.
 
 // WarmShape runs a batch x seq chunk once on every loaded session and
 // raises the coverage, as [Engine.Warm] does for one shape. Each run is

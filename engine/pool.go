@@ -41,6 +41,16 @@ type pool struct {
 	wg    sync.WaitGroup
 	done  chan struct{} // closed by close
 	once  sync.Once
+	// metrics is the engine's recorder ([Engine.SetMetrics]), nil for none.
+	metrics atomic.Pointer[Metrics]
+}
+
+// recorder is the recorder in use, nil for none.
+func (p *pool) recorder() Metrics {
+	if m := p.metrics.Load(); m != nil {
+		return *m
+	}
+	return nil
 }
 
 // task is a directed run (warm-up, probe) for session want, or any
@@ -217,7 +227,11 @@ func (s *session) runOut(p *pool, ctx context.Context, in RunInput, onRun func(S
 	}
 	start := time.Now()
 	out, err := s.runner.Run(ctx, in)
-	s.busy.Add(int64(time.Since(start)))
+	took := time.Since(start)
+	s.busy.Add(int64(took))
+	if m := p.recorder(); m != nil {
+		m.Run(ctx, sessionLabel(s.idx), took)
+	}
 	s.runs.Add(1)
 	if err == nil {
 		s.fails = 0

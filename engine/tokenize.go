@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"context"
 	"runtime"
 	"sync"
+	"time"
 	"unicode/utf8"
 
 	"github.com/jetembed/jetembed/schema"
@@ -10,8 +12,9 @@ import (
 
 // Tokenizer is what the engine needs from a tokenizer: one text to token
 // ids with special tokens, cut to maxTokens, plus the count before the cut.
-// It must be safe for concurrent use. engine/tokenizer (pure Go) and the
-// optional daulet/tokenizers backend are wrapped into it by the caller.
+// It must be safe for concurrent use. Both backends of engine/tokenizer
+// (pure Go, and the HuggingFace library under -tags hftokenizers) have
+// this signature as EncodeIDs: pass TokenizerFunc(t.EncodeIDs).
 type Tokenizer interface {
 	Encode(text string, maxTokens int) (ids []int32, count int)
 }
@@ -30,7 +33,11 @@ type tokenized struct {
 
 // tokenize encodes every text once, in parallel over the CPUs for large
 // calls, and fills the per-item errors and token counts of out.
-func (e *Engine) tokenize(texts []Text, out []Embedding) []tokenized {
+// The time it takes goes to the engine's Metrics.
+func (e *Engine) tokenize(ctx context.Context, texts []Text, out []Embedding) []tokenized {
+	if m := e.pool.recorder(); m != nil {
+		defer func(start time.Time) { m.Tokenize(ctx, time.Since(start)) }(time.Now())
+	}
 	toks := make([]tokenized, len(texts))
 	one := func(i int) {
 		t := texts[i]

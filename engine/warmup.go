@@ -4,15 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jetembed/jetembed/engine/pack"
 )
 
 // Warm runs each shape once on every loaded session and records it in the
-// coverage (calling OnWarmed the first time). New runs the configured grid;
-// the fleet calls Warm for shapes a peer compiled, so this process loads
-// them from the shared engine cache before they are needed.
+// coverage (calling OnWarmed the first time), all sessions at once per
+// shape, like the grid New runs. The fleet pre-warms a peer's shape with
+// [Engine.WarmShape] instead, queued between the runs sessions already hold.
 func (e *Engine) Warm(ctx context.Context, shapes []Shape) error {
 	return e.warm(ctx, shapes)
 }
@@ -50,6 +51,30 @@ func (e *Engine) warm(ctx context.Context, shapes []Shape) error {
 	}
 	return nil
 }
+
+// warmGrid runs the start-up grid. By default a shape that fails fails
+// New; with WarmupBestEffort it is recorded ([Engine.WarmupFailures]) and
+// skipped, so the coverage (and the JIT guard's ceiling) holds only the
+// shapes that ran. A fatal engine-build error fails New either way.
+func (e *Engine) warmGrid(ctx context.Context, grid []Shape) error {
+	if !e.cfg.WarmupBestEffort {
+		return e.warm(ctx, grid)
+	}
+	for _, sh := range grid {
+		err := e.warm(ctx, []Shape{sh})
+		if err != nil && (IsFatal(err) || ctx.Err() != nil) {
+			return err
+		}
+		if err != nil {
+			e.warmFailed = append(e.warmFailed, err)
+		}
+	}
+	return nil
+}
+
+// WarmupFailures are the grid shapes that failed to warm up in best-effort
+// mode (Config.WarmupBestEffort), one error each.
+func (e *Engine) WarmupFailures() []error { return slices.Clone(e.warmFailed) }
 
 // runShape runs a synthetic chunk of the given shape on session s, or the least-loaded one if
 // s < 0, and returns how long the run took.

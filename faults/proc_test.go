@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/internal/testkit"
 )
 
 // The jetembed binary is built once per test binary, on first use, so that
@@ -68,29 +68,11 @@ func tinyModel(t testing.TB) string {
 	return p
 }
 
-// syncBuffer is a bytes.Buffer safe for a writer process and a reading test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // serveProc is `jetembed serve` running as a child process.
 type serveProc struct {
 	t    testing.TB
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *testkit.Buffer
 	done chan struct{}
 	err  error // the exit status, once done is closed
 }
@@ -109,7 +91,7 @@ func baseServeArgs(t testing.TB, url string) []string {
 // logs that it is ready. The process is killed at cleanup if still running.
 func startServe(t testing.TB, args ...string) *serveProc {
 	t.Helper()
-	p := &serveProc{t: t, log: &syncBuffer{}, done: make(chan struct{})}
+	p := &serveProc{t: t, log: &testkit.Buffer{}, done: make(chan struct{})}
 	p.cmd = exec.Command(binary(t), args...)
 	p.cmd.Stdout = p.log
 	p.cmd.Stderr = p.log

@@ -2,19 +2,15 @@ package faults
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
-	"os"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/engine/model"
-	"github.com/jetembed/jetembed/engine/ort"
-	"github.com/jetembed/jetembed/engine/tokenizer"
+	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -24,42 +20,10 @@ import (
 // because it needs an engine slower than AckWait and a way to switch the
 // InProgress heartbeats off for its control run.
 
-// tok adapts the pure-Go tokenizer to the engine.
-type tok struct{ t *tokenizer.Tokenizer }
-
-func (t tok) Encode(text string, maxTokens int) ([]int32, int) {
-	enc := t.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
-	return enc.IDs, enc.Count
-}
-
 // openTiny opens the tiny model on one CPU session.
 func openTiny(t testing.TB) *engine.Engine {
 	t.Helper()
-	lib := os.Getenv("JETEMBED_ORT_LIB")
-	if lib == "" {
-		t.Skip("JETEMBED_ORT_LIB not set; run `make test` or `make deps`")
-	}
-	if _, err := ort.Init(ort.LibraryOptions{Path: lib}); errors.Is(err, ort.ErrNoCgo) {
-		t.Skip(err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Open(tinyModel(t), model.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tk, err := tokenizer.Load(m.TokenizerPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(context.Background(), engine.Config{NoWarmup: true}, tok{tk}, m, func(int) (engine.Runner, error) {
-		return ort.Open(m, ort.Provider{IntraOpThreads: 1})
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
+	return enginetest.Open(t, engine.Config{})
 }
 
 // slowEmbedder makes every Embed call last at least d: work longer than the

@@ -39,9 +39,6 @@ func WithJSON() ClientOption { return client.WithJSON() }
 // WithOutputs is [client.WithOutputs].
 func WithOutputs(outputs ...schema.Output) ClientOption { return client.WithOutputs(outputs...) }
 
-// WithEndpoint is [client.WithEndpoint].
-func WithEndpoint(subject string) ClientOption { return client.WithEndpoint(subject) }
-
 // AfterSequence is [client.AfterSequence].
 func AfterSequence(seq uint64) ResultsOption { return client.AfterSequence(seq) }
 

@@ -6,13 +6,15 @@
 // NATS side of the job loop: the fetch loop feeding the consumer ([Pull]),
 // the result and dead-letter [Publisher], the request-reply micro service
 // ([StartService]), the [Worker] that runs them together with the server's
-// consumer settings ([StartWorker]) and the producer [Client]. The [Fleet] ([StartFleet])
-// shares compiled engine shapes, compile locks, wanted shapes and probe
-// coefficients through the engines bucket ([ReadFleet] shows it); it drives
-// the engine through the small [FleetEngine] interface.
+// consumer settings ([StartWorker]) and the producer [Client]. [KVStore]
+// is the engines bucket as package fleet's Store: the fleet's logic (shape
+// records, the compile lock, pre-warm, wants, membership) lives there, the
+// NATS side of it here.
 //
-// It is the only package of the project that imports nats.go (imported as
-// natsjs for its jetstream package, whose name this package shares) and
-// nats-server. It may import consumer (whose Sink, Delivery and Publisher it
-// adapts to), telemetry (trace context in headers) and schema; never engine.
+// With client it is one of the two library packages that import nats.go
+// (imported as natsjs for its jetstream package, whose name this package
+// shares), and the only one that imports nats-server (for the dev server);
+// internal/importrules holds it to that. It may import consumer (whose Sink, Delivery and Publisher it
+// adapts to), fleet (whose Store it implements), telemetry (trace context in
+// headers) and schema; never engine.
 package jetstream

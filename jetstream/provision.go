@@ -29,16 +29,16 @@ import (
 // done without doing it.
 //
 // Every object is tried even if another fails; the error joins all
-// failures, and the [Report] says what happened to each object.
-func Provision(ctx context.Context, js natsjs.JetStream, cfg Config, opts ...ProvisionOption) (Report, error) {
+// failures, and the [ProvisionReport] says what happened to each object.
+func Provision(ctx context.Context, js natsjs.JetStream, cfg Config, opts ...ProvisionOption) (ProvisionReport, error) {
 	if err := cfg.Validate(); err != nil {
-		return Report{}, err
+		return ProvisionReport{}, err
 	}
 	var o provisionOptions
 	for _, opt := range opts {
 		opt(&o)
 	}
-	r := Report{DryRun: o.dryRun}
+	r := ProvisionReport{DryRun: o.dryRun}
 	for _, sc := range cfg.streamConfigs() {
 		r.Outcomes = append(r.Outcomes, ensureStream(ctx, js, sc, o))
 	}
@@ -147,8 +147,8 @@ func (d *drift) add(field string, have, want any, updatable, down bool) {
 // outcome turns the drift into the object's outcome; apply performs the
 // update when the options allow it, there is updatable drift and nothing
 // refused.
-func (d drift) outcome(ctx context.Context, kind, name string, o provisionOptions, apply func(context.Context) error) Outcome {
-	oc := Outcome{Kind: kind, Name: name}
+func (d drift) outcome(ctx context.Context, kind, name string, o provisionOptions, apply func(context.Context) error) ObjectOutcome {
+	oc := ObjectOutcome{Kind: kind, Name: name}
 	var downs []Change
 	for _, c := range d.updatable {
 		if c.Downgrade {
@@ -197,7 +197,7 @@ func lostSubjects(have, want []string) bool {
 	return false
 }
 
-func ensureStream(ctx context.Context, js natsjs.JetStream, want natsjs.StreamConfig, o provisionOptions) Outcome {
+func ensureStream(ctx context.Context, js natsjs.JetStream, want natsjs.StreamConfig, o provisionOptions) ObjectOutcome {
 	s, err := js.Stream(ctx, want.Name)
 	if errors.Is(err, natsjs.ErrStreamNotFound) {
 		return created(ctx, "stream", want.Name, o, func(ctx context.Context) error {
@@ -232,7 +232,7 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, want natsjs.StreamCo
 	})
 }
 
-func ensureConsumer(ctx context.Context, js natsjs.JetStream, stream string, want natsjs.ConsumerConfig, o provisionOptions) Outcome {
+func ensureConsumer(ctx context.Context, js natsjs.JetStream, stream string, want natsjs.ConsumerConfig, o provisionOptions) ObjectOutcome {
 	name := stream + "/" + want.Durable
 	c, err := js.Consumer(ctx, stream, want.Durable)
 	// Without its stream (check mode, dry run) the consumer is missing too.
@@ -266,7 +266,7 @@ func ensureConsumer(ctx context.Context, js natsjs.JetStream, stream string, wan
 	})
 }
 
-func ensureBucket(ctx context.Context, js natsjs.JetStream, want natsjs.KeyValueConfig, replicas int, o provisionOptions) Outcome {
+func ensureBucket(ctx context.Context, js natsjs.JetStream, want natsjs.KeyValueConfig, replicas int, o provisionOptions) ObjectOutcome {
 	kv, err := js.KeyValue(ctx, want.Bucket)
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
 		return created(ctx, "kv", want.Bucket, o, func(ctx context.Context) error {
@@ -298,21 +298,21 @@ func ensureBucket(ctx context.Context, js natsjs.JetStream, want natsjs.KeyValue
 	})
 }
 
-func created(ctx context.Context, kind, name string, o provisionOptions, create func(context.Context) error) Outcome {
+func created(ctx context.Context, kind, name string, o provisionOptions, create func(context.Context) error) ObjectOutcome {
 	if o.mode == ModeCheck {
-		return Outcome{Kind: kind, Name: name, Action: Missing}
+		return ObjectOutcome{Kind: kind, Name: name, Action: Missing}
 	}
 	if o.dryRun {
-		return Outcome{Kind: kind, Name: name, Action: Created}
+		return ObjectOutcome{Kind: kind, Name: name, Action: Created}
 	}
 	if err := create(ctx); err != nil {
 		return failed(kind, name, fmt.Errorf("create: %w", err))
 	}
-	return Outcome{Kind: kind, Name: name, Action: Created}
+	return ObjectOutcome{Kind: kind, Name: name, Action: Created}
 }
 
-func failed(kind, name string, err error) Outcome {
-	return Outcome{Kind: kind, Name: name, Action: Failed, Err: fmt.Errorf("%s %s: %w", kind, name, err)}
+func failed(kind, name string, err error) ObjectOutcome {
+	return ObjectOutcome{Kind: kind, Name: name, Action: Failed, Err: fmt.Errorf("%s %s: %w", kind, name, err)}
 }
 
 func sorted(s []string) []string {
@@ -331,7 +331,7 @@ func (c Config) blobsConfig() natsjs.ObjectStoreConfig {
 	}
 }
 
-func ensureObjectStore(ctx context.Context, js natsjs.JetStream, want natsjs.ObjectStoreConfig, o provisionOptions) Outcome {
+func ensureObjectStore(ctx context.Context, js natsjs.JetStream, want natsjs.ObjectStoreConfig, o provisionOptions) ObjectOutcome {
 	obs, err := js.ObjectStore(ctx, want.Bucket)
 	if errors.Is(err, natsjs.ErrBucketNotFound) {
 		return created(ctx, "objstore", want.Bucket, o, func(ctx context.Context) error {

@@ -73,7 +73,7 @@ func TestExponentialBackOff(t *testing.T) {
 }
 
 func TestReportString(t *testing.T) {
-	r := Report{Outcomes: []Outcome{
+	r := ProvisionReport{Outcomes: []ObjectOutcome{
 		{Kind: "stream", Name: "EMBED_JOBS", Action: Created},
 		{Kind: "stream", Name: "EMBED_DLQ", Action: Updated, Changes: []Change{{Field: "MaxAge", Have: "1h0m0s", Want: "2h0m0s"}}},
 		{Kind: "consumer", Name: "EMBED_JOBS/embedder", Action: Refused, Changes: []Change{{Field: "AckPolicy", Have: "none", Want: "explicit"}}},

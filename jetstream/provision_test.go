@@ -33,7 +33,7 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 	return ctx
 }
 
-func wantActions(t *testing.T, r Report, want Action) {
+func wantActions(t *testing.T, r ProvisionReport, want Action) {
 	t.Helper()
 	if len(r.Outcomes) != 6 {
 		t.Fatalf("report has %d outcomes, want 6:\n%s", len(r.Outcomes), r)

@@ -2,11 +2,9 @@ package jetstream_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -16,9 +14,7 @@ import (
 
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/engine/model"
-	"github.com/jetembed/jetembed/engine/ort"
-	"github.com/jetembed/jetembed/engine/tokenizer"
+	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 )
@@ -36,16 +32,6 @@ func testLogger(t testing.TB) *slog.Logger {
 	return quiet
 }
 
-// tok adapts the pure-Go tokenizer to the engine.
-type tok struct{ t *tokenizer.Tokenizer }
-
-func (t tok) Encode(text string, maxTokens int) ([]int32, int) {
-	enc := t.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
-	return enc.IDs, enc.Count
-}
-
-func (t tok) SpecialIDs() []int32 { return t.t.SpecialIDs() }
-
 // openEngine opens the tiny hidden-state model on one CPU session.
 func openEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 	t.Helper()
@@ -56,38 +42,7 @@ func openEngine(t testing.TB, cfg engine.Config) *engine.Engine {
 // wrap (nil: none), for tests that control when runs finish.
 func openEngineWith(t testing.TB, cfg engine.Config, wrap func(engine.Runner) engine.Runner) *engine.Engine {
 	t.Helper()
-	lib := os.Getenv("JETEMBED_ORT_LIB")
-	if lib == "" {
-		t.Skip("JETEMBED_ORT_LIB not set; run `make test` or `make deps`")
-	}
-	if _, err := ort.Init(ort.LibraryOptions{Path: lib}); errors.Is(err, ort.ErrNoCgo) {
-		t.Skip(err)
-	} else if err != nil {
-		t.Fatal(err)
-	}
-	m, err := model.Open(filepath.Join("..", "testdata", "models", "tiny-hidden"), model.DefaultOptions())
-	if err != nil {
-		t.Fatal(err)
-	}
-	tk, err := tokenizer.Load(m.TokenizerPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.Warmup == nil {
-		cfg.NoWarmup = true
-	}
-	e, err := engine.New(context.Background(), cfg, tok{tk}, m, func(int) (engine.Runner, error) {
-		r, err := ort.Open(m, ort.Provider{IntraOpThreads: 1})
-		if err != nil || wrap == nil {
-			return r, err
-		}
-		return wrap(r), nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
-	return e
+	return enginetest.OpenWith(t, cfg, wrap)
 }
 
 // countingEmbedder records every Embed call's report, to see how texts of

@@ -48,10 +48,11 @@ type ServiceOptions struct {
 // else msgpack) and the result is the reply, with a micro error (code = the
 // job-level error code) when the whole job failed. A request that is bad
 // input (undecodable, invalid) is also copied to the DLQ, as a stored job
-// would be, so that every refused job can be found in one place. ctx is
-// given to Submit;
-// Stop the returned service to unregister. It returns once the server knows
-// the endpoint.
+// would be, so that every refused job can be found in one place.
+//
+// Each request's Submit runs under a context derived from ctx, so ending
+// ctx ends the requests still waiting for room. StartService returns once
+// the server knows the endpoint; Stop the returned service to unregister.
 func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOptions) (micro.Service, error) {
 	log := o.Logger
 	if log == nil {

@@ -157,11 +157,6 @@ func LiteralSubject(s string) bool {
 	return true
 }
 
-// ValidSubject reports whether s can be published to; it is
-// [LiteralSubject], kept for callers of the earlier name. A reply subject
-// must pass a [ReplyPolicy] as well.
-func ValidSubject(s string) bool { return LiteralSubject(s) }
-
 // ValidPattern reports whether s is a subject pattern: tokens as in
 // [LiteralSubject], or "*" (one token), or ">" as the last token (the
 // rest).

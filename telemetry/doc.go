@@ -4,8 +4,9 @@
 // /metrics HTTP endpoints, and the structured logger with its heartbeat line.
 //
 // The consumer loop records through typed methods ([Metrics.JobDone],
-// [Metrics.Run], ...) and spans ([Start] with [SpanRun] and [ChunkShape]);
-// it never touches an instrument or an exporter. Texts and vectors are never
+// [Metrics.Run], ...) and starts spans from [Tracer] with this package's
+// [SpanName]s and attribute helpers ([ChunkShape], [Job]); it never touches
+// an instrument or an exporter. Texts and vectors are never
 // recorded: attributes are counts, shapes, ids and error codes only.
 //
 // Headers are plain map[string][]string, which nats.Header converts to, so

@@ -10,12 +10,13 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/jetembed/jetembed/internal/testkit"
 )
 
 // openPTY returns the terminal side of a new pseudo-terminal, or skips.
@@ -92,26 +93,8 @@ func TestNewLoggerLevel(t *testing.T) {
 	}
 }
 
-// syncBuffer is a bytes.Buffer safe for the heartbeat goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Split(strings.TrimSpace(s.b.String()), "\n")
-}
-
 func TestHeartbeat(t *testing.T) {
-	var buf syncBuffer
+	var buf testkit.Buffer
 	log := NewLogger(&buf, slog.LevelInfo, LogJSON)
 	var texts atomic.Uint64
 	stats := func() HeartbeatStats {
@@ -126,13 +109,13 @@ func TestHeartbeat(t *testing.T) {
 		close(done)
 	}()
 	deadline := time.Now().Add(10 * time.Second)
-	for len(buf.lines()) < 2 && time.Now().Before(deadline) {
+	for len(buf.Lines()) < 2 && time.Now().Before(deadline) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	cancel()
 	<-done
 
-	lines := buf.lines()
+	lines := buf.Lines()
 	if len(lines) < 2 {
 		t.Fatalf("heartbeat logged %d lines in 10s", len(lines))
 	}

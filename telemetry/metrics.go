@@ -148,7 +148,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.batchTexts = sizes("jetembed_batch_texts", "Texts per gathered batch.", textsBuckets)
 	m.chunkTokens = sizes("jetembed_chunk_tokens", "Padded tokens (batch x seq) per session run.", tokensBuckets)
 	m.queueWait = seconds("jetembed_queue_wait_seconds", "Time from publish of a job to its fetch.")
-	m.tokenize = seconds("jetembed_tokenize_seconds", "Tokenization time per gathered batch.")
+	m.tokenize = seconds("jetembed_tokenize_seconds", "Tokenization time per Embed call.")
 	m.run = seconds("jetembed_run_seconds", "Session run time per chunk.")
 	m.publish = seconds("jetembed_publish_seconds", "Result publish time until confirmed, per job.")
 	busy, err := meter.Float64Counter("jetembed_session_busy_seconds_total",

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// DefaultAddr is where [Serve] listens when given no address: loopback, so a
+// DefaultAddr is serve's default --http address: loopback, so a
 // process started by hand does not expose its metrics. Containers set
 // JETEMBED_HTTP=0.0.0.0:9090.
 const DefaultAddr = "127.0.0.1:9090"
@@ -148,23 +148,11 @@ func (c *canary) run(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// Serve answers /healthz, /readyz and /metrics on addr ([DefaultAddr] when
-// empty) until ctx is done, then shuts the server down gracefully. It
-// returns nil after a shutdown caused by ctx, and the listen or serve error
-// otherwise.
-func Serve(ctx context.Context, addr string, h Health, m *Metrics) error {
-	if addr == "" {
-		addr = DefaultAddr
-	}
-	ln, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
-	if err != nil {
-		return fmt.Errorf("telemetry: listen %s: %w", addr, err)
-	}
-	return ServeListener(ctx, ln, h, m)
-}
-
-// ServeListener is [Serve] on a listener the caller opened, e.g. on port 0
-// to learn the address before serving. It closes ln.
+// ServeListener answers /healthz, /readyz and /metrics on ln, which the
+// caller opened (so it knows the address, and a taken port fails before
+// anything starts), until ctx is done, then shuts the server down
+// gracefully. It returns nil after a shutdown caused by ctx, and the serve
+// error otherwise. It closes ln.
 func ServeListener(ctx context.Context, ln net.Listener, h Health, m *Metrics) error {
 	srv := &http.Server{
 		Handler:           Handler(h, m),

@@ -186,15 +186,3 @@ func TestServe(t *testing.T) {
 		t.Error("server still answers after shutdown")
 	}
 }
-
-func TestServeBadAddr(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	err = Serve(context.Background(), ln.Addr().String(), Health{}, nil)
-	if err == nil {
-		t.Fatal("Serve on a taken port returned nil")
-	}
-}

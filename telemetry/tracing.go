@@ -98,12 +98,6 @@ func Tracer() trace.Tracer {
 	return otel.Tracer(instrumentationName)
 }
 
-// Start starts a span of the pipeline as a child of the span in ctx. Give it
-// only attributes from this package's helpers: never texts or vectors.
-func Start(ctx context.Context, name SpanName, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
-	return Tracer().Start(ctx, string(name), trace.WithAttributes(attrs...))
-}
-
 // Attribute keys of jetembed spans.
 const (
 	AttrJobID       = attribute.Key("jetembed.job.id")

@@ -46,7 +46,7 @@ func TestTracePropagationThroughHeaders(t *testing.T) {
 
 	// Consumer side, with nothing but the headers.
 	cctx := ExtractHeaders(context.Background(), header)
-	_, run := Start(cctx, SpanRun, ChunkShape(4, 128, "gpu0")...)
+	_, run := Tracer().Start(cctx, string(SpanRun), trace.WithAttributes(ChunkShape(4, 128, "gpu0")...))
 	run.End()
 
 	spans := exp.GetSpans()
@@ -161,7 +161,7 @@ func TestSetupTracingOTLP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, span := Start(context.Background(), SpanFetch, Job("job-1", 3)...)
+	_, span := Tracer().Start(context.Background(), string(SpanFetch), trace.WithAttributes(Job("job-1", 3)...))
 	span.End()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

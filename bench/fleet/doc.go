@@ -2,7 +2,7 @@
 // three-node JetStream cluster of real nats-server processes, R3 streams on
 // file storage, and N members in this process, each a real
 // [jetstream.StartWorker] stack (consumer, pull loop, publisher, request
-// service) and a [jetstream.Fleet] over its own connection, on an engine
+// service) and a fleet member (package fleet's Join) over its own connection, on an engine
 // whose sessions sleep by a GPU cost model instead of running a model. What
 // the CPU spends is therefore NATS and jetembed, measured apart: the test
 // process's own CPU time against each server process's.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	jfleet "github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/jetstream"
 )
 
@@ -21,7 +22,7 @@ type member struct {
 	name    string
 	nc      *nats.Conn
 	w       *jetstream.Worker
-	fl      *jetstream.Fleet
+	fl      *jfleet.Member
 	eng     *engine.Engine
 	started time.Time
 	ready   time.Time // StartWorker returned: fetching
@@ -61,8 +62,12 @@ func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) 
 	if err != nil {
 		return fail(err)
 	}
-	m.fl, err = jetstream.StartFleet(ctx, js, m.eng, jetstream.FleetConfig{
-		Bucket: env.cfg.Engines.Name, Model: env.mf.m.ID, SM: "8.9", Member: m.name,
+	kv, err := jetstream.OpenKVStore(ctx, js, env.cfg.Engines.Name)
+	if err != nil {
+		return fail(err)
+	}
+	m.fl, err = jfleet.Join(ctx, kv, m.eng, jfleet.Config{
+		Model: env.mf.m.ID, SM: "8.9", Member: m.name,
 		MinSeq: env.cost.PlanSeq, IdleQuiet: time.Hour, Logger: env.log,
 	})
 	if err != nil {
@@ -71,7 +76,7 @@ func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) 
 	m.w, err = jetstream.StartWorker(ctx, m.nc, jetstream.WorkerConfig{
 		Config:      env.cfg,
 		Consumer:    consumer.Config{Logger: env.log, MaxBatchTokens: env.batchTokens, InFlightTokens: env.inFlight},
-		Embedder:    consumer.WithWants(m.eng, m.fl),
+		Embedder:    jfleet.Wrap(m.eng, m.fl),
 		Sink:        func(c *consumer.Consumer) jetstream.Sink { return tracedSink{c: c, l: env.ledger, member: idx} },
 		PrefetchMax: env.prefetch,
 		Grace:       10 * time.Second,

@@ -64,7 +64,13 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 	}
 	defer e.Close()
 	fmt.Fprintf(io.err, "jetembed: memory budget %s\n", ef.budgetNote)
+	return embedStream(ctx, e, in, *batch, want, !*noTruncate, total, io)
+}
 
+// embedStream embeds the lines of in, batch lines at a time, and writes
+// one result line per input line, in order; total (-1: unknown) sizes the
+// progress line.
+func embedStream(ctx context.Context, e *engine.Engine, in io.Reader, batch int, want engine.Output, truncate bool, total int, io stdio) error {
 	p := newProgress(io.err, "embedded", total)
 	defer p.end()
 	out := bufio.NewWriter(io.out)
@@ -82,9 +88,9 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 	var readErr error
 	go func() {
 		defer close(pending)
-		readErr = readBatches(in, *batch, func(lines []lineText) bool {
+		readErr = readBatches(in, batch, func(lines []lineText) bool {
 			b := &embedBatch{lines: lines, done: make(chan struct{})}
-			go b.run(ectx, e, want, !*noTruncate)
+			go b.run(ectx, e, want, truncate)
 			select {
 			case pending <- b:
 				return true
@@ -218,21 +224,7 @@ func parseOutputs(s string) (engine.Output, error) {
 	if err != nil {
 		return 0, fmt.Errorf("%w: --outputs: %w", errUsage, err)
 	}
-	var o engine.Output
-	for _, x := range outs {
-		switch x {
-		case schema.OutputDense:
-			o |= engine.Dense
-		case schema.OutputSparse:
-			o |= engine.Sparse
-		case schema.OutputColBERT:
-			o |= engine.ColBERT
-		}
-	}
-	if o == 0 {
-		o = engine.Dense
-	}
-	return o, nil
+	return engine.OutputsOf(outs), nil
 }
 
 // embedLines embeds one batch of lines and writes one result per line, in
@@ -253,7 +245,7 @@ func embedLines(ctx context.Context, e *engine.Engine, lines []lineText, want en
 	for _, l := range lines {
 		it := schema.Item{Error: l.err}
 		if l.err == nil {
-			it = item(embs[next], want)
+			it = embs[next].Item(want)
 			next++
 		}
 		if it.Error != nil {
@@ -264,32 +256,4 @@ func embedLines(ctx context.Context, e *engine.Engine, lines []lineText, want en
 		}
 	}
 	return failed, nil
-}
-
-// item converts an engine result to its wire form.
-func item(e engine.Embedding, want engine.Output) schema.Item {
-	it := schema.Item{Tokens: e.Tokens, Truncated: e.Truncated, Error: e.Err}
-	if e.Err != nil {
-		return it
-	}
-	it.Dense = e.Dense
-	if want.Has(engine.Sparse) {
-		// Present even when empty: every token may have been dropped.
-		it.Sparse = &schema.Sparse{IDs: nonNil(e.SparseIDs), Weights: nonNil(e.SparseWeights)}
-	}
-	if e.ColBERTDim > 0 {
-		it.ColBERT = make([]schema.Vector, 0, len(e.ColBERT)/e.ColBERTDim)
-		for r := 0; r+e.ColBERTDim <= len(e.ColBERT); r += e.ColBERTDim {
-			it.ColBERT = append(it.ColBERT, e.ColBERT[r:r+e.ColBERTDim])
-		}
-	}
-	return it
-}
-
-// nonNil makes an empty list encode as [] rather than null.
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }

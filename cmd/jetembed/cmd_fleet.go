@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/jetstream"
 )
 
@@ -41,7 +42,11 @@ func runFleet(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
-	tab, err := jetstream.ReadFleet(ctx, js, *bucket)
+	kv, err := jetstream.OpenKVStore(ctx, js, *bucket)
+	if err != nil {
+		return err
+	}
+	tab, err := fleet.Read(ctx, kv)
 	if err != nil {
 		return err
 	}

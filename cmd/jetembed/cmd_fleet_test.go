@@ -10,8 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 )
 
 func TestFleetCommand(t *testing.T) {
@@ -36,10 +36,10 @@ func TestFleetCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := jetstream.ShapeKey{Model: jetstream.KeyToken("bge-m3@0123456789ab"), SM: jetstream.SMToken("8.9"), Batch: 2, Seq: 8192}
+	k := fleet.ShapeKey{Model: fleet.KeyToken("bge-m3@0123456789ab"), SM: fleet.SMToken("8.9"), Batch: 2, Seq: 8192}
 	for key, v := range map[string]string{
 		k.String(): `{"by":"gpu-7/42","via":"lock","compile_ms":95000}`,
-		jetstream.ShapeKey{Model: k.Model, SM: k.SM, Batch: 1, Seq: 16384}.Want(): `{"by":"gpu-3/9"}`,
+		fleet.ShapeKey{Model: k.Model, SM: k.SM, Batch: 1, Seq: 16384}.Want(): `{"by":"gpu-3/9"}`,
 	} {
 		if _, err := kv.Put(ctx, key, []byte(v)); err != nil {
 			t.Fatal(err)
@@ -56,7 +56,7 @@ func TestFleetCommand(t *testing.T) {
 		}
 	}
 	code, out, errOut = runCmd(t, ctx, "fleet", "--nats", s.ClientURL(), "--json")
-	var tab jetstream.FleetTable
+	var tab fleet.Table
 	if err := json.Unmarshal([]byte(out), &tab); code != 0 || err != nil {
 		t.Fatalf("fleet --json: exit %d, %v: %s%s", code, err, errOut, out)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strconv"
@@ -27,15 +28,9 @@ func runResults(ctx context.Context, args []string, io stdio) error {
 	out := fs.String("out", "-", "output JSONL file (- for stdout)")
 	fs.FlagSet.StringVar(out, "o", *out, "shorthand for --out")
 	stream := fs.String("results-stream", jetstream.DefaultConfig().Results.Name, "name of the results stream, where a run's results are read back")
-	var runs []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		runs, args = append(runs, fs.Arg(0)), fs.Args()[1:]
+	runs, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
 	}
 	if len(runs) != 1 {
 		return fmt.Errorf("%w: want one run id (submit prints it when it resumes; see --run)", errUsage)
@@ -84,13 +79,25 @@ func runResults(ctx context.Context, args []string, io stdio) error {
 	if last < 0 {
 		return fmt.Errorf("run %s has no stored results (kept %v after they are stored: --results-max-age of provision)", c.Run(), cfg.Results.MaxAge)
 	}
+	lines, failed, missing, err := writeSpooled(w, sp, last, c.Run())
+	if err != nil {
+		return err
+	}
+	if missing > 0 {
+		return fmt.Errorf("%d of %d jobs of run %s have no stored result (not finished, or every line failed before submission); %d lines written", missing, last+1, c.Run(), lines)
+	}
+	return linesFailed(failed, lines)
+}
+
+// writeSpooled writes the input lines of jobs 0..last from the spool, in
+// order, and counts the lines, the failed ones and the jobs with no result.
+func writeSpooled(w io.Writer, sp *spool, last int, run string) (lines, failed, missing int, err error) {
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
-	lines, failed, missing := 0, 0, 0
 	for k := 0; k <= last; k++ {
 		res, err := sp.Take(k)
 		if err != nil {
-			return err
+			return 0, 0, 0, err
 		}
 		if res == nil {
 			missing++
@@ -98,21 +105,15 @@ func runResults(ctx context.Context, args []string, io stdio) error {
 		}
 		j, err := jobFromMeta(res.Meta)
 		if err != nil {
-			return fmt.Errorf("job %d of run %s: %w", k, c.Run(), err)
+			return 0, 0, 0, fmt.Errorf("job %d of run %s: %w", k, run, err)
 		}
 		n, f, err := writeJobLines(enc, j, res)
 		if err != nil {
-			return err
+			return 0, 0, 0, err
 		}
 		lines, failed = lines+n, failed+f
 	}
-	if err := bw.Flush(); err != nil {
-		return err
-	}
-	if missing > 0 {
-		return fmt.Errorf("%d of %d jobs of run %s have no stored result (not finished, or every line failed before submission); %d lines written", missing, last+1, c.Run(), lines)
-	}
-	return linesFailed(failed, lines)
+	return lines, failed, missing, bw.Flush()
 }
 
 // jobFromMeta rebuilds a job's input lines from the meta submit gave it

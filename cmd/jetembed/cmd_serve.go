@@ -188,7 +188,10 @@ type liveState struct {
 	loaded, warmed atomic.Bool
 	// draining turns /readyz to 503 from the first moment of a shutdown,
 	// so load balancers and Kubernetes route no new work here meanwhile.
-	draining  atomic.Bool
+	draining atomic.Bool
+	// fatal turns /readyz to 503 for good: the engine met a fatal
+	// engine-build error and the process is about to exit.
+	fatal     atomic.Bool
 	connected atomic.Pointer[func() bool]
 	engine    atomic.Pointer[engine.Engine]
 }
@@ -197,7 +200,7 @@ func (s *liveState) health() telemetry.Health {
 	return telemetry.Health{
 		ModelsLoaded: s.loaded.Load,
 		WarmedUp:     s.warmed.Load,
-		Draining:     s.draining.Load,
+		Draining:     func() bool { return s.draining.Load() || s.fatal.Load() },
 		NATSConnected: func() bool {
 			f := s.connected.Load()
 			return f != nil && (*f)()
@@ -252,6 +255,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 		return err
 	}
 	defer e.Close()
+	e.SetMetrics(metrics) // tokenize time, per-session runs, guard refusals
 	live.engine.Store(e)
 	live.loaded.Store(true)
 	live.warmed.Store(true)
@@ -324,6 +328,8 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	case <-ctx.Done():
 		log.Info("stopping: draining in-flight jobs", "grace", c.Grace)
 	case <-w.Stopped():
+	case <-e.Fatal():
+		return false, stopFatal(log, live, w, stopFleet, nc, e)
 	}
 	if gone() {
 		<-w.Stopped()
@@ -344,6 +350,25 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	st := w.Consumer().Stats()
 	log.Info("stopped", "jobs", st.Jobs, "texts", st.Texts)
 	return false, w.Err()
+}
+
+// stopFatal ends serving after a fatal engine-build error: not ready at
+// once, every in-flight and buffered job NAKed without delay (no grace:
+// the engine can finish nothing), the fleet left, and an error wrapping
+// engine.ErrFatal, for which main exits non-zero so that the orchestrator
+// replaces the process.
+func stopFatal(log *slog.Logger, live *liveState, w *jetstream.Worker, stopFleet func(), nc *jetstream.Conn, e *engine.Engine) error {
+	live.fatal.Store(true)
+	err := e.FatalErr()
+	log.Error("fatal engine error: giving the jobs back and exiting", "err", err)
+	now, cancel := context.WithCancel(context.Background())
+	cancel()
+	_ = w.Stop(now)
+	stopFleet()
+	if err := drainConn(nc); err != nil {
+		log.Warn("nats drain", "err", err)
+	}
+	return fmt.Errorf("%w: %w", engine.ErrFatal, err)
 }
 
 // worker is the worker's config: by default the patience window ends

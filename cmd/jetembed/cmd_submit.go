@@ -42,32 +42,10 @@ type submitFlags struct {
 func runSubmit(ctx context.Context, args []string, io stdio) error {
 	fs := newFlagSet("submit", io)
 	nf := addNATSFlags(fs)
-	f := submitFlags{
-		json:        fs.Bool("json", false, "send jobs as JSON instead of msgpack"),
-		outputs:     fs.String("outputs", "dense", "vectors to compute: dense, sparse, colbert (comma separated)"),
-		noTruncate:  fs.Bool("no-truncate", false, "fail texts over the model's maximum with text_too_long instead of cutting them"),
-		jobSize:     fs.Int("job-size", 32, "texts per job"),
-		maxInFlight: fs.Int("max-inflight", 64, "jobs submitted and not yet answered"),
-		run:         fs.String("run", "", "run id: jobs go to embed.jobs.<run>, results to embed.results.<run>.<job> (default: derived from the input and the job settings, so a rerun resumes)"),
-		out:         fs.String("out", "-", "output JSONL file (- for stdout)"),
-		text:        fs.String("text", "", "embed this one text now through the request-reply endpoint and print the JSON result"),
-		timeout:     fs.Duration("timeout", 30*time.Second, "with --text: how long to wait for the answer"),
-		results:     fs.String("results-stream", jetstream.DefaultConfig().Results.Name, "name of the results stream, where a run's results are read back"),
-		jobsStream:  fs.String("jobs-stream", jetstream.DefaultConfig().Jobs.Name, "name of the jobs work-queue stream"),
-		consumer:    fs.String("consumer", jetstream.DefaultConfig().Consumer.Name, "name of the durable pull consumer"),
-	}
-	fs.FlagSet.StringVar(f.out, "o", *f.out, "shorthand for --out")
-	// Flags may follow the input file (submit in.jsonl -o out.jsonl); the
-	// flag package stops at the first argument, so parse again after it.
-	var files []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return err
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files, args = append(files, fs.Arg(0)), fs.Args()[1:]
+	f := addSubmitFlags(fs)
+	files, err := parseInterleaved(fs, args)
+	if err != nil {
+		return err
 	}
 	outs, err := schema.ParseOutputs(*f.outputs)
 	if err != nil {
@@ -86,7 +64,48 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 	if *f.jobSize < 1 || *f.maxInFlight < 1 {
 		return fmt.Errorf("%w: --job-size and --max-inflight must be positive", errUsage)
 	}
-	nc, err := jetstream.Connect(ctx, nf.options(log))
+	return submitFile(ctx, nf.options(log), log, f, outs, files[0], io)
+}
+
+func addSubmitFlags(fs *flagSet) submitFlags {
+	f := submitFlags{
+		json:        fs.Bool("json", false, "send jobs as JSON instead of msgpack"),
+		outputs:     fs.String("outputs", "dense", "vectors to compute: dense, sparse, colbert (comma separated)"),
+		noTruncate:  fs.Bool("no-truncate", false, "fail texts over the model's maximum with text_too_long instead of cutting them"),
+		jobSize:     fs.Int("job-size", 32, "texts per job"),
+		maxInFlight: fs.Int("max-inflight", 64, "jobs submitted and not yet answered"),
+		run:         fs.String("run", "", "run id: jobs go to embed.jobs.<run>, results to embed.results.<run>.<job> (default: derived from the input and the job settings, so a rerun resumes)"),
+		out:         fs.String("out", "-", "output JSONL file (- for stdout)"),
+		text:        fs.String("text", "", "embed this one text now through the request-reply endpoint and print the JSON result"),
+		timeout:     fs.Duration("timeout", 30*time.Second, "with --text: how long to wait for the answer"),
+		results:     fs.String("results-stream", jetstream.DefaultConfig().Results.Name, "name of the results stream, where a run's results are read back"),
+		jobsStream:  fs.String("jobs-stream", jetstream.DefaultConfig().Jobs.Name, "name of the jobs work-queue stream"),
+		consumer:    fs.String("consumer", jetstream.DefaultConfig().Consumer.Name, "name of the durable pull consumer"),
+	}
+	fs.FlagSet.StringVar(f.out, "o", *f.out, "shorthand for --out")
+	return f
+}
+
+// parseInterleaved parses flags that may follow the input files (submit
+// in.jsonl -o out.jsonl): the flag package stops at the first argument,
+// so it parses again after each one. It returns the files.
+func parseInterleaved(fs *flagSet, args []string) ([]string, error) {
+	var files []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return files, nil
+		}
+		files, args = append(files, fs.Arg(0)), fs.Args()[1:]
+	}
+}
+
+// submitFile queues the jobs of one JSONL input (- for stdin) and writes
+// their results, resuming a run that was cut off.
+func submitFile(ctx context.Context, o jetstream.Options, log *slog.Logger, f submitFlags, outs []schema.Output, file string, io stdio) error {
+	nc, err := jetstream.Connect(ctx, o)
 	if err != nil {
 		return err
 	}
@@ -98,30 +117,30 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 	// A file is read twice, streaming: once for the run id and the size of
 	// the run, once to submit it. stdin is read once.
 	sum := inputSummary{jobs: -1, texts: -1}
-	if files[0] != "-" {
-		if sum, err = summarize(files[0], f, cut); err != nil {
+	if file != "-" {
+		if sum, err = summarize(file, f, cut); err != nil {
 			return err
 		}
 	}
 	if *f.run == "" {
-		if files[0] == "-" {
+		if file == "-" {
 			return fmt.Errorf("%w: input from stdin needs --run (a resumed run must find its results)", errUsage)
 		}
 		*f.run = sum.run
 	}
-	r, closeIn, err := openInput(files[0], io.in)
+	r, closeIn, err := openInput(file, io.in)
 	if err != nil {
 		return err
 	}
 	defer closeIn()
 	w := io.out
 	if *f.out != "-" {
-		file, err := os.Create(*f.out)
+		out, err := os.Create(*f.out)
 		if err != nil {
 			return err
 		}
-		defer file.Close()
-		w = file
+		defer out.Close()
+		w = out
 	}
 	streams := jetstream.DefaultConfig()
 	streams.Results.Name = *f.results

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"time"
@@ -32,6 +33,8 @@ type engineFlags struct {
 	breaker             *int
 	warmBatches, warmSq *string
 	warmMaxSeq          *string
+	warmStrict          *string
+	warn                io.Writer // the command's stderr
 	probe               *string
 	maxChunkLatency     *time.Duration
 	memoryBudget        *string
@@ -56,6 +59,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		defBatches = "auto"
 	}
 	return &engineFlags{
+		warn:            fs.Output(),
 		modelDir:        fs.String("model", "", "model directory (model.onnx, tokenizer.json, config.json, manifest.json, head weights)"),
 		modelSHA:        fs.String("model-sha256", "", "pin: fail unless model.onnx has this sha256"),
 		noVerify:        fs.Bool("no-verify", false, "skip checking the files against manifest.json"),
@@ -75,6 +79,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		warmBatches:     fs.String("warmup-batches", defBatches, "warm-up grid batch sizes, comma separated (empty: no warm-up; auto: 1,2 on cuda/tensorrt, none on cpu, which compiles nothing per shape)"),
 		warmSq:          fs.String("warmup-seqs", "", "warm-up grid sequence lengths (default: every tier up to --warmup-max-seq)"),
 		warmMaxSeq:      fs.String("warmup-max-seq", "auto", "longest sequence of the default warm-up grid: auto (max tokens on cuda/tensorrt, 512 on cpu, where a shape compiles nothing and batch 2 x 8192 needs gigabytes), or a number"),
+		warmStrict:      fs.String("warmup-strict", "auto", "a warm-up shape that fails is a start failure (exit 1): on, off (warn, skip it: the JIT guard's ceiling is what did warm), or auto (on for cuda and tensorrt, off for cpu)"),
 		probe:           fs.AutoBool("probe", "auto", "time a few shapes at start and fit the packing cost model: auto (on for cuda/tensorrt; on cpu the model is fitted from the runs themselves), true or false"),
 		maxChunkLatency: fs.Duration("max-chunk-latency", engine.DefaultMaxChunkLatency, "cap on the modelled run time of a bulk chunk, so a request waits at most about one chunk (0: the default; negative: no cap)"),
 		memoryBudget:    fs.String("memory-budget", "auto", "workspace budget of all sessions' chunks and warm-up shapes, e.g. 2GiB: longer texts are cut (or fail text_too_long); auto: half the available memory on cpu, off on gpu providers; off"),
@@ -120,6 +125,15 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	case "off":
 	default:
 		return cfg, p, fmt.Errorf("%w: --guard %q (want auto, on or off)", errUsage, *f.guard)
+	}
+	switch *f.warmStrict {
+	case "auto":
+		cfg.WarmupBestEffort = p.Kind == ort.CPU
+	case "on":
+	case "off":
+		cfg.WarmupBestEffort = true
+	default:
+		return cfg, p, fmt.Errorf("%w: --warmup-strict %q (want auto, on or off)", errUsage, *f.warmStrict)
 	}
 	if cfg.Tiers, err = ints("tiers", *f.tiers); err != nil {
 		return cfg, p, err
@@ -187,11 +201,11 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 	if err != nil {
 		return nil, nil, err
 	}
-	tok, err := loadTokenizer(m.TokenizerPath)
+	tok, err := tokenizer.Load(m.TokenizerPath)
 	if err != nil {
 		return nil, nil, err
 	}
-	if unk, ok := tok.t.TokenToID("<unk>"); ok {
+	if unk, ok := tok.TokenToID("<unk>"); ok {
 		cfg.SparseSkip = []int32{unk}
 	}
 	if *f.trtProfile {
@@ -199,18 +213,29 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 			return nil, nil, fmt.Errorf("%w: --trt-profile: %w", errUsage, err)
 		}
 	}
-	e, err := engine.New(ctx, cfg, tok, m, func(session int) (engine.Runner, error) {
+	e, err := engine.New(ctx, cfg, engine.TokenizerFunc(tok.EncodeIDs), m, func(session int) (engine.Runner, error) {
 		p := prov
 		if p.Kind == ort.CUDA || p.Kind == ort.TensorRT {
 			p.DeviceID += session
 		}
-		return ort.Open(m, p)
+		r, err := ort.Open(m, p)
+		if err == nil && testRunner != nil {
+			return testRunner(session, r), nil
+		}
+		return r, err
 	})
 	if err != nil {
 		return nil, nil, err
 	}
+	for _, err := range e.WarmupFailures() {
+		fmt.Fprintf(f.warn, "jetembed: warning: %v (--warmup-strict=off: serving without it)\n", err)
+	}
 	return e, m, nil
 }
+
+// testRunner, when set (by tests only), wraps every session's runner: the
+// way tests put a failing runner under a real command.
+var testRunner func(session int, r engine.Runner) engine.Runner
 
 // gridProfile is the TensorRT optimization profile spanning a warm-up grid.
 func gridProfile(grid []engine.Shape) (*ort.Profile, error) {
@@ -239,20 +264,4 @@ func ints(flag, s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
-}
-
-// hfTokenizer adapts the pure-Go tokenizer to [engine.Tokenizer].
-type hfTokenizer struct{ t *tokenizer.Tokenizer }
-
-func loadTokenizer(path string) (hfTokenizer, error) {
-	t, err := tokenizer.Load(path)
-	if err != nil {
-		return hfTokenizer{}, err
-	}
-	return hfTokenizer{t}, nil
-}
-
-func (h hfTokenizer) Encode(text string, maxTokens int) ([]int32, int) {
-	enc := h.t.Encode(text, tokenizer.Options{AddSpecialTokens: true, MaxTokens: maxTokens})
-	return enc.IDs, enc.Count
 }

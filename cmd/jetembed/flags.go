@@ -77,15 +77,6 @@ func (fs *flagSet) Duration(name string, def time.Duration, usage string) *time.
 	return p
 }
 
-// Float64 defines a float flag backed by its environment variable.
-func (fs *flagSet) Float64(name string, def float64, usage string) *float64 {
-	p := new(float64)
-	*p = def
-	fs.Var(&envValue[float64]{p: p, parse: func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }}, name, fs.bind(name, usage))
-	fs.fromEnv(name)
-	return p
-}
-
 // AutoBool defines a flag that is "auto", "true" or "false" (a bare
 // --name means true), backed by its environment variable.
 func (fs *flagSet) AutoBool(name, def, usage string) *string {

@@ -18,14 +18,16 @@ import (
 
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/model"
 	"github.com/jetembed/jetembed/engine/ort"
+	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/jetstream"
 )
 
 // fleetFlags are serve's flags for the fleet: shape propagation over the
 // engines bucket, the compile lock, wanted shapes and shared probes.
 type fleetFlags struct {
-	enabled  *bool
+	mode     *string
 	sm       *string
 	idle     *time.Duration
 	perHour  *int
@@ -36,14 +38,29 @@ type fleetFlags struct {
 
 func addFleetFlags(fs *flagSet) *fleetFlags {
 	return &fleetFlags{
-		enabled:  fs.Bool("fleet", true, "share compiled shapes, wants and probe coefficients with the fleet through the engines bucket"),
+		mode:     fs.String("fleet", "auto", "share compiled shapes, wants and probe coefficients through the engines bucket: on, off, or auto (on for tensorrt, whose compiled engines are worth sharing; off for cpu and cuda)"),
 		sm:       fs.String("fleet-sm", "", `GPU compute capability for shape keys, e.g. "8.9" (default: "cpu" on CPU, else asked of nvidia-smi)`),
-		idle:     fs.Duration("fleet-idle", jetstream.DefaultIdleQuiet, "how long this process must be idle before it compiles shapes the fleet wants"),
-		perHour:  fs.Int("fleet-compiles-per-hour", jetstream.DefaultCompilesPerHour, "most wanted shapes this process compiles in an hour"),
-		lockTTL:  fs.Duration("fleet-lock-ttl", jetstream.DefaultLockTTL, "TTL of a compile lock: a crashed holder frees it after this long (renewed while compiling)"),
+		idle:     fs.Duration("fleet-idle", fleet.DefaultIdleQuiet, "how long this process must be idle before it compiles shapes the fleet wants"),
+		perHour:  fs.Int("fleet-compiles-per-hour", fleet.DefaultCompilesPerHour, "most wanted shapes this process compiles in an hour"),
+		lockTTL:  fs.Duration("fleet-lock-ttl", fleet.DefaultLockTTL, "TTL of a compile lock: a crashed holder frees it after this long (renewed while compiling)"),
 		minSeq:   fs.Int("fleet-min-seq", -1, "shortest peer shape to pre-warm (-1: the guard seq on CPU, where only the guard needs shared shapes; every shape on GPUs)"),
 		pollBusy: fs.Duration("fleet-poll", 2*time.Second, "how often the jobs backlog is read to tell idle from about to be busy"),
 	}
+}
+
+// on reports whether this process joins the fleet: --fleet on or off, or
+// auto: on for TensorRT only, the one provider whose shapes cost a compile
+// (CPU and CUDA run any shape at once: there is nothing to share).
+func (f *fleetFlags) on(ef *engineFlags) (bool, error) {
+	switch *f.mode {
+	case "on", "true":
+		return true, nil
+	case "off", "false":
+		return false, nil
+	case "auto", "":
+		return ort.Kind(*ef.provider) == ort.TensorRT, nil
+	}
+	return false, fmt.Errorf("%w: --fleet %q: want auto, on or off", errUsage, *f.mode)
 }
 
 // openEngine opens the engine for serve. With the fleet on, it defers the
@@ -52,42 +69,61 @@ func addFleetFlags(fs *flagSet) *fleetFlags {
 // the fleet's keys use.
 func openEngine(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *engineFlags, ff *fleetFlags, cfg jetstream.Config) (
 	e *engine.Engine, sm string, err error) {
-	if !*ff.enabled {
+	on, err := ff.on(ef)
+	if err != nil {
+		return nil, "", err
+	}
+	if !on {
 		e, _, err = ef.open(ctx)
 		return e, "", err
 	}
 	if sm, err = ff.computeCapability(ctx, ef); err != nil {
 		return nil, "", err
 	}
-	probeFlag := *ef.probe
-	cfgNow, _, err := ef.config()
+	e, _, err = openSharingProbe(ctx, log, js, ef, cfg.Engines.Name, sm)
 	if err != nil {
 		return nil, "", err
-	}
-	probe := cfgNow.Probe
-	*ef.probe = "false" // probed below, unless a peer already did
-	e, _, err = ef.open(ctx)
-	*ef.probe = probeFlag
-	if err != nil {
-		return nil, "", err
-	}
-	if probe {
-		if err := shareProbe(ctx, log, js, e, cfg.Engines.Name, sm, hardware(ctx, ef), memberName()); err != nil {
-			e.Close()
-			return nil, "", err
-		}
 	}
 	return e, sm, nil
 }
 
+// openSharingProbe opens the engine with its cost probe deferred, then
+// installs the coefficients a peer with the same model, SM and hardware
+// stored in bucket, or probes and stores its own (when --probe asks for a
+// probe at all).
+func openSharingProbe(ctx context.Context, log *slog.Logger, js natsjs.JetStream, ef *engineFlags, bucket, sm string) (*engine.Engine, *model.Model, error) {
+	cfg, _, err := ef.config()
+	if err != nil {
+		return nil, nil, err
+	}
+	flag := *ef.probe
+	*ef.probe = "false" // probed below, unless a peer already did
+	e, m, err := ef.open(ctx)
+	*ef.probe = flag
+	if err != nil {
+		return nil, nil, err
+	}
+	if cfg.Probe {
+		if err := shareProbe(ctx, log, js, e, bucket, sm, hardware(ctx, ef), memberName()); err != nil {
+			e.Close()
+			return nil, nil, err
+		}
+	}
+	return e, m, nil
+}
+
 // joinFleet starts the shape propagation of e over js. The returned
 // Embedder reports guard refusals as wants; stop leaves the fleet. With
-// --fleet=false it returns e itself. serve joins again on every new
+// the fleet off it returns e itself. serve joins again on every new
 // connection.
 func joinFleet(ctx context.Context, log *slog.Logger, js natsjs.JetStream, e *engine.Engine, sm string, ef *engineFlags, ff *fleetFlags, cfg jetstream.Config) (
 	emb consumer.Embedder, stop func(), err error) {
-	if !*ff.enabled {
-		return e, func() {}, nil
+	if on, err := ff.on(ef); err != nil || !on {
+		return e, func() {}, err
+	}
+	kv, err := jetstream.OpenKVStore(ctx, js, cfg.Engines.Name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w (provision the bucket, or serve with --fleet=off)", err)
 	}
 	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
 	var backlog atomic.Bool
@@ -105,28 +141,32 @@ func joinFleet(ctx context.Context, log *slog.Logger, js natsjs.JetStream, e *en
 			minSeq = *ef.guardSeq
 		}
 	}
-	fl, err := jetstream.StartFleet(ctx, js, e, jetstream.FleetConfig{
-		Bucket: cfg.Engines.Name, Model: e.ModelID(), SM: sm, Member: memberName(),
+	fl, err := fleet.Join(ctx, kv, e, fleet.Config{
+		Model: e.ModelID(), SM: sm, Member: memberName(),
 		EngineCacheDir: *ef.engineCache, LockTTL: *ff.lockTTL, IdleQuiet: *ff.idle,
 		CompilesPerHour: *ff.perHour, MinSeq: minSeq, Busy: backlog.Load, Logger: log,
 	})
 	if err != nil {
 		stopBG()
-		return nil, nil, fmt.Errorf("%w (provision the bucket, or serve with --fleet=false)", err)
+		return nil, nil, fmt.Errorf("%w (provision the bucket, or serve with --fleet=off)", err)
 	}
-	return consumer.WithWants(e, fl), func() { fl.Stop(); stopBG() }, nil
+	return fleet.Wrap(e, fl), func() { fl.Stop(); stopBG() }, nil
 }
 
 // shareProbe installs the cost coefficients a peer stored for this model,
 // SM and hardware, or probes and stores them.
 func shareProbe(ctx context.Context, log *slog.Logger, js natsjs.JetStream, e *engine.Engine, bucket, sm, arch, member string) error {
-	rec, err := jetstream.LoadProbe(ctx, js, bucket, e.ModelID(), sm, arch)
+	kv, err := jetstream.OpenKVStore(ctx, js, bucket)
+	if err != nil {
+		return err
+	}
+	rec, err := fleet.LoadProbe(ctx, kv, e.ModelID(), sm, arch)
 	if err == nil {
 		if err := e.UseCost(rec.A, rec.Bq); err == nil {
 			log.Info("fleet: cost model from a peer's probe", "by", rec.By, "a", rec.A, "bq", rec.Bq, "arch", arch)
 			return nil
 		}
-	} else if !errors.Is(err, jetstream.ErrNoProbe) {
+	} else if !errors.Is(err, fleet.ErrNoProbe) {
 		log.Warn("fleet: reading shared probe coefficients", "err", err)
 	}
 	a, bq, err := e.Probe(ctx)
@@ -136,7 +176,7 @@ func shareProbe(ctx context.Context, log *slog.Logger, js natsjs.JetStream, e *e
 	if a == 0 && bq == 0 {
 		return nil // too few probe shapes fit: scheduling by tokens
 	}
-	if err := jetstream.StoreProbe(ctx, js, bucket, e.ModelID(), sm, arch, member, a, bq); err != nil {
+	if err := fleet.StoreProbe(ctx, kv, e.ModelID(), sm, arch, member, a, bq); err != nil {
 		log.Warn("fleet: sharing probe coefficients", "err", err)
 	}
 	log.Info("fleet: probed the cost model", "a", a, "bq", bq, "arch", arch)

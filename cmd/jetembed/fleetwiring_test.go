@@ -11,6 +11,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/engine/model"
+	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -20,7 +21,7 @@ import (
 // 64 tokens or more until a longer shape is warmed (warm-up stops at 32).
 var guarded = []string{
 	"--guard", "on", "--guard-seq", "64", "--max-tokens", "512",
-	"--warmup-batches", "1", "--warmup-seqs", "8,16,32", "--fleet-idle", "300ms",
+	"--warmup-batches", "1", "--warmup-seqs", "8,16,32", "--fleet", "on", "--fleet-idle", "300ms",
 }
 
 // TestServeFleetHealsRefusedJob runs two serve processes as a fleet: a
@@ -111,14 +112,66 @@ func TestServeTakesPeerProbe(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := natsjs.New(nc)
-	if err := jetstream.StoreProbe(context.Background(), js, "", m.ID, "cpu", arch, "peer/1", 3e-9, 4e-12); err != nil {
+	kv, err := jetstream.OpenKVStore(context.Background(), js, "")
+	if err != nil {
 		t.Fatal(err)
 	}
-	s := startServe(t, srv.ClientURL(), "--probe")
+	if err := fleet.StoreProbe(context.Background(), kv, m.ID, "cpu", arch, "peer/1", 3e-9, 4e-12); err != nil {
+		t.Fatal(err)
+	}
+	s := startServe(t, srv.ClientURL(), "--probe", "--fleet", "on")
 	if got := logValue(s.log.String(), "fleet: cost model from a peer's probe", "by"); got != "peer/1" {
 		t.Errorf("serve did not take the peer's coefficients (by %q):\n%s", got, s.log.String())
 	}
 	if strings.Contains(s.log.String(), "fleet: probed the cost model") {
 		t.Error("serve probed although a peer's coefficients were in the bucket")
+	}
+}
+
+// TestServeFleetAutoIsOffOnCPU: on the CPU provider serve does not join
+// the fleet by default (there are no engines to share): nothing it ran
+// reaches the engines bucket, no member key, no pre-warm of peers'
+// shapes. --fleet takes auto, on or off only.
+func TestServeFleetAutoIsOffOnCPU(t *testing.T) {
+	srv := natstest.RunServer(t)
+	s := startServe(t, srv.ClientURL(), "--warmup-batches", "1", "--warmup-seqs", "8,16")
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	c, err := jetstream.NewClient(nc, jetstream.WithRun("cpu"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Submit(context.Background(), schema.NewJob("j", "a few words")); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, err := range c.Results(ctx, "cpu") {
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	js, _ := natsjs.New(nc)
+	kv, err := js.KeyValue(ctx, "EMBED_ENGINES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lister, err := kv.ListKeys(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for k := range lister.Keys() {
+		keys = append(keys, k)
+	}
+	if len(keys) != 0 || strings.Contains(s.log.String(), "fleet joined") {
+		t.Errorf("a CPU serve with --fleet auto wrote %v to the engines bucket (or joined):\n%s", keys, s.log.String())
+	}
+	if code, _, _ := runCmd(t, ctx, "serve", "--nats", srv.ClientURL(), "--fleet", "maybe", "--model", tinyModel(t, "tiny-hidden")); code != 2 {
+		t.Errorf("--fleet maybe: exit %d, want 2", code)
 	}
 }

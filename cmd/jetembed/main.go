@@ -1,8 +1,3 @@
-// Command jetembed turns a NATS JetStream work queue into BGE-M3 embeddings.
-//
-// Each subcommand lives in its own file (cmd_<name>.go) and registers itself
-// with [register] from an init function. All wiring of packages happens here,
-// in cmd/: the packages below know nothing of flags or environment variables.
 package main
 
 import (
@@ -15,6 +10,8 @@ import (
 	"os/signal"
 	"sort"
 	"syscall"
+
+	"github.com/jetembed/jetembed/engine"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -45,6 +42,11 @@ func register(c command) {
 
 // errUsage marks an error caused by the command line; main exits 2 for it.
 var errUsage = errors.New("usage")
+
+// exitFatal is the exit status after a fatal TensorRT engine-build error
+// (engine.ErrFatal): the GPU state of this process is unrecoverable and the
+// orchestrator must replace it. 70 is EX_SOFTWARE.
+const exitFatal = 70
 
 // errConfig marks a configuration the server does not have (a missing
 // stream or consumer); main exits 78 (EX_CONFIG) for it.
@@ -87,6 +89,9 @@ func runMain(ctx context.Context, args []string, io stdio) int {
 		}
 		if errors.Is(err, errConfig) {
 			return 78
+		}
+		if errors.Is(err, engine.ErrFatal) {
+			return exitFatal
 		}
 		return 1
 	}

@@ -19,8 +19,14 @@ type natsFlags struct {
 }
 
 func addNATSFlags(fs *flagSet) *natsFlags {
+	return addNATSFlagsWith(fs, jetstream.DefaultURL, "NATS server URLs, comma separated (one cluster)")
+}
+
+// addNATSFlagsWith is addNATSFlags with another default and meaning of
+// --nats: a command for which NATS is optional defaults to none.
+func addNATSFlagsWith(fs *flagSet, urls, usage string) *natsFlags {
 	return &natsFlags{
-		urls:           fs.String("nats", jetstream.DefaultURL, "NATS server URLs, comma separated (one cluster)"),
+		urls:           fs.String("nats", urls, usage),
 		user:           fs.String("nats-user", "", "NATS user name"),
 		password:       fs.String("nats-password", "", "NATS password (prefer the environment variable to the flag)"),
 		token:          fs.String("nats-token", "", "NATS token"),

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -80,7 +81,9 @@ func serveUnderAccounts(t *testing.T, ctx context.Context) (url, caFile string, 
 		t.Fatalf("provision as provisioner: exit %d: %s%s", code, out, errOut)
 	}
 	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("embedder"))
-	s = startOps(t, url, append(auth("embedder"), "--provision=off", "--http", "")...)
+	// The fleet on (it is off on CPU by default): its KV writes are
+	// inside the embedder's allow-list too.
+	s = startOps(t, url, append(auth("embedder"), "--provision=off", "--http", "", "--fleet", "on")...)
 	s.waitReady(t)
 	return url, caFile, s
 }
@@ -214,7 +217,7 @@ func TestOpsPermissionsEndToEnd(t *testing.T) {
 		}
 		var all []string
 		for k := range keys.Keys() {
-			if p := jetstream.ParseKey(k); p.Kind == jetstream.KindShape && p.Shape.SM == "cpu" && strings.HasPrefix(p.Shape.Model, "bge-m3_") {
+			if p := fleet.ParseKey(k); p.Kind == fleet.KindShape && p.Shape.SM == "cpu" && strings.HasPrefix(p.Shape.Model, "bge-m3_") {
 				return nil
 			}
 			all = append(all, k)

@@ -288,6 +288,16 @@ func TestOpsMetrics(t *testing.T) {
 	if v, ok := after[`jetembed_breaker_open{session="0"}`]; !ok || v != 0 {
 		t.Errorf(`jetembed_breaker_open{session="0"} = %g (present %v), want 0`, v, ok)
 	}
+	// The engine's own facts: tokenize time, and runs per session (not
+	// one "embed" pseudo-session timing whole Embed calls).
+	for _, series := range []string{`jetembed_tokenize_seconds_count`, `jetembed_run_seconds_count`, `jetembed_session_busy_seconds_total{session="0"}`} {
+		if v := after[series]; v <= 0 {
+			t.Errorf("%s = %g after jobs ran", series, v)
+		}
+	}
+	if _, ok := after[`jetembed_session_busy_seconds_total{session="embed"}`]; ok {
+		t.Error(`jetembed_session_busy_seconds_total{session="embed"}: the consumer's Embed calls counted as a session`)
+	}
 	natstest.CheckFor(t, 15*time.Second, 100*time.Millisecond, func() error {
 		if n := scrape(t, addr)["jetembed_warmed_shapes"]; n < 1 {
 			return fmt.Errorf("jetembed_warmed_shapes = %g after jobs ran", n)

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -128,7 +129,7 @@ func TestServeRefusesBadReplies(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	long := "embed.results." + strings.Repeat("x", 5000)
-	kvKey := jetstream.KeyToken(r.model) + ".cpu.b1000000000000000.s8192"
+	kvKey := fleet.KeyToken(r.model) + ".cpu.b1000000000000000.s8192"
 
 	t.Run("kv poisoning", func(t *testing.T) {
 		r.t = t

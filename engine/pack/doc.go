@@ -1,10 +1,9 @@
-// Package pack bin-packs tokenized texts into padded chunks for session
-// runs. It is pure: it sees only token counts, never texts or models, and
-// imports nothing of the project.
+// Package pack holds the shapes and costs of padded session runs: the
+// sequence tiers a chunk is padded to ([Tiers], [Config.Tier]), the budgets
+// of one chunk ([Config]: padded tokens, rows, workspace cost) and the
+// workspace cost model a*B*S + b*B*S^2 with its least-squares fit ([Cost],
+// [Fit]). The engine's scheduler forms the chunks from these (engine's
+// sched.go); pack itself never sees texts or models.
 //
-// Texts are sorted by length and grouped by sequence tier, so a chunk is
-// padded only up to the tier of its own longest text and never mixes texts
-// that would pad less in a smaller tier. Each group is then split into
-// chunks that stay under a padded-token budget, a batch-size cap and an
-// optional workspace cost budget (a*B*S + b*B*S^2).
+// It is pure and imports nothing of the project.
 package pack

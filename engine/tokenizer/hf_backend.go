@@ -95,6 +95,12 @@ func (t *HFTokenizer) cutter(limit int) (*hf.Tokenizer, error) {
 }
 
 // Encode tokenizes one text like [Tokenizer.Encode].
+// EncodeIDs is [Tokenizer.EncodeIDs] for the HuggingFace library.
+func (t *HFTokenizer) EncodeIDs(text string, maxTokens int) ([]int32, int) {
+	enc := t.Encode(text, Options{AddSpecialTokens: true, MaxTokens: maxTokens})
+	return enc.IDs, enc.Count
+}
+
 func (t *HFTokenizer) Encode(text string, opt Options) Encoding {
 	ids := t.full.EncodeWithOptions(text, opt.AddSpecialTokens).IDs
 	enc := Encoding{Count: len(ids)}

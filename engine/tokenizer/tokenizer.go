@@ -261,6 +261,15 @@ func (t *Tokenizer) IDToToken(id int32) (string, bool) {
 	return "", false
 }
 
+// EncodeIDs is the ids of text with special tokens, cut to maxTokens (0:
+// the default limit), and the count before the cut: package engine's
+// Tokenizer signature, so engine.TokenizerFunc(t.EncodeIDs) needs no
+// adapter type.
+func (t *Tokenizer) EncodeIDs(text string, maxTokens int) ([]int32, int) {
+	enc := t.Encode(text, Options{AddSpecialTokens: true, MaxTokens: maxTokens})
+	return enc.IDs, enc.Count
+}
+
 // SpecialIDs are the ids of the special tokens (cls/bos, eos/sep, pad, unk,
 // mask and any other added token marked special), sorted. The caller must
 // not modify the slice.

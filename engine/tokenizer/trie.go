@@ -39,9 +39,9 @@ func newPieceTrie(pieces []string) *pieceTrie {
 		ids = append(ids, id)
 	}
 
-	type span struct{ lo, hi, depth int }
+	type keyRange struct{ lo, hi, depth int }
 	t := &pieceTrie{}
-	queue := []span{{0, len(keys), 0}}
+	queue := []keyRange{{0, len(keys), 0}}
 	for n := 0; n < len(queue); n++ {
 		sp := queue[n]
 		lo, val := sp.lo, int32(-1)
@@ -62,7 +62,7 @@ func newPieceTrie(pieces []string) *pieceTrie {
 			}
 			t.labels = append(t.labels, c)
 			t.targets = append(t.targets, uint32(len(queue)))
-			queue = append(queue, span{lo, hi, sp.depth + 1})
+			queue = append(queue, keyRange{lo, hi, sp.depth + 1})
 			lo = hi
 		}
 	}

@@ -5,24 +5,16 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/jetembed/jetembed/internal/testkit"
 )
 
 // CheckFor calls f every interval until it returns nil, and fails the test
-// with f's last error if that has not happened within total.
+// with f's last error if that has not happened within total
+// ([testkit.CheckFor]).
 func CheckFor(t testing.TB, total, every time.Duration, f func() error) {
 	t.Helper()
-	deadline := time.Now().Add(total)
-	var err error
-	for {
-		if err = f(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(every)
-	}
-	t.Fatalf("natstest: condition not met after %v: %v", total, err)
+	testkit.CheckFor(t, total, every, f)
 }
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.

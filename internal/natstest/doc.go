@@ -7,6 +7,7 @@
 // It follows the helpers of nats-server's own test suite. Every server
 // listens on loopback only and is shut down by t.Cleanup.
 //
-// Only tests import this package. It may import nats-server/v2 and nats.go,
-// and nothing of the project.
+// Only tests import this package. It may import nats-server/v2, nats.go
+// and internal/testkit (its [Buffer] and [CheckFor] are testkit's), and
+// nothing else of the project.
 package natstest

@@ -2,7 +2,6 @@ package natstest
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"net"
@@ -10,10 +9,11 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jetembed/jetembed/internal/testkit"
 )
 
 // ServerBinEnv names the environment variable that points to the nats-server
@@ -155,27 +155,6 @@ func (p *Process) Restart() {
 	p.start()
 }
 
-// Buffer is a [bytes.Buffer] that a child process's output copier may
-// write while the test reads it: the log of a process under test.
-type Buffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *Buffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *Buffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *Buffer) Reset() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.buf.Reset()
-}
+// Buffer is [testkit.Buffer]: the log of a process under test, which its
+// output copier writes while the test reads it.
+type Buffer = testkit.Buffer

@@ -9,7 +9,7 @@ import (
 // Action is what [Provision] did to one object.
 type Action int
 
-// The actions of a provisioning [Outcome].
+// The actions of a provisioning [ObjectOutcome].
 const (
 	// Created means the object did not exist and was created.
 	Created Action = iota + 1
@@ -64,8 +64,8 @@ func (c Change) String() string {
 	return fmt.Sprintf("%s %s -> %s", c.Field, c.Have, c.Want)
 }
 
-// Outcome is what happened to one stream, consumer or bucket.
-type Outcome struct {
+// ObjectOutcome is what happened to one stream, consumer or bucket.
+type ObjectOutcome struct {
 	// Kind is "stream", "consumer", "kv" or "objstore".
 	Kind string
 	// Name is the object's name; a consumer's is "STREAM/consumer".
@@ -79,7 +79,7 @@ type Outcome struct {
 }
 
 // Fields returns the names of the changed fields.
-func (o Outcome) Fields() []string {
+func (o ObjectOutcome) Fields() []string {
 	out := make([]string, len(o.Changes))
 	for i, c := range o.Changes {
 		out[i] = c.Field
@@ -87,9 +87,9 @@ func (o Outcome) Fields() []string {
 	return out
 }
 
-func (o Outcome) String() string { return o.format(false) }
+func (o ObjectOutcome) String() string { return o.format(false) }
 
-func (o Outcome) format(dryRun bool) string {
+func (o ObjectOutcome) format(dryRun bool) string {
 	var b strings.Builder
 	action := o.Action.String()
 	if dryRun && (o.Action == Created || o.Action == Updated) {
@@ -121,16 +121,16 @@ func (o Outcome) format(dryRun bool) string {
 	return b.String()
 }
 
-// Report lists what [Provision] did, one [Outcome] per object.
-type Report struct {
-	Outcomes []Outcome
+// ProvisionReport lists what [Provision] did, one [ObjectOutcome] per object.
+type ProvisionReport struct {
+	Outcomes []ObjectOutcome
 	// DryRun says nothing was changed: Created and Updated are what would
 	// have been done.
 	DryRun bool
 }
 
 // String prints one line per object.
-func (r Report) String() string {
+func (r ProvisionReport) String() string {
 	var b strings.Builder
 	for _, o := range r.Outcomes {
 		b.WriteString(o.format(r.DryRun))
@@ -141,7 +141,7 @@ func (r Report) String() string {
 
 // Changed reports whether anything was created or updated (or, in a dry
 // run, would be).
-func (r Report) Changed() bool {
+func (r ProvisionReport) Changed() bool {
 	for _, o := range r.Outcomes {
 		if o.Action == Created || o.Action == Updated {
 			return true
@@ -151,7 +151,7 @@ func (r Report) Changed() bool {
 }
 
 // Refused reports whether some object has drift that was not applied.
-func (r Report) Refused() bool {
+func (r ProvisionReport) Refused() bool {
 	for _, o := range r.Outcomes {
 		if o.Action == Refused {
 			return true
@@ -161,19 +161,19 @@ func (r Report) Refused() bool {
 }
 
 // Find returns the outcome for the object of kind and name.
-func (r Report) Find(kind, name string) (Outcome, bool) {
+func (r ProvisionReport) Find(kind, name string) (ObjectOutcome, bool) {
 	for _, o := range r.Outcomes {
 		if o.Kind == kind && o.Name == name {
 			return o, true
 		}
 	}
-	return Outcome{}, false
+	return ObjectOutcome{}, false
 }
 
 // Drift returns the outcomes whose fields differ but were left alone
 // ([Drifted]).
-func (r Report) Drift() []Outcome {
-	var out []Outcome
+func (r ProvisionReport) Drift() []ObjectOutcome {
+	var out []ObjectOutcome
 	for _, o := range r.Outcomes {
 		if o.Action == Drifted {
 			out = append(out, o)

@@ -1,12 +1,12 @@
-package consumer_test
+package fleet_test
 
 import (
 	"context"
 	"errors"
+	"github.com/jetembed/jetembed/fleet"
 	"slices"
 	"testing"
 
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -29,7 +29,7 @@ type wantLog [][2]int
 
 func (w *wantLog) Want(batch, seq int) { *w = append(*w, [2]int{batch, seq}) }
 
-func TestWithWants(t *testing.T) {
+func TestWrap(t *testing.T) {
 	refused := schema.Errorf(schema.CodeShapeNotWarmed, "above the ceiling")
 	unavailable := schema.Errorf(schema.CodeEngineUnavailable, "reloading")
 	inner := cannedEmbedder{
@@ -45,7 +45,7 @@ func TestWithWants(t *testing.T) {
 		}},
 	}
 	var w wantLog
-	emb := consumer.WithWants(inner, &w)
+	emb := fleet.Wrap(inner, &w)
 	embs, rep, err := emb.Embed(context.Background(), make([]engine.Text, 5))
 	if err != nil || len(embs) != 5 || len(rep.Chunks) != 5 {
 		t.Fatalf("Embed = %d embeddings, %d chunks, %v; want the inner results", len(embs), len(rep.Chunks), err)
@@ -64,7 +64,7 @@ func TestWithWants(t *testing.T) {
 
 	w = nil
 	boom := errors.New("boom")
-	if _, _, err := consumer.WithWants(cannedEmbedder{err: boom, rep: inner.rep, embs: inner.embs}, &w).Embed(context.Background(), nil); !errors.Is(err, boom) || len(w) != 0 {
+	if _, _, err := fleet.Wrap(cannedEmbedder{err: boom, rep: inner.rep, embs: inner.embs}, &w).Embed(context.Background(), nil); !errors.Is(err, boom) || len(w) != 0 {
 		t.Errorf("failed call: err %v, wants %v; want the error and no wants", err, w)
 	}
 }

@@ -1,8 +1,9 @@
-package jetstream_test
+package fleet_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/jetembed/jetembed/fleet"
 	"strings"
 	"sync"
 	"testing"
@@ -74,18 +75,17 @@ func TestFleetHealsRefusedJob(t *testing.T) {
 	// The serving member reports a backlog (Busy), as serve does from the
 	// jobs consumer's pending count, so it never counts as idle: the idle
 	// peer must build the shape for it.
-	fs := startMember(t, srv, serving, model, "serving", func(c *jetstream.FleetConfig) {
+	fs := startMember(t, srv, serving, model, "serving", func(c *fleet.Config) {
 		c.IdleQuiet = 300 * time.Millisecond
 		c.Busy = func() bool { return true }
 	})
-	fi := startMember(t, srv, idle, model, "idle", func(c *jetstream.FleetConfig) { c.IdleQuiet = 300 * time.Millisecond })
+	fi := startMember(t, srv, idle, model, "idle", func(c *fleet.Config) { c.IdleQuiet = 300 * time.Millisecond })
 	keys := watchKeys(t, srv)
 
 	var seen deliveries
-	startWorker(t, srv, consumer.WithWants(serving, fs), workerOptions{
-		cfg:  consumer.Config{NakBackoff: consumer.Backoff{Base: 200 * time.Millisecond, Max: 400 * time.Millisecond, Jitter: -1}},
-		sink: seen.wrap,
-	})
+	startWorker(t, srv, fleet.Wrap(serving, fs),
+		consumer.Config{NakBackoff: consumer.Backoff{Base: 200 * time.Millisecond, Max: 400 * time.Millisecond, Jitter: -1}},
+		seen.wrap)
 	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("heal"))
 	if err != nil {
 		t.Fatal(err)
@@ -94,11 +94,13 @@ func TestFleetHealsRefusedJob(t *testing.T) {
 	if _, err := c.Submit(context.Background(), schema.NewJob("long", hundredTokens)); err != nil {
 		t.Fatal(err)
 	}
-	got := collect(t, c, "heal", []string{"long"})
+	res := result(t, c, "heal", "long")
 	done := time.Since(submitted)
-	checkResult(t, serving, got["long"], []string{hundredTokens}, nil)
+	if res.Error != nil || len(res.Items) != 1 || res.Items[0].Error != nil || len(res.Items[0].Dense) == 0 {
+		t.Fatalf("result %+v; want one dense vector", res)
+	}
 
-	want, wantAt := keys.first("want." + jetstream.KeyToken(model) + ".cpu.")
+	want, wantAt := keys.first("want." + fleet.KeyToken(model) + ".cpu.")
 	shape := strings.TrimPrefix(want, "want.")
 	shapeAt := keys.at(shape)
 	delivered := seen.of("long")
@@ -121,7 +123,9 @@ func TestFleetHealsRefusedJob(t *testing.T) {
 			t.Errorf("session %d after the refusals: %+v; want no errors, no reload", s.Index, s)
 		}
 	}
-	if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
+	if dlq, err := srv.js.Stream(context.Background(), srv.cfg.DLQ.Name); err != nil {
+		t.Fatal(err)
+	} else if n := dlq.CachedInfo().State.Msgs; n != 0 {
 		t.Errorf("%d dead letters for a job that was healed", n)
 	}
 	// The satisfied want is dropped.
@@ -136,7 +140,7 @@ func TestFleetHealsRefusedJob(t *testing.T) {
 func TestFleetHourlyCap(t *testing.T) {
 	srv := newServer(t, nil)
 	e := openEngine(t, guardedConfig())
-	member := startMember(t, srv, e, e.ModelID(), "capped", func(c *jetstream.FleetConfig) {
+	member := startMember(t, srv, e, e.ModelID(), "capped", func(c *fleet.Config) {
 		c.IdleQuiet = 100 * time.Millisecond
 		c.CompilesPerHour = 1
 	})
@@ -168,7 +172,7 @@ func TestFleetHourlyCap(t *testing.T) {
 func TestFleetUnbuildableWant(t *testing.T) {
 	srv := newServer(t, nil)
 	e := openEngine(t, guardedConfig()) // max tokens 512
-	m := startMember(t, srv, e, e.ModelID(), "small", func(c *jetstream.FleetConfig) {
+	m := startMember(t, srv, e, e.ModelID(), "small", func(c *fleet.Config) {
 		c.IdleQuiet = 100 * time.Millisecond
 		c.CompilesPerHour = 3
 	})

@@ -1,4 +1,4 @@
-package jetstream
+package fleet
 
 import (
 	"encoding/json"
@@ -17,13 +17,15 @@ import (
 //	lock.<model>.<sm>.b<B>.s<S>   its compile lock, with a per-key TTL ([LockRecord])
 //	want.<model>.<sm>.b<B>.s<S>   a shape the JIT guard refused ([WantRecord])
 //	probe.<model>.<sm>.<arch>     packing cost coefficients ([ProbeRecord])
+//	member.<name>                 a live member's heartbeat, with a per-key TTL ([MemberRecord])
 //
 // sm is the GPU compute capability ("sm89" for 8.9, see [SMToken]) or
 // "cpu": TensorRT plans only load on the SM they were built for.
 const (
-	lockPrefix  = "lock."
-	wantPrefix  = "want."
-	probePrefix = "probe."
+	lockPrefix   = "lock."
+	wantPrefix   = "want."
+	probePrefix  = "probe."
+	memberPrefix = "member."
 )
 
 // KeyToken turns s into one token of a KV key: '@' becomes '_' (so the
@@ -87,18 +89,20 @@ const (
 	KindLock
 	KindWant
 	KindProbe
+	KindMember
 )
 
 func (k KeyKind) String() string {
-	return [...]string{"unknown", "shape", "lock", "want", "probe"}[k]
+	return [...]string{"unknown", "shape", "lock", "want", "probe", "member"}[k]
 }
 
 // ParsedKey is a key of the engines bucket taken apart. For probes only
-// Shape.Model, Shape.SM and Arch are set.
+// Shape.Model, Shape.SM and Arch are set; for members only Member.
 type ParsedKey struct {
-	Kind  KeyKind
-	Shape ShapeKey
-	Arch  string
+	Kind   KeyKind
+	Shape  ShapeKey
+	Arch   string
+	Member string
 }
 
 // ParseKey takes a key of the engines bucket apart; keys it does not know
@@ -117,6 +121,11 @@ func ParseKey(key string) ParsedKey {
 		kind, key = KindLock, key[len(lockPrefix):]
 	case strings.HasPrefix(key, wantPrefix):
 		kind, key = KindWant, key[len(wantPrefix):]
+	case strings.HasPrefix(key, memberPrefix):
+		if t := key[len(memberPrefix):]; isToken(t) {
+			return ParsedKey{Kind: KindMember, Member: t}
+		}
+		return ParsedKey{}
 	case strings.HasPrefix(key, probePrefix):
 		t := strings.Split(key[len(probePrefix):], ".")
 		if len(t) != 3 || !isToken(t[0]) || !isToken(t[1]) || !isToken(t[2]) {
@@ -177,10 +186,13 @@ func ProbeKey(model, sm, arch string) string {
 	return probePrefix + KeyToken(model) + "." + SMToken(sm) + "." + KeyToken(arch)
 }
 
+// MemberKey is the heartbeat key of the member named name (host/pid).
+func MemberKey(name string) string { return memberPrefix + KeyToken(name) }
+
 // How a shape came to be compiled, in [ShapeRecord.Via].
 const (
 	// ViaLock: compiled by the fleet under the compile lock (a wanted
-	// shape, or [Fleet.Compile]).
+	// shape, or [Member.Compile]).
 	ViaLock = "lock"
 	// ViaRun: the engine ran it first on its own (start-up warm-up or an
 	// in-band run) and the fleet published it afterwards.
@@ -221,6 +233,22 @@ type ProbeRecord struct {
 	Bq float64   `json:"bq"`
 	By string    `json:"by"`
 	At time.Time `json:"at"`
+}
+
+// MemberRecord is the value of a member key: who the member is and what
+// its engine covers, as of its last heartbeat.
+type MemberRecord struct {
+	// Name is the member's name (host/pid), as in the records it writes.
+	Name string `json:"name"`
+	// Model is the model id, SM the key token of its compute capability.
+	Model string `json:"model"`
+	SM    string `json:"sm"`
+	// Shapes is how many shapes its engine has warmed; Ceiling the
+	// longest warmed seq (what its JIT guard admits).
+	Shapes  int       `json:"shapes"`
+	Ceiling int       `json:"ceiling"`
+	Started time.Time `json:"started"`
+	At      time.Time `json:"at"`
 }
 
 func encodeRecord(v any) []byte {

@@ -1,4 +1,4 @@
-package jetstream
+package fleet
 
 import (
 	"context"
@@ -7,35 +7,33 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// Fleet makes one consumer process a member of the fleet that shares the
+// Member makes one consumer process a member of the fleet that shares the
 // engines bucket. It publishes every shape its engine ran, pre-warms the
 // shapes peers published for the same model and SM (so the JIT guard
 // admits them here too), records the shapes the guard refused (wants) and,
 // when the engine is idle, compiles wanted shapes under a compile lock so
-// that no two members build the same engine. Start it with [StartFleet];
-// stop it with [Fleet.Stop].
+// that no two members build the same engine. Start it with [Join];
+// stop it with [Member.Stop].
 //
 // Goroutines: the watcher applies bucket changes to the state; the worker
 // does the engine work (pre-warms, idle compiles) and publishes shapes;
-// the writer records wants, so [Fleet.Want] never waits on the server or
-// on a compile. [Fleet.Compile] runs on its caller's goroutine.
+// the writer records wants, so [Member.Want] never waits on the server or
+// on a compile. [Member.Compile] runs on its caller's goroutine.
 //
 // Lock order: warmMu, then mu.
-type Fleet struct {
-	cfg    FleetConfig
-	js     natsjs.JetStream
-	kv     natsjs.KeyValue
-	eng    FleetEngine
-	w      natsjs.KeyWatcher
-	cancel context.CancelFunc
-	done   chan struct{}
-	wants  chan shape
-	kick   chan struct{} // the worker has pre-warms queued (capacity 1)
-	warmMu sync.Mutex    // held while pre-warming a shape
+type Member struct {
+	cfg     Config
+	started time.Time
+	kv      Store
+	eng     Engine
+	w       <-chan *Entry
+	cancel  context.CancelFunc
+	done    chan struct{}
+	wants   chan shape
+	kick    chan struct{} // the worker has pre-warms queued (capacity 1)
+	warmMu  sync.Mutex    // held while pre-warming a shape
 
 	ignored ignoredKeys // keys and values not taken from the bucket
 
@@ -49,16 +47,16 @@ type Fleet struct {
 	compiles []time.Time         // idle compiles within the last hour
 	failed   map[shape]time.Time // wanted shapes this member failed to build, when
 
-	stats fleetCounters
+	stats counters
 }
 
 type shape struct{ batch, seq int }
 
 func (s shape) String() string { return fmt.Sprintf("%dx%d", s.batch, s.seq) }
 
-// FleetStats counts what a member did since it started, and what it knows
+// Stats counts what a member did since it started, and what it knows
 // of the bucket for its model and SM now.
-type FleetStats struct {
+type Stats struct {
 	// Compiles are shapes this member built under the lock; Prewarms the
 	// peers' shapes it loaded; Published the shapes its engine ran that it
 	// put in the bucket; Wanted the want keys it created.
@@ -73,26 +71,22 @@ type FleetStats struct {
 	Shapes, Wants, Locks int
 }
 
-type fleetCounters struct {
+type counters struct {
 	compiles, prewarms, published, wanted, lockBusy, errors atomic.Int64
 }
 
-// StartFleet joins the fleet: it reads the bucket's current keys for the
+// Join joins the fleet: it reads the bucket's current keys for the
 // model and SM of cfg (queuing pre-warms for the shapes eng lacks) before
-// it returns, then follows the bucket until ctx ends or [Fleet.Stop].
-func StartFleet(ctx context.Context, js natsjs.JetStream, eng FleetEngine, cfg FleetConfig) (*Fleet, error) {
+// it returns, then follows the bucket until ctx ends or [Member.Stop].
+func Join(ctx context.Context, kv Store, eng Engine, cfg Config) (*Member, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	kv, err := js.KeyValue(ctx, cfg.Bucket)
-	if err != nil {
-		return nil, fmt.Errorf("fleet: bucket %s: %w", cfg.Bucket, err)
-	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	stop := context.AfterFunc(ctx, cancel)
-	f := &Fleet{
-		cfg: cfg, js: js, kv: kv, eng: eng, cancel: cancel,
+	f := &Member{
+		cfg: cfg, kv: kv, started: time.Now().UTC(), eng: eng, cancel: cancel,
 		done:    make(chan struct{}),
 		wants:   make(chan shape, 256),
 		kick:    make(chan struct{}, 1),
@@ -106,20 +100,20 @@ func StartFleet(ctx context.Context, js natsjs.JetStream, eng FleetEngine, cfg F
 	}
 	// One watch of the whole bucket, filtered in apply: the bucket is small
 	// (a key per shape, want and lock of each model and SM).
-	f.w, err = kv.WatchAll(runCtx)
-	if err != nil {
+	var err error
+	if f.w, err = kv.Watch(runCtx); err != nil {
 		stop()
 		cancel()
-		return nil, fmt.Errorf("fleet: watch %s: %w", cfg.Bucket, err)
+		return nil, fmt.Errorf("fleet: watch: %w", err)
 	}
 	// The watcher sends the current values, then nil, then live changes.
 	for initial := true; initial; {
 		select {
-		case e, ok := <-f.w.Updates():
+		case e, ok := <-f.w:
 			if !ok {
 				stop()
 				cancel()
-				return nil, fmt.Errorf("fleet: watch %s ended before its initial values", cfg.Bucket)
+				return nil, errors.New("fleet: watch ended before its initial values")
 			}
 			if e == nil {
 				initial = false
@@ -127,22 +121,22 @@ func StartFleet(ctx context.Context, js natsjs.JetStream, eng FleetEngine, cfg F
 			}
 			f.apply(e)
 		case <-ctx.Done():
-			_ = f.w.Stop()
 			stop()
 			cancel()
 			return nil, ctx.Err()
 		}
 	}
 	// Logged before the goroutines start: from then on the state is theirs.
-	cfg.Logger.Info("fleet joined", "bucket", cfg.Bucket, "model", cfg.Model, "sm", cfg.smToken(),
+	cfg.Logger.Info("fleet joined", "model", cfg.Model, "sm", cfg.smToken(),
 		"shapes", len(f.shapes), "wants", len(f.wanted), "locks", len(f.locked))
+	rev := f.beat(runCtx, 0)
 	var wg sync.WaitGroup
+	wg.Go(func() { f.heartbeat(runCtx, rev) })
 	wg.Go(f.watch)
 	wg.Go(func() { f.work(runCtx) })
 	wg.Go(func() { f.write(runCtx) })
 	go func() {
-		<-runCtx.Done()
-		_ = f.w.Stop()
+		<-runCtx.Done() // ends the watch too
 		wg.Wait()
 		stop()
 		close(f.done)
@@ -153,19 +147,19 @@ func StartFleet(ctx context.Context, js natsjs.JetStream, eng FleetEngine, cfg F
 // Stop leaves the fleet: it cancels a pre-warm or compile in progress
 // (releasing its lock when the server is still reachable) and returns once
 // every goroutine ended.
-func (f *Fleet) Stop() {
+func (f *Member) Stop() {
 	f.cancel()
 	<-f.done
 }
 
 // Closed is closed when the fleet has stopped.
-func (f *Fleet) Closed() <-chan struct{} { return f.done }
+func (f *Member) Closed() <-chan struct{} { return f.done }
 
 // Stats returns a snapshot; it is cheap and safe to call concurrently.
-func (f *Fleet) Stats() FleetStats {
+func (f *Member) Stats() Stats {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return FleetStats{
+	return Stats{
 		Compiles: f.stats.compiles.Load(), Prewarms: f.stats.prewarms.Load(),
 		Published: f.stats.published.Load(), Wanted: f.stats.wanted.Load(),
 		LockBusy: f.stats.lockBusy.Load(), Errors: f.stats.errors.Load(), Ignored: f.ignored.count(),
@@ -177,7 +171,7 @@ func (f *Fleet) Stats() FleetStats {
 // an idle member compiles it. It never blocks (it implements
 // consumer.Wants); a shape already in the bucket or already wanted is
 // not recorded again.
-func (f *Fleet) Want(batch, seq int) {
+func (f *Member) Want(batch, seq int) {
 	s := shape{batch, seq}
 	if seq < f.cfg.MinSeq || f.eng.ShapeAdmissible(batch, seq) != nil {
 		return
@@ -198,8 +192,8 @@ func (f *Fleet) Want(batch, seq int) {
 // watch applies live bucket changes until the watcher stops. A watch that
 // ends by itself (the connection closed for good) ends the fleet too: a
 // member blind to the bucket would compile what peers already built.
-func (f *Fleet) watch() {
-	for e := range f.w.Updates() {
+func (f *Member) watch() {
+	for e := range f.w {
 		if e != nil {
 			f.apply(e)
 		}
@@ -211,31 +205,31 @@ func (f *Fleet) watch() {
 // queues a pre-warm for a new shape the engine lacks. A key of no known
 // layout, a shape this engine would never run and a value that is not a
 // record are logged once and ignored (see fleet_validate.go).
-func (f *Fleet) apply(e natsjs.KeyValueEntry) {
-	pk := ParseKey(e.Key())
+func (f *Member) apply(e *Entry) {
+	pk := ParseKey(e.Key)
 	switch {
 	case pk.Kind == KindUnknown:
-		f.ignored.ignore(e.Key(), "not a key of the fleet's layout")
+		f.ignored.ignore(e.Key, "not a key of the fleet's layout")
 		return
-	case pk.Kind == KindProbe || pk.Shape.Model != f.cfg.modelToken() || pk.Shape.SM != f.cfg.smToken():
-		return // probes are read by LoadProbe; other models and SMs are the peers'
+	case pk.Kind == KindProbe || pk.Kind == KindMember || pk.Shape.Model != f.cfg.modelToken() || pk.Shape.SM != f.cfg.smToken():
+		return // probes are read by LoadProbe, members by Read; other models and SMs are the peers'
 	}
 	s := shape{pk.Shape.Batch, pk.Shape.Seq}
 	if err := f.eng.ShapeAdmissible(s.batch, s.seq); err != nil {
-		f.ignored.ignore(e.Key(), err.Error())
+		f.ignored.ignore(e.Key, err.Error())
 		return
 	}
-	gone := e.Operation() != natsjs.KeyValuePut
+	gone := e.Op != OpPut
 	var rec ShapeRecord
 	if !gone {
 		var err error
 		if pk.Kind == KindShape {
-			rec, err = DecodeShapeRecord(e.Value())
+			rec, err = DecodeShapeRecord(e.Value)
 		} else {
-			_, err = DecodeLockRecord(e.Value())
+			_, err = DecodeLockRecord(e.Value)
 		}
 		if err != nil {
-			f.ignored.ignore(e.Key(), err.Error())
+			f.ignored.ignore(e.Key, err.Error())
 			return
 		}
 	}
@@ -266,7 +260,7 @@ func (f *Fleet) apply(e natsjs.KeyValueEntry) {
 	f.changed = make(chan struct{})
 }
 
-func (f *Fleet) setFlag(m map[shape]bool, s shape, on bool) {
+func (f *Member) setFlag(m map[shape]bool, s shape, on bool) {
 	if on {
 		m[s] = true
 	} else {
@@ -274,8 +268,8 @@ func (f *Fleet) setFlag(m map[shape]bool, s shape, on bool) {
 	}
 }
 
-// write creates the want keys [Fleet.Want] queued.
-func (f *Fleet) write(ctx context.Context) {
+// write creates the want keys [Member.Want] queued.
+func (f *Member) write(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -283,12 +277,12 @@ func (f *Fleet) write(ctx context.Context) {
 		case s := <-f.wants:
 			k := f.cfg.key(s.batch, s.seq)
 			rec := encodeRecord(WantRecord{By: f.cfg.Member, At: time.Now().UTC()})
-			_, err := f.kv.Create(ctx, k.Want(), rec, natsjs.KeyTTL(f.cfg.WantTTL))
+			_, err := f.kv.Create(ctx, k.Want(), rec, f.cfg.WantTTL)
 			switch {
 			case err == nil:
 				f.stats.wanted.Add(1)
 				f.cfg.Logger.Info("fleet: shape wanted", "key", k.Want())
-			case errors.Is(err, natsjs.ErrKeyExists):
+			case errors.Is(err, ErrExists):
 			case ctx.Err() == nil:
 				f.stats.errors.Add(1)
 				f.cfg.Logger.Warn("fleet: recording a wanted shape", "key", k.Want(), "err", err)
@@ -298,7 +292,7 @@ func (f *Fleet) write(ctx context.Context) {
 }
 
 // changes returns a channel closed at the next change of the state.
-func (f *Fleet) changes() <-chan struct{} {
+func (f *Member) changes() <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.changed

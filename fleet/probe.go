@@ -1,12 +1,10 @@
-package jetstream
+package fleet
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"time"
-
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // ErrNoProbe means the engines bucket holds no cost coefficients for the
@@ -16,20 +14,16 @@ var ErrNoProbe = errors.New("no probe coefficients in the bucket")
 // LoadProbe reads the packing cost coefficients a peer measured for the
 // same model, SM and host architecture, so this process can skip the
 // start-up probe. It returns [ErrNoProbe] when there are none.
-func LoadProbe(ctx context.Context, js natsjs.JetStream, bucket, model, sm, arch string) (ProbeRecord, error) {
-	kv, err := js.KeyValue(ctx, bucketOrDefault(bucket))
-	if err != nil {
-		return ProbeRecord{}, fmt.Errorf("probe: bucket: %w", err)
-	}
+func LoadProbe(ctx context.Context, kv Store, model, sm, arch string) (ProbeRecord, error) {
 	key := ProbeKey(model, sm, arch)
 	e, err := kv.Get(ctx, key)
-	if errors.Is(err, natsjs.ErrKeyNotFound) || errors.Is(err, natsjs.ErrKeyDeleted) {
+	if errors.Is(err, ErrNotFound) {
 		return ProbeRecord{}, fmt.Errorf("%w: %s", ErrNoProbe, key)
 	}
 	if err != nil {
 		return ProbeRecord{}, fmt.Errorf("probe: %s: %w", key, err)
 	}
-	rec, err := DecodeProbeRecord(e.Value())
+	rec, err := DecodeProbeRecord(e.Value)
 	if err != nil {
 		// The value is a stranger's: it is not printed.
 		return ProbeRecord{}, fmt.Errorf("%w: %s holds an unusable value: %w", ErrNoProbe, key, err)
@@ -41,25 +35,14 @@ func LoadProbe(ctx context.Context, js natsjs.JetStream, bucket, model, sm, arch
 // bq*B*S^2 seconds) with the peers of the same model, SM and arch. The
 // first record stays: peers that probed at the same time all measured the
 // same hardware, and a stable value keeps the fleet's packing alike.
-func StoreProbe(ctx context.Context, js natsjs.JetStream, bucket, model, sm, arch, member string, a, bq float64) error {
+func StoreProbe(ctx context.Context, kv Store, model, sm, arch, member string, a, bq float64) error {
 	if !costCoefficient(a) || !costCoefficient(bq) || a == 0 && bq == 0 {
 		return fmt.Errorf("probe: coefficients a=%g bq=%g are not a cost model", a, bq)
 	}
-	kv, err := js.KeyValue(ctx, bucketOrDefault(bucket))
-	if err != nil {
-		return fmt.Errorf("probe: bucket: %w", err)
-	}
 	key := ProbeKey(model, sm, arch)
 	rec := ProbeRecord{A: a, Bq: bq, By: member, At: time.Now().UTC()}
-	if _, err := kv.Create(ctx, key, encodeRecord(rec)); err != nil && !errors.Is(err, natsjs.ErrKeyExists) {
+	if _, err := kv.Create(ctx, key, encodeRecord(rec), 0); err != nil && !errors.Is(err, ErrExists) {
 		return fmt.Errorf("probe: %s: %w", key, err)
 	}
 	return nil
-}
-
-func bucketOrDefault(bucket string) string {
-	if bucket == "" {
-		return DefaultConfig().Engines.Name
-	}
-	return bucket
 }

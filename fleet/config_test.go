@@ -1,4 +1,4 @@
-package jetstream
+package fleet
 
 import (
 	"errors"
@@ -10,26 +10,26 @@ import (
 )
 
 func TestFleetConfigValidate(t *testing.T) {
-	ok := FleetConfig{Model: "m@0123456789ab"}.WithDefaults()
+	ok := Config{Model: "m@0123456789ab"}.WithDefaults()
 	if err := ok.validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
-	if ok.Bucket != "EMBED_ENGINES" || ok.SM != "cpu" || ok.Member == "" || ok.LockTTL != DefaultLockTTL {
+	if ok.SM != "cpu" || ok.Member == "" || ok.LockTTL != DefaultLockTTL {
 		t.Errorf("defaults %+v", ok)
 	}
-	for name, edit := range map[string]func(*FleetConfig){
-		"no model":      func(c *FleetConfig) { c.Model = "" },
-		"lock ttl < 1s": func(c *FleetConfig) { c.LockTTL = 500 * time.Millisecond },
-		"want ttl < 1s": func(c *FleetConfig) { c.WantTTL = time.Millisecond },
-		"negative idle": func(c *FleetConfig) { c.IdleQuiet = -time.Second },
-		"negative cap":  func(c *FleetConfig) { c.CompilesPerHour = -1 },
-		"negative seq":  func(c *FleetConfig) { c.MinSeq = -1 },
-		"negative tick": func(c *FleetConfig) { c.Tick = -time.Second },
+	for name, edit := range map[string]func(*Config){
+		"no model":      func(c *Config) { c.Model = "" },
+		"lock ttl < 1s": func(c *Config) { c.LockTTL = 500 * time.Millisecond },
+		"want ttl < 1s": func(c *Config) { c.WantTTL = time.Millisecond },
+		"negative idle": func(c *Config) { c.IdleQuiet = -time.Second },
+		"negative cap":  func(c *Config) { c.CompilesPerHour = -1 },
+		"negative seq":  func(c *Config) { c.MinSeq = -1 },
+		"negative tick": func(c *Config) { c.Tick = -time.Second },
 	} {
 		c := ok
 		edit(&c)
-		if err := c.validate(); !errors.Is(err, ErrFleetConfig) {
-			t.Errorf("%s: %v, want ErrFleetConfig", name, err)
+		if err := c.validate(); !errors.Is(err, ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", name, err)
 		}
 	}
 }

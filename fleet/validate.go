@@ -1,4 +1,4 @@
-package jetstream
+package fleet
 
 import (
 	"encoding/json"
@@ -14,7 +14,7 @@ import (
 // Everything a member reads from the engines bucket was written by someone
 // else: any client allowed to put into the bucket (or a reply subject that
 // resolves into it) can write any key and value. Keys are taken apart by
-// [ParseKey], shapes checked by the engine (FleetEngine.ShapeAdmissible)
+// [ParseKey], shapes checked by the engine (Engine.ShapeAdmissible)
 // and values decoded here, bounded, before anything uses them.
 
 // Bounds of the records of the engines bucket.
@@ -83,6 +83,27 @@ func DecodeProbeRecord(b []byte) (ProbeRecord, error) {
 	}
 	return rec, nil
 }
+
+// DecodeMemberRecord decodes and checks the value of a member key.
+func DecodeMemberRecord(b []byte) (MemberRecord, error) {
+	var rec MemberRecord
+	if err := decodeRecord(b, &rec); err != nil {
+		return MemberRecord{}, err
+	}
+	switch {
+	case rec.Name == "" || len(rec.Name) > maxMemberLen || len(rec.Model) > maxMemberLen:
+		return MemberRecord{}, fmt.Errorf("%w: member or model name empty or over %d bytes", errRecord, maxMemberLen)
+	case !isToken(rec.SM) || len(rec.SM) > 64:
+		return MemberRecord{}, fmt.Errorf("%w: not an sm token", errRecord)
+	case rec.Shapes < 0 || rec.Shapes > maxCount || rec.Ceiling < 0 || rec.Ceiling > maxCount:
+		return MemberRecord{}, fmt.Errorf("%w: shape count or ceiling outside 0..%d", errRecord, maxCount)
+	}
+	return rec, nil
+}
+
+// maxCount bounds the numbers of a member record, as [ParseKey] bounds a
+// key's batch and seq.
+const maxCount = 999999
 
 func costCoefficient(x float64) bool { return x >= 0 && !math.IsInf(x, 1) && !math.IsNaN(x) }
 

@@ -1,8 +1,9 @@
-package jetstream_test
+package fleet_test
 
 import (
 	"context"
 	"fmt"
+	"github.com/jetembed/jetembed/fleet"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +13,6 @@ import (
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 )
 
 // The fleet tests run several members in one process, each with its own
@@ -68,21 +68,21 @@ func (c *countingEngine) warmed(batch, seq int) int {
 
 // startMember joins the fleet with a connection of its own. Members tick
 // every 50ms and never compile wanted shapes unless edit lowers IdleQuiet.
-func startMember(t *testing.T, srv *server, eng jetstream.FleetEngine, model, name string, edit func(*jetstream.FleetConfig)) *jetstream.Fleet {
+func startMember(t *testing.T, srv *server, eng fleet.Engine, model, name string, edit func(*fleet.Config)) *fleet.Member {
 	t.Helper()
 	js, err := natsjs.New(connect(t, srv.url))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := jetstream.FleetConfig{
-		Bucket: srv.cfg.Engines.Name, Model: model, SM: "cpu", Member: name,
+	cfg := fleet.Config{
+		Model: model, SM: "cpu", Member: name,
 		Tick: 50 * time.Millisecond, IdleQuiet: time.Hour, LockTTL: 2 * time.Second,
 		Logger: testLogger(t).With("member", name),
 	}
 	if edit != nil {
 		edit(&cfg)
 	}
-	f, err := jetstream.StartFleet(t.Context(), js, eng, cfg)
+	f, err := fleet.Join(t.Context(), store(t, js, srv), eng, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,8 +99,8 @@ func bucket(t *testing.T, srv *server) natsjs.KeyValue {
 	return kv
 }
 
-func shapeKey(model string, batch, seq int) jetstream.ShapeKey {
-	return jetstream.ShapeKey{Model: jetstream.KeyToken(model), SM: "cpu", Batch: batch, Seq: seq}
+func shapeKey(model string, batch, seq int) fleet.ShapeKey {
+	return fleet.ShapeKey{Model: fleet.KeyToken(model), SM: "cpu", Batch: batch, Seq: seq}
 }
 
 func refused(t *testing.T, e *engine.Engine, text string) bool {
@@ -115,7 +115,7 @@ func refused(t *testing.T, e *engine.Engine, text string) bool {
 func TestFleetPrewarmsPeersShapes(t *testing.T) {
 	srv := newServer(t, nil)
 	var engs []*engine.Engine
-	var members []*jetstream.Fleet
+	var members []*fleet.Member
 	for _, name := range []string{"a", "b", "c"} {
 		e := openEngine(t, guardedConfig())
 		engs = append(engs, e)
@@ -126,7 +126,7 @@ func TestFleetPrewarmsPeersShapes(t *testing.T) {
 	ctx := context.Background()
 
 	// A TensorRT plan built on another SM must not be loaded here.
-	other := jetstream.ShapeKey{Model: jetstream.KeyToken(model), SM: "sm89", Batch: 1, Seq: 256}
+	other := fleet.ShapeKey{Model: fleet.KeyToken(model), SM: "sm89", Batch: 1, Seq: 256}
 	if _, err := kv.Put(ctx, other.String(), []byte(`{"by":"gpu-host"}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -202,7 +202,7 @@ func TestFleetMinSeq(t *testing.T) {
 	a := openEngine(t, guardedConfig())
 	b := openEngine(t, guardedConfig())
 	startMember(t, srv, a, a.ModelID(), "a", nil)
-	mb := startMember(t, srv, b, b.ModelID(), "b", func(c *jetstream.FleetConfig) { c.MinSeq = 64 })
+	mb := startMember(t, srv, b, b.ModelID(), "b", func(c *fleet.Config) { c.MinSeq = 64 })
 
 	if err := a.Warm(context.Background(), []engine.Shape{{Batch: 2, Seq: 48}, {Batch: 2, Seq: 96}}); err != nil {
 		t.Fatal(err)

@@ -1,8 +1,9 @@
-package jetstream_test
+package fleet_test
 
 import (
 	"context"
 	"errors"
+	"github.com/jetembed/jetembed/fleet"
 	"strings"
 	"testing"
 	"time"
@@ -10,7 +11,6 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 )
 
 // The compile lock: one builder per shape, and a dead holder's lock
@@ -19,7 +19,7 @@ import (
 func TestFleetCompileLockOneBuilder(t *testing.T) {
 	srv := newServer(t, nil)
 	var engs []*countingEngine
-	var members []*jetstream.Fleet
+	var members []*fleet.Member
 	for _, name := range []string{"a", "b", "c"} {
 		e := newCounting(openEngine(t, guardedConfig()))
 		engs = append(engs, e)
@@ -127,8 +127,8 @@ func TestFleetMemberKilledMidCompile(t *testing.T) {
 		t.Fatal(err)
 	}
 	const ttl = 2 * time.Second
-	victim, err := jetstream.StartFleet(t.Context(), js, doomed, jetstream.FleetConfig{
-		Bucket: srv.cfg.Engines.Name, Model: model, Member: "doomed", Tick: 50 * time.Millisecond,
+	victim, err := fleet.Join(t.Context(), store(t, js, srv), doomed, fleet.Config{
+		Model: model, Member: "doomed", Tick: 50 * time.Millisecond,
 		IdleQuiet: time.Hour, LockTTL: ttl, Logger: testLogger(t).With("member", "doomed"),
 	})
 	if err != nil {
@@ -195,8 +195,8 @@ func TestFleetCompileEndsWithTheFleet(t *testing.T) {
 	m.Stop()
 	select {
 	case err := <-done:
-		if !errors.Is(err, jetstream.ErrFleetStopped) {
-			t.Errorf("Compile after Stop: %v, want ErrFleetStopped", err)
+		if !errors.Is(err, fleet.ErrStopped) {
+			t.Errorf("Compile after Stop: %v, want ErrStopped", err)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Compile still waiting after the fleet stopped")

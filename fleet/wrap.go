@@ -1,4 +1,4 @@
-package consumer
+package fleet
 
 import (
 	"context"
@@ -7,20 +7,26 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
+// Embedder is what the consumer embeds through (consumer.Embedder has the
+// same method): [Wrap] takes one and returns one.
+type Embedder interface {
+	Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error)
+}
+
 // Wants records the chunk shapes the JIT guard refused, so that an idle
 // member of the fleet compiles them and the refused jobs, NAKed with a
-// delay, succeed on a later delivery. package jetstream's Fleet is one.
-// Want must not block: it is called on the batch path.
+// delay, succeed on a later delivery. A [Member] is one. Want must not
+// block: it is called on the batch path.
 type Wants interface {
 	Want(batch, seq int)
 }
 
-// WithWants returns an [Embedder] that embeds through emb and tells w the
+// Wrap returns an [Embedder] that embeds through emb and tells w the
 // shape of every chunk refused with shape_not_warmed. The consumer's own
 // handling of the refusal is unchanged (NAK with backoff, final result and
 // DLQ after MaxDeliver); this only adds the record. The model id and the
 // token limit emb reports are passed through.
-func WithWants(emb Embedder, w Wants) Embedder {
+func Wrap(emb Embedder, w Wants) Embedder {
 	return &wantingEmbedder{emb: emb, w: w}
 }
 

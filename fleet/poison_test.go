@@ -1,16 +1,16 @@
-package jetstream_test
+package fleet_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/jetembed/jetembed/fleet"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 )
 
 // TestFleetIgnoresPoisonedBucket puts what a hostile writer (or a result
@@ -26,7 +26,7 @@ func TestFleetIgnoresPoisonedBucket(t *testing.T) {
 	eng := newCounting(e)
 	kv := bucket(t, srv)
 	ctx := context.Background()
-	m := jetstream.KeyToken(e.ModelID())
+	m := fleet.KeyToken(e.ModelID())
 	rec := `{"by":"peer","via":"run"}`
 	poison := map[string]string{
 		m + ".cpu.b1000000000000000.s256":           rec, // the makeslice panic
@@ -58,7 +58,7 @@ func TestFleetIgnoresPoisonedBucket(t *testing.T) {
 
 	var log natstest.Buffer
 	logger := slog.New(slog.NewTextHandler(&log, nil))
-	fl := startMember(t, srv, eng, e.ModelID(), "victim", func(c *jetstream.FleetConfig) {
+	fl := startMember(t, srv, eng, e.ModelID(), "victim", func(c *fleet.Config) {
 		c.IdleQuiet = 50 * time.Millisecond // idle compiles of wants run at once
 		c.Logger = logger
 	})
@@ -109,13 +109,13 @@ func TestFleetIgnoresPoisonedBucket(t *testing.T) {
 func TestLoadProbeRejectsPoison(t *testing.T) {
 	srv := newServer(t, nil)
 	ctx := context.Background()
-	key := jetstream.ProbeKey("m@1", "cpu", "x86")
+	key := fleet.ProbeKey("m@1", "cpu", "x86")
 	for _, v := range []string{`{"a":-1,"bq":1e-9}`, `{"a":1e999}`, `{"a":"NaN"}`, `{"a":0,"bq":0}`, `{"a":1e-6,"bq":-0.5}`, "\x00secret"} {
 		if _, err := srv.js.Publish(ctx, "$KV."+srv.cfg.Engines.Name+"."+key, []byte(v)); err != nil {
 			t.Fatal(err)
 		}
-		_, err := jetstream.LoadProbe(ctx, srv.js, srv.cfg.Engines.Name, "m@1", "cpu", "x86")
-		if !errors.Is(err, jetstream.ErrNoProbe) {
+		_, err := fleet.LoadProbe(ctx, store(t, srv.js, srv), "m@1", "cpu", "x86")
+		if !errors.Is(err, fleet.ErrNoProbe) {
 			t.Errorf("probe value %q: %v, want ErrNoProbe", v, err)
 		}
 		if err != nil && strings.Contains(err.Error(), v) {

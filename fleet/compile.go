@@ -1,4 +1,4 @@
-package jetstream
+package fleet
 
 import (
 	"context"
@@ -8,24 +8,21 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
-
-	"github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 var (
-	// ErrFleetStopped is returned by [Fleet.Compile] when the fleet stops
+	// ErrStopped is returned by [Member.Compile] when the fleet stops
 	// while it waits for a peer's compile.
-	ErrFleetStopped = errors.New("fleet stopped")
+	ErrStopped = errors.New("fleet stopped")
 
 	// errLockBusy means a peer holds the compile lock of a shape.
 	errLockBusy = errors.New("fleet: compile lock held by a peer")
 )
 
-// work is the worker: it pre-warms queued shapes as soon as they arrive,
-// and on every tick publishes the shapes the engine ran and, once the
+// work is the worker: it pre-warms queued shapes as soon as they arrive
+// while the engine has no work queued or running, and on every tick publishes the shapes the engine ran and, once the
 // engine has been idle for IdleQuiet, compiles one wanted shape.
-func (f *Fleet) work(ctx context.Context) {
+func (f *Member) work(ctx context.Context) {
 	t := time.NewTicker(f.cfg.Tick)
 	defer t.Stop()
 	_, lastRuns := f.eng.Activity()
@@ -37,9 +34,13 @@ func (f *Fleet) work(ctx context.Context) {
 		case <-f.kick:
 		case <-t.C:
 		}
-		f.prewarmQueued(ctx)
-		f.publishRan(ctx)
 		busy, runs := f.eng.Activity()
+		if !busy {
+			// A pre-warm takes the sessions for a run each (a plan load on
+			// TensorRT): it waits for a moment with no work queued.
+			f.prewarmQueued(ctx)
+		}
+		f.publishRan(ctx)
 		if busy || runs != lastRuns || f.cfg.Busy != nil && f.cfg.Busy() {
 			quietSince, lastRuns = time.Now(), runs
 			continue
@@ -56,7 +57,7 @@ func (f *Fleet) work(ctx context.Context) {
 }
 
 // prewarmQueued warms the peers' shapes the watcher queued.
-func (f *Fleet) prewarmQueued(ctx context.Context) {
+func (f *Member) prewarmQueued(ctx context.Context) {
 	for ctx.Err() == nil {
 		f.mu.Lock()
 		if len(f.prewarm) == 0 {
@@ -74,9 +75,9 @@ func (f *Fleet) prewarmQueued(ctx context.Context) {
 }
 
 // prewarmOne warms a shape a peer built, unless the engine has it. The
-// worker and [Fleet.Compile] may both reach the same shape; warmMu makes
+// worker and [Member.Compile] may both reach the same shape; warmMu makes
 // the second find it warmed instead of loading it again.
-func (f *Fleet) prewarmOne(ctx context.Context, s shape) error {
+func (f *Member) prewarmOne(ctx context.Context, s shape) error {
 	f.warmMu.Lock()
 	defer f.warmMu.Unlock()
 	if f.eng.ShapeWarmed(s.batch, s.seq) {
@@ -94,7 +95,7 @@ func (f *Fleet) prewarmOne(ctx context.Context, s shape) error {
 // publishRan puts every shape the engine ran (start-up warm-up, in-band
 // runs) that the bucket lacks, with a create: the first record of a shape
 // stays.
-func (f *Fleet) publishRan(ctx context.Context) {
+func (f *Member) publishRan(ctx context.Context) {
 	var fresh []shape
 	f.mu.Lock()
 	for b, sq := range f.eng.WarmedShapes() {
@@ -105,20 +106,18 @@ func (f *Fleet) publishRan(ctx context.Context) {
 	}
 	f.mu.Unlock()
 	for _, s := range fresh {
-		k := f.cfg.key(s.batch, s.seq)
-		rec := ShapeRecord{By: f.cfg.Member, At: time.Now().UTC(), Via: ViaRun}
-		_, err := f.kv.Create(ctx, k.String(), encodeRecord(rec))
-		switch {
-		case err == nil:
-			f.stats.published.Add(1)
-		case errors.Is(err, natsjs.ErrKeyExists):
-		default:
+		created, err := publishShape(ctx, f.kv, f.cfg, s)
+		if err != nil {
 			if ctx.Err() == nil {
 				f.stats.errors.Add(1)
-				f.cfg.Logger.Warn("fleet: publishing a shape", "key", k.String(), "err", err)
+				f.cfg.Logger.Warn("fleet: publishing a shape", "err", err)
 			}
 			continue // try again next tick
 		}
+		if created {
+			f.stats.published.Add(1)
+		}
+		k := f.cfg.key(s.batch, s.seq)
 		f.mu.Lock()
 		f.tried[s] = true
 		wanted := f.wanted[s]
@@ -130,15 +129,15 @@ func (f *Fleet) publishRan(ctx context.Context) {
 }
 
 // dropWant deletes the want of a shape the bucket now has.
-func (f *Fleet) dropWant(ctx context.Context, k ShapeKey) {
-	if err := f.kv.Delete(ctx, k.Want()); err != nil && ctx.Err() == nil {
+func (f *Member) dropWant(ctx context.Context, k ShapeKey) {
+	if err := f.kv.Delete(ctx, k.Want(), 0); err != nil && ctx.Err() == nil {
 		f.cfg.Logger.Warn("fleet: dropping a satisfied want", "key", k.Want(), "err", err)
 	}
 }
 
 // compileWanted compiles the longest wanted shape that nobody has built or
 // is building, within the hourly cap. It reports whether it ran the engine.
-func (f *Fleet) compileWanted(ctx context.Context) bool {
+func (f *Member) compileWanted(ctx context.Context) bool {
 	f.mu.Lock()
 	hour := time.Now().Add(-time.Hour)
 	var pick *shape
@@ -191,7 +190,7 @@ func (f *Fleet) compileWanted(ctx context.Context) bool {
 // if nobody did, and waits for the holder's shape key (or for the lock to
 // expire) while a peer builds it. Use it for shapes worth building ahead of
 // traffic (adaptive warm-up).
-func (f *Fleet) Compile(ctx context.Context, batch, seq int) error {
+func (f *Member) Compile(ctx context.Context, batch, seq int) error {
 	if err := f.eng.ShapeAdmissible(batch, seq); err != nil {
 		return fmt.Errorf("fleet: compile %dx%d: %w", batch, seq, err)
 	}
@@ -217,7 +216,7 @@ func (f *Fleet) Compile(ctx context.Context, batch, seq int) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-f.done:
-			return ErrFleetStopped // nothing updates the state any more
+			return ErrStopped // nothing updates the state any more
 		}
 	}
 }
@@ -225,11 +224,11 @@ func (f *Fleet) Compile(ctx context.Context, batch, seq int) error {
 // compileLocked takes the shape's compile lock, builds it (a warm-up run
 // on every session), publishes its shape key, drops the want and releases
 // the lock. It returns errLockBusy when a peer holds the lock.
-func (f *Fleet) compileLocked(ctx context.Context, s shape) error {
+func (f *Member) compileLocked(ctx context.Context, s shape) error {
 	k := f.cfg.key(s.batch, s.seq)
 	lock := encodeRecord(LockRecord{By: f.cfg.Member, At: time.Now().UTC()})
-	rev, err := f.kv.Create(ctx, k.Lock(), lock, natsjs.KeyTTL(f.cfg.LockTTL))
-	if errors.Is(err, natsjs.ErrKeyExists) {
+	rev, err := f.kv.Create(ctx, k.Lock(), lock, f.cfg.LockTTL)
+	if errors.Is(err, ErrExists) {
 		f.stats.lockBusy.Add(1)
 		return errLockBusy
 	}
@@ -281,35 +280,33 @@ func (f *Fleet) compileLocked(ctx context.Context, s shape) error {
 // with a fresh TTL, made only if the lock is still the revision we wrote:
 // a holder that lost its lock (it expired while the process stalled)
 // must not take it back from the peer that holds it now.
-func (f *Fleet) holdLock(ctx context.Context, key string, value []byte, rev uint64) uint64 {
+func (f *Member) holdLock(ctx context.Context, key string, value []byte, rev uint64) uint64 {
 	t := time.NewTicker(f.cfg.LockTTL / 3)
 	defer t.Stop()
-	subject := "$KV." + f.cfg.Bucket + "." + key
 	for {
 		select {
 		case <-ctx.Done():
 			return rev
 		case <-t.C:
 		}
-		ack, err := f.js.PublishMsg(ctx, &nats.Msg{Subject: subject, Data: value},
-			natsjs.WithMsgTTL(f.cfg.LockTTL), natsjs.WithExpectLastSequencePerSubject(rev))
+		next, err := f.kv.Update(ctx, key, value, rev, f.cfg.LockTTL)
 		if err != nil {
 			if ctx.Err() == nil {
 				f.cfg.Logger.Warn("fleet: renewing the compile lock failed; a peer may build the same shape", "lock", key, "err", err)
 			}
 			return rev
 		}
-		rev = ack.Sequence
+		rev = next
 	}
 }
 
 // release deletes the lock if it is still ours. It uses a fresh context:
 // a compile cancelled by Stop must still free the lock for the peers.
-func (f *Fleet) release(key string, rev uint64) {
+func (f *Member) release(key string, rev uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := f.kv.Delete(ctx, key, natsjs.LastRevision(rev)); err != nil {
-		f.cfg.Logger.Warn("fleet: releasing the compile lock; it expires by its ttl", "lock", key, "err", err)
+	if err := f.kv.Delete(ctx, key, rev); err != nil {
+		f.cfg.Logger.Warn("fleet: releasing a key; it expires by its ttl", "key", key, "err", err)
 	}
 }
 

@@ -1,4 +1,4 @@
-package jetstream
+package fleet
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"time"
 )
 
-// FleetEngine is what the fleet needs of the local engine; *engine.Engine
+// Engine is what the fleet needs of the local engine; *engine.Engine
 // satisfies it (engine/fleet_hooks.go).
-type FleetEngine interface {
+type Engine interface {
 	// WarmShape runs the shape on every session, between runs, and raises
 	// the engine's coverage. On TensorRT it loads the plan from the shared
 	// engine cache, or builds it.
@@ -30,24 +30,22 @@ type FleetEngine interface {
 	ShapeAdmissible(batch, seq int) error
 }
 
-// ErrFleetConfig reports an unusable [FleetConfig].
-var ErrFleetConfig = errors.New("invalid fleet config")
+// ErrConfig reports an unusable [Config].
+var ErrConfig = errors.New("invalid fleet config")
 
-// Defaults of [FleetConfig].
+// Defaults of [Config].
 const (
 	DefaultLockTTL         = time.Minute
 	DefaultWantTTL         = time.Hour
+	DefaultMemberTTL       = 30 * time.Second
 	DefaultIdleQuiet       = 10 * time.Second
-	DefaultFleetTick       = time.Second
+	DefaultTick            = time.Second
 	DefaultCompilesPerHour = 12
 )
 
-// FleetConfig says which model and SM a member of the fleet serves and how
+// Config says which model and SM a member of the fleet serves and how
 // it cooperates.
-type FleetConfig struct {
-	// Bucket is the engines KV bucket, provisioned by [Provision]; default
-	// EMBED_ENGINES.
-	Bucket string
+type Config struct {
 	// Model is the engine's model id ("name@sha12"); SM is "cpu" or the
 	// GPU compute capability ("8.9"). Only shapes of this model and SM are
 	// pre-warmed: plans do not move between SMs.
@@ -64,6 +62,9 @@ type FleetConfig struct {
 	LockTTL time.Duration
 	// WantTTL is how long a want key lives if nobody compiles its shape.
 	WantTTL time.Duration
+	// MemberTTL is the per-key TTL of the member's heartbeat key, renewed
+	// every third of it: a member that dies is shown gone after this long.
+	MemberTTL time.Duration
 	// IdleQuiet is how long the engine must have been idle (no call in
 	// flight, no run made, Busy false) before this member compiles wanted
 	// shapes.
@@ -92,10 +93,7 @@ type FleetConfig struct {
 }
 
 // WithDefaults returns c with every unset field filled in.
-func (c FleetConfig) WithDefaults() FleetConfig {
-	if c.Bucket == "" {
-		c.Bucket = DefaultConfig().Engines.Name
-	}
+func (c Config) WithDefaults() Config {
 	if c.SM == "" {
 		c.SM = "cpu"
 	}
@@ -112,6 +110,9 @@ func (c FleetConfig) WithDefaults() FleetConfig {
 	if c.WantTTL == 0 {
 		c.WantTTL = DefaultWantTTL
 	}
+	if c.MemberTTL == 0 {
+		c.MemberTTL = DefaultMemberTTL
+	}
 	if c.IdleQuiet == 0 {
 		c.IdleQuiet = DefaultIdleQuiet
 	}
@@ -119,7 +120,7 @@ func (c FleetConfig) WithDefaults() FleetConfig {
 		c.CompilesPerHour = DefaultCompilesPerHour
 	}
 	if c.Tick == 0 {
-		c.Tick = DefaultFleetTick
+		c.Tick = DefaultTick
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -127,28 +128,30 @@ func (c FleetConfig) WithDefaults() FleetConfig {
 	return c
 }
 
-func (c FleetConfig) validate() error {
+func (c Config) validate() error {
 	switch {
 	case c.Model == "":
-		return fmt.Errorf("%w: no model id", ErrFleetConfig)
+		return fmt.Errorf("%w: no model id", ErrConfig)
 	case c.LockTTL < time.Second:
-		return fmt.Errorf("%w: lock ttl %v below the server's 1s resolution", ErrFleetConfig, c.LockTTL)
+		return fmt.Errorf("%w: lock ttl %v below the server's 1s resolution", ErrConfig, c.LockTTL)
 	case c.WantTTL < time.Second:
-		return fmt.Errorf("%w: want ttl %v below 1s", ErrFleetConfig, c.WantTTL)
+		return fmt.Errorf("%w: want ttl %v below 1s", ErrConfig, c.WantTTL)
+	case c.MemberTTL < time.Second:
+		return fmt.Errorf("%w: member ttl %v below 1s", ErrConfig, c.MemberTTL)
 	case c.IdleQuiet < 0 || c.Tick < 0:
-		return fmt.Errorf("%w: negative idle quiet %v or tick %v", ErrFleetConfig, c.IdleQuiet, c.Tick)
+		return fmt.Errorf("%w: negative idle quiet %v or tick %v", ErrConfig, c.IdleQuiet, c.Tick)
 	case c.CompilesPerHour < 0:
-		return fmt.Errorf("%w: compiles per hour %d < 0 (0 means the default)", ErrFleetConfig, c.CompilesPerHour)
+		return fmt.Errorf("%w: compiles per hour %d < 0 (0 means the default)", ErrConfig, c.CompilesPerHour)
 	case c.MinSeq < 0:
-		return fmt.Errorf("%w: min seq %d < 0", ErrFleetConfig, c.MinSeq)
+		return fmt.Errorf("%w: min seq %d < 0", ErrConfig, c.MinSeq)
 	}
 	return nil
 }
 
 // modelToken and smToken are the config's model and SM as key tokens.
-func (c FleetConfig) modelToken() string { return KeyToken(c.Model) }
-func (c FleetConfig) smToken() string    { return SMToken(c.SM) }
+func (c Config) modelToken() string { return KeyToken(c.Model) }
+func (c Config) smToken() string    { return SMToken(c.SM) }
 
-func (c FleetConfig) key(batch, seq int) ShapeKey {
+func (c Config) key(batch, seq int) ShapeKey {
 	return ShapeKey{Model: c.modelToken(), SM: c.smToken(), Batch: batch, Seq: seq}
 }

@@ -1,0 +1,225 @@
+package importrules
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const mod = "github.com/jetembed/jetembed"
+
+// anyPkg stands for "any package of the project but cmd/jetembed".
+const anyPkg = "*"
+
+// mayImport is, for every package of the project, the project packages
+// its non-test code may import directly (paths relative to the module).
+// A new package must be added here and say the same in its doc.go.
+var mayImport = map[string][]string{
+	"schema":                 {},
+	"internal/tracehdr":      {},
+	"internal/natstest":      {"internal/testkit"},
+	"internal/testkit":       {},
+	"internal/importrules":   {},
+	"internal/enginetest":    {"engine", "engine/model", "engine/ort", "engine/tokenizer"},
+	"client":                 {"schema", "internal/tracehdr"},
+	"engine/pack":            {},
+	"engine/safetensors":     {},
+	"engine/heads":           {},
+	"engine/tokenizer":       {},
+	"engine/model":           {"engine/safetensors"},
+	"engine/model/modeltest": {"engine/model", "engine/safetensors"},
+	"engine/onnxgen":         {"engine/safetensors"},
+	"engine":                 {"schema", "engine/heads", "engine/model", "engine/pack", "engine/safetensors", "engine/tokenizer"},
+	"engine/ort":             {"engine", "engine/model"},
+	"telemetry":              {"schema", "internal/tracehdr"},
+	"consumer":               {"engine", "schema", "telemetry"},
+	"fleet":                  {"engine", "schema"},
+	"jetstream":              {"client", "consumer", "fleet", "schema", "telemetry"},
+	"gateway":                {"schema"},
+	"bench":                  {anyPkg},
+	"bench/fleet":            {},
+	"faults":                 {},
+	"deploy":                 {},
+	"cmd/jetembed":           {anyPkg},
+}
+
+// natsImporters may import nats.go (the gateway needs not: it reaches the
+// fleet through its Requester). cmd/jetembed is the one exception to the
+// rule "only jetstream and client": its serve, fleet and submit --watch
+// wiring still take nats.go handles (natsjs.JetStream, *nats.Conn) from
+// package jetstream instead of jetstream's own types.
+var natsImporters = []string{"jetstream", "client", "internal/natstest", "cmd/jetembed"}
+
+// serverImporters may import nats-server: the dev server and the test kit.
+var serverImporters = []string{"jetstream", "internal/natstest"}
+
+type pkg struct {
+	ImportPath string
+	Standard   bool
+	Imports    []string
+	Deps       []string
+	CgoFiles   []string
+	Error      *struct{ Err string }
+}
+
+// list runs go list -deps -json on patterns from the module root.
+func list(t *testing.T, args ...string) map[string]*pkg {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	_, file, _, _ := runtime.Caller(0)
+	cmd := exec.Command(goBin, append([]string{"list", "-deps", "-json"}, args...)...)
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v\n%s", strings.Join(args, " "), err, stderr.Bytes())
+	}
+	pkgs := map[string]*pkg{}
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		p := new(pkg)
+		if err := dec.Decode(p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		pkgs[p.ImportPath] = p
+	}
+	return pkgs
+}
+
+// rel is p relative to the module, or "" outside it.
+func rel(p string) string {
+	if p == mod {
+		return "."
+	}
+	if r, ok := strings.CutPrefix(p, mod+"/"); ok {
+		return r
+	}
+	return ""
+}
+
+// cgoUsers reports, for every non-standard package, whether it or one of
+// its non-standard dependencies has cgo files.
+func cgoUsers(pkgs map[string]*pkg) map[string]bool {
+	uses := map[string]bool{}
+	var visit func(string) bool
+	visit = func(path string) bool {
+		if v, ok := uses[path]; ok {
+			return v
+		}
+		p := pkgs[path]
+		if p == nil || p.Standard {
+			return false
+		}
+		uses[path] = false // cycles cannot happen in Go; this guards the recursion anyway
+		v := len(p.CgoFiles) > 0
+		for _, imp := range p.Imports {
+			v = visit(imp) || v
+		}
+		uses[path] = v
+		return v
+	}
+	for path := range pkgs {
+		visit(path)
+	}
+	return uses
+}
+
+func TestImportRules(t *testing.T) {
+	pkgs := list(t, "./...")
+	uses := cgoUsers(pkgs)
+	for path, p := range pkgs {
+		r := rel(path)
+		if r == "" {
+			continue
+		}
+		if p.Error != nil {
+			t.Errorf("%s: %s", r, p.Error.Err)
+			continue
+		}
+		allowed, known := mayImport[r]
+		if !known {
+			t.Errorf("%s is not in mayImport: add it, and say what it may import in its doc.go", r)
+			continue
+		}
+		for _, imp := range p.Imports {
+			ir := rel(imp)
+			switch {
+			case ir != "":
+				if ir == "cmd/jetembed" || !(slices.Contains(allowed, anyPkg) || slices.Contains(allowed, ir)) {
+					t.Errorf("%s imports %s; it may import only %v", r, ir, allowed)
+				}
+			case strings.HasPrefix(imp, "github.com/nats-io/nats.go"):
+				if !slices.Contains(natsImporters, r) {
+					t.Errorf("%s imports %s; only %v may", r, imp, natsImporters)
+				}
+			case strings.HasPrefix(imp, "github.com/nats-io/nats-server"):
+				if !slices.Contains(serverImporters, r) {
+					t.Errorf("%s imports %s; only %v may", r, imp, serverImporters)
+				}
+			case uses[imp] && r != "engine/ort":
+				t.Errorf("%s imports %s, which uses cgo; only engine/ort may (and engine/tokenizer with -tags hftokenizers)", r, imp)
+			}
+		}
+		if len(p.CgoFiles) > 0 {
+			t.Errorf("%s has cgo files %v; cgo stays in the bindings engine/ort imports", r, p.CgoFiles)
+		}
+		if r == "engine" || strings.HasPrefix(r, "engine/") {
+			for _, d := range p.Deps {
+				if strings.HasPrefix(d, "github.com/nats-io/") {
+					t.Errorf("%s depends on %s; the engine knows no NATS", r, d)
+				}
+			}
+		}
+	}
+}
+
+// TestClientPullsNoServerSide: a producer importing client gets no
+// nats-server, no ONNX Runtime and no OpenTelemetry SDK or exporter.
+func TestClientPullsNoServerSide(t *testing.T) {
+	pkgs := list(t, "./client")
+	for _, d := range pkgs[mod+"/client"].Deps {
+		for _, bad := range []string{"github.com/nats-io/nats-server", "onnxruntime", "go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters", "go.opentelemetry.io/contrib/exporters"} {
+			if strings.Contains(d, bad) {
+				t.Errorf("client depends on %s", d)
+			}
+		}
+	}
+}
+
+// TestCgoOnlyInHFBackend: with -tags hftokenizers, engine/tokenizer links
+// the Rust tokenizers through cgo, and nothing else of the engine starts to.
+func TestCgoOnlyInHFBackend(t *testing.T) {
+	if testing.Short() {
+		t.Skip("lists the hftokenizers build")
+	}
+	pkgs := list(t, "-tags", "hftokenizers", "./engine/...")
+	uses := cgoUsers(pkgs)
+	tok := pkgs[mod+"/engine/tokenizer"]
+	if !slices.ContainsFunc(tok.Imports, func(imp string) bool { return uses[imp] }) {
+		t.Errorf("engine/tokenizer with -tags hftokenizers imports no cgo package; the rule below checks nothing")
+	}
+	for path, p := range pkgs {
+		r := rel(path)
+		if r == "" || r == "engine/tokenizer" || r == "engine/ort" {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if rel(imp) == "" && uses[imp] {
+				t.Errorf("%s imports %s, which uses cgo", r, imp)
+			}
+		}
+	}
+}
