@@ -8,8 +8,16 @@
 # whole suite in one `jetembed bench` run and writes BENCHMARKS.md with the
 # results, the machine and the exact command.
 #
+# Then two whole-process runs: scripts/bench-embed.sh (`jetembed embed` vs
+# transformers.js on the mixed multilingual corpus: wall, CPU time, peak
+# RSS; skipped without node) and scripts/bench-memory.sh (the memory goal
+# of a `jetembed dev` process under a flood of 8k-token texts). make bench
+# fails when the memory goal is missed, after writing the file.
+#
 # Environment: BENCH_TEXTS, BENCH_PEER_TEXTS, BENCH_REQUESTS, BENCH_SESSIONS,
-# BENCH_THREADS size the run; BENCH_OUT is the file written (BENCHMARKS.md).
+# BENCH_THREADS size the run; BENCH_OUT is the file written (BENCHMARKS.md);
+# EMBED_* (scripts/bench-embed.sh) and MEM_* (scripts/bench-memory.sh) size
+# the whole-process runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -52,6 +60,15 @@ printable=${printable//$root\//}
 echo "bench: $printable"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 table=$("${cmd[@]}")
+embed_section=
+if [ ${#peer_args[@]} -gt 0 ]; then
+  echo "bench: whole-process jetembed embed vs transformers.js (scripts/bench-embed.sh)"
+  embed_section=$(EMBED_SESSIONS=$sessions EMBED_THREADS=$threads scripts/bench-embed.sh "$bin" "$model" "$peer")
+fi
+echo "bench: memory under a flood of 8k-token texts (scripts/bench-memory.sh)"
+mem_ok=true
+memory=$(scripts/bench-memory.sh "$bin") || mem_ok=false
+echo "bench: memory: $memory"
 # Sections of the file made by other runs (## headings: the tokenizer,
 # make bench-fleet) stay as they are.
 kept=$( [ -f "$out" ] && sed -n '/^## /,$p' "$out" || true)
@@ -73,6 +90,20 @@ load_after=$(cut -d' ' -f1-3 /proc/loadavg)
   echo '```'
   echo
   echo "$table"
+  if [ -n "$embed_section" ]; then
+    echo
+    echo "$embed_section"
+  fi
+  echo
+  echo "### Memory: \`jetembed dev\` under a flood of 8k-token texts (tiny model)"
+  echo
+  echo "\`scripts/bench-memory.sh\`: a \`jetembed dev\` process (embedded nats-server + serve, 1 session, \`--memory-budget ${MEM_BUDGET:-2GiB}\`) fed by \`jetembed submit --job-size 1\` with ${MEM_TEXTS:-24} texts of ${MEM_WORDS:-6000} words of the parity corpus (over 8k tokens each, so each is cut to what the budget holds); /proc/PID/status of the dev process: VmRSS idle after one short job, VmHWM over the flood, VmRSS ${MEM_AFTER:-20} s after it. Goals: peak <= budget + model + 300 MiB, after <= 2 x idle."
+  echo
+  echo '```'
+  echo "$memory"
+  echo '```'
+  echo
+  if $mem_ok; then echo "Memory goal: met."; else echo "Memory goal: **missed** (or the run failed)."; fi
   cat <<'NOTES'
 
 Reading these numbers:
@@ -88,3 +119,4 @@ NOTES
   fi
 } > "$out"
 echo "bench: wrote $out"
+$mem_ok || { echo "bench: the memory goal is missed" >&2; exit 1; }
