@@ -125,7 +125,7 @@ func TestDeployTopology(t *testing.T) {
 	bin := jetembedBinary(t)
 	setPasswords(t)
 	dir := t.TempDir()
-	caFile, certFile, keyFile := writeTLS(t, dir)
+	caFile, certFile, keyFile := natstest.WriteTLS(t, dir)
 	t.Setenv("NATS_TLS_CERT", certFile)
 	t.Setenv("NATS_TLS_KEY", keyFile)
 	t.Setenv("NATS_TLS_CA", caFile)

@@ -17,7 +17,8 @@ import (
 
 // WriteTLS writes into dir a CA (ca.crt) and a server certificate for
 // 127.0.0.1 signed by it (tls.crt, tls.key), valid for an hour either side
-// of now, for servers under test that speak TLS.
+// of now, for servers under test that speak TLS. The certificate is good for
+// client auth too: cluster routes present the same one.
 func WriteTLS(t testing.TB, dir string) (caFile, certFile, keyFile string) {
 	t.Helper()
 	now := time.Now()
@@ -42,7 +43,7 @@ func WriteTLS(t testing.TB, dir string) (caFile, certFile, keyFile string) {
 	}
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "nats"},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
 	if err != nil {
 		t.Fatal(err)
