@@ -1,9 +1,10 @@
 package client
 
 import (
-	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/jetembed/jetembed/internal/testkit"
 )
 
 // TestDependencies holds the client to nats.go, schema and the
@@ -11,14 +12,6 @@ import (
 // importing it must not pull in the server side, nats-server or an
 // OpenTelemetry SDK or exporter.
 func TestDependencies(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command on PATH")
-	}
-	out, err := exec.Command(goBin, "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
 	allowed := []string{
 		"github.com/jetembed/jetembed/client",
 		"github.com/jetembed/jetembed/schema",
@@ -40,7 +33,7 @@ func TestDependencies(t *testing.T) {
 		"github.com/cespare/xxhash",
 	}
 	var bad []string
-	pkgs := strings.Fields(string(out))
+	pkgs := testkit.Deps(t, ".")
 	for _, p := range pkgs {
 		first, _, _ := strings.Cut(p, "/")
 		if !strings.Contains(first, ".") {

@@ -1,26 +1,19 @@
 package gateway
 
 import (
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jetembed/jetembed/internal/testkit"
 )
 
 // TestImports holds the gateway to what its doc says: of the project only
 // schema, and no NATS client or server (the fleet comes in through
 // Requester and Pinger), so it runs, and is tested, without either.
 func TestImports(t *testing.T) {
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("no go command on PATH")
-	}
-	out, err := exec.Command(goBin, "list", "-deps", ".").Output()
-	if err != nil {
-		t.Fatalf("go list -deps: %v", err)
-	}
 	project := []string{"github.com/jetembed/jetembed/gateway", "github.com/jetembed/jetembed/schema"}
-	for _, p := range strings.Fields(string(out)) {
+	for _, p := range testkit.Deps(t, ".") {
 		if strings.HasPrefix(p, "github.com/jetembed/jetembed/") && !slices.Contains(project, p) {
 			t.Errorf("gateway imports %s", p)
 		}

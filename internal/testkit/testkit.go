@@ -10,6 +10,7 @@ package testkit
 
 import (
 	"bytes"
+	"os/exec"
 	"strings"
 	"sync"
 	"testing"
@@ -63,4 +64,20 @@ func CheckFor(tb testing.TB, total, every time.Duration, f func() error) {
 		time.Sleep(every)
 	}
 	tb.Fatalf("condition not met after %v: %v", total, err)
+}
+
+// Deps lists the import paths pkg depends on, itself and the standard
+// library included (`go list -deps`), for tests that hold a package to its
+// allowed dependencies. It skips the test where no go command is on PATH.
+func Deps(t testing.TB, pkg string) []string {
+	t.Helper()
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH")
+	}
+	out, err := exec.Command(goBin, "list", "-deps", pkg).Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
 }
