@@ -351,7 +351,11 @@ func ensureObjectStore(ctx context.Context, js natsjs.JetStream, want natsjs.Obj
 	d.check("Storage", st.Storage(), want.Storage, false)
 	d.check("TTL", st.TTL(), want.TTL, true)
 	if bs, ok := st.(*natsjs.ObjectBucketStatus); ok && bs.StreamInfo() != nil {
-		d.check("MaxBytes", bs.StreamInfo().Config.MaxBytes, max(want.MaxBytes, -1), true)
+		limit := want.MaxBytes
+		if limit <= 0 {
+			limit = -1 // nats.go stores "no cap" as -1, whether asked with 0 or -1
+		}
+		d.check("MaxBytes", bs.StreamInfo().Config.MaxBytes, limit, true)
 	}
 	d.checkDown("Replicas", st.Replicas(), want.Replicas, want.Replicas < st.Replicas())
 	return d.outcome(ctx, "objstore", want.Bucket, o, func(ctx context.Context) error {

@@ -444,4 +444,15 @@ func TestProvisionBlobsBucket(t *testing.T) {
 	if o, _ := r.Find("objstore", "EMBED_BLOBS"); o.Action == Updated {
 		t.Errorf("blobs bucket provisioned twice with one cap: updated again\n%s", r)
 	}
+	// 0 and -1 both mean no cap: lifting it once, then asking with the
+	// other spelling, is no drift.
+	for i, mb := range []int64{-1, 0} {
+		cfg.Blobs.MaxBytes = mb
+		if r, err = Provision(ctx, js, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if o, _ := r.Find("objstore", "EMBED_BLOBS"); (o.Action == Updated) != (i == 0) {
+			t.Errorf("max bytes %d after a lifted cap: %v\n%s", mb, o.Action, r)
+		}
+	}
 }
