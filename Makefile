@@ -18,7 +18,7 @@ TOOLS := $(CURDIR)/bin/tools
 STATICCHECK ?= $(TOOLS)/staticcheck-$(STATICCHECK_VERSION)
 DEADCODE ?= $(TOOLS)/deadcode-$(DEADCODE_VERSION)
 TEST_TIMEOUT ?= 14m
-FUZZTIME ?= 10s
+FUZZTIME ?= 50000x
 
 .PHONY: all deps build run test test-short bench bench-fleet lint deadcode fuzz vet-tags docker docker-cuda clean
 
