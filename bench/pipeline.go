@@ -23,6 +23,8 @@ type natsEnv struct {
 	client *jetstream.Client
 	// results returns how many results the results stream holds.
 	results func(ctx context.Context) (uint64, error)
+	// seen counts the distinct results of the run stored so far.
+	seen *resultCounter
 	// startWorker runs a consumer on emb like serve does: fetch loop,
 	// publisher and request-reply service. stop drains it.
 	startWorker func(ctx context.Context, emb consumer.Embedder, cc consumer.Config) (stop func(), err error)
@@ -76,6 +78,22 @@ func withNATS(ctx context.Context, f func(env *natsEnv) error) error {
 		}
 		return info.State.Msgs, nil
 	}
+	// A reader of the run's results (the producer's own, an ordered
+	// consumer) counts them as they are stored: waitResults sleeps on it
+	// instead of polling the stream, whose info requests would take CPU
+	// from the sessions being timed.
+	env.seen = &resultCounter{ch: make(chan struct{}, 1), ids: map[string]struct{}{}}
+	rctx, stopReading := context.WithCancel(ctx)
+	read := make(chan struct{})
+	defer func() { stopReading(); <-read }()
+	go func() {
+		defer close(read)
+		for res, err := range client.Results(rctx, client.Run()) {
+			if err == nil {
+				env.seen.add(res.Subject)
+			}
+		}
+	}()
 	env.startWorker = func(ctx context.Context, emb consumer.Embedder, cc consumer.Config) (func(), error) {
 		// The worker has its own connection, as a serve process would.
 		wnc, err := jetstream.Connect(ctx, opts)
@@ -110,20 +128,55 @@ func (env *natsEnv) queue(ctx context.Context, prefix string, jobs [][]string) e
 	return nil
 }
 
-// waitResults polls until the results stream holds n results.
+// resultCounter counts distinct results (by subject: one per job) and
+// signals on ch after each new one.
+type resultCounter struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+	ch  chan struct{}
+}
+
+func (c *resultCounter) add(key string) {
+	c.mu.Lock()
+	c.ids[key] = struct{}{}
+	c.mu.Unlock()
+	select {
+	case c.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (c *resultCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ids)
+}
+
+// waitResults waits until the results stream holds at least n results. It
+// sleeps on the results reader and reads the stream's info once n distinct
+// results were stored, and every 50 ms besides: polling the server every
+// 2 ms during a timed run took ~10% of the sessions' CPU on a 2-core
+// machine (pipeline/bare 0.88 instead of 0.99).
 func (env *natsEnv) waitResults(ctx context.Context, n uint64) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
 	for {
+		select {
+		case <-ctx.Done():
+			got, _ := env.results(context.Background())
+			return fmt.Errorf("%d of %d results: %w", got, n, ctx.Err())
+		case <-env.seen.ch:
+			if uint64(env.seen.count()) < n {
+				continue
+			}
+		case <-tick.C:
+		}
 		got, err := env.results(ctx)
 		if err != nil {
 			return err
 		}
 		if got >= n {
 			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d of %d results: %w", got, n, ctx.Err())
-		case <-time.After(2 * time.Millisecond):
 		}
 	}
 }
