@@ -107,6 +107,10 @@ type Report struct {
 	PeerEngine       Rate
 	PeerEngineRounds []float64
 	PeerErr          error
+	// DenseFLOPs is what one token costs in the encoder's dense layers
+	// alone (2 x layers x (4h^2 + 2h x intermediate)): a floor on the
+	// arithmetic of a run, to read a rate against the cores' peak.
+	DenseFLOPs float64
 }
 
 // sessionBusy sums the sessions' time in Run.
@@ -143,6 +147,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer e.Close()
 	r.ModelID = e.ModelID()
+	mc := s.m.Config
+	r.DenseFLOPs = denseFLOPs(mc.Layers, mc.HiddenSize, mc.Intermediate)
 	st := e.Stats()
 	r.EngineInflightTokens = st.InflightBudget
 	cost := st.Cost

@@ -43,6 +43,24 @@ func (r *Report) OverPeer() float64 {
 	return ratio(r.PeerEngine.PerSecond(), r.Peer.Best().TextsPerS)
 }
 
+// denseFLOPs is the floating-point operations per token of an encoder's
+// dense layers: per layer the Q, K, V and output projections (4h^2
+// multiply-adds) and the feed-forward pair (2 h x intermediate).
+func denseFLOPs(layers, hidden, intermediate int) float64 {
+	h, i := float64(hidden), float64(intermediate)
+	return 2 * float64(layers) * (4*h*h + 2*h*i)
+}
+
+// GFLOPsPerCore is the dense-layer arithmetic rate of tokens run in d
+// over cores, in GFLOP/s per core.
+func (r *Report) GFLOPsPerCore(tokens int, d time.Duration) float64 {
+	cores := r.Config.Sessions * r.Config.Threads
+	if d <= 0 || cores == 0 {
+		return 0
+	}
+	return float64(tokens) * r.DenseFLOPs / d.Seconds() / float64(cores) / 1e9
+}
+
 func ratio(a, b float64) float64 {
 	if b == 0 {
 		return 0
@@ -132,6 +150,16 @@ func (r *Report) Markdown(w io.Writer) error {
 		r.Idle.Requests, shortText, ms(r.Idle.Engine), ms(r.Idle.P50), ms(r.Idle.P99), ms(r.Loaded.P50), ms(r.Loaded.P99), ms(r.Loaded.Engine), r.Loaded.LoadJobs, r.Loaded.LoadDone)
 	p("\nMemory: peak RSS %d MiB during the bulk run, %d MiB just before it (the process also holds the embedded nats-server and the producer); in-flight budgets: consumer %d estimated tokens, engine %d tokens. The no-op run peaked at %d MiB, the naive run at %d MiB.\n",
 		r.Pipeline.PeakRSS>>20, r.Pipeline.BaseRSS>>20, r.InFlightTokens, r.EngineInflightTokens, r.Noop.PeakRSS>>20, r.Naive.PeakRSS>>20)
+	if r.DenseFLOPs > 0 {
+		p("\nArithmetic: a token costs %.3g MFLOP in the encoder's dense layers alone (attention scores, embeddings and heads not counted), so the bare engine sustained at least %.0f GFLOP/s per core on the corpus (padded tokens x that / seconds / %d cores)",
+			r.DenseFLOPs/1e6, r.GFLOPsPerCore(r.Engine.Padded, r.Engine.Elapsed), r.Config.Sessions*r.Config.Threads)
+		if r.Peer != nil {
+			b := r.Peer.Best()
+			p(" and %.0f on the peer's texts, where transformers.js at batch %d sustained %.0f (their real tokens; batch 1 pads nothing)",
+				r.GFLOPsPerCore(r.PeerEngine.Padded, r.PeerEngine.Elapsed), b.Batch, r.GFLOPsPerCore(r.PeerEngine.Tokens, time.Duration(b.Seconds*float64(time.Second))))
+		}
+		p(". Read it against the cores' fp32 peak (an AVX-512 core with two FMA units: 64 FLOP per cycle, ~160 GFLOP/s at 2.5 GHz): both tools run the same graph on the same ONNX Runtime, and a ratio between them cannot exceed what is left of that peak.\n")
+	}
 	p("\n%s", method)
 	return nil
 }
