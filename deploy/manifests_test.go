@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"gopkg.in/yaml.v3"
 
-	"github.com/jetembed/jetembed/telemetry"
+	"github.com/jetembed/jetembed/internal/telemetry"
 )
 
 // obj is one decoded YAML or JSON document.

@@ -5,8 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jetembed/jetembed/engine/pack"
+	"github.com/jetembed/jetembed/engine/internal/pack"
 )
+
+// Cost is the run-time (or memory) model of a chunk of B rows of S tokens,
+// A*B*S + Bq*B*S^2, that [Config.Cost] gives and [Stats] reports; the
+// packer behind the engine fits it.
+type Cost = pack.Cost
 
 // Config tunes an [Engine]. The zero value is usable: [Config.WithDefaults]
 // fills every unset field.
@@ -21,9 +26,10 @@ type Config struct {
 	// MaxBatch bounds its rows.
 	MaxBatchTokens int
 	MaxBatch       int
-	// Tiers are the padded sequence lengths (see [pack.Tiers]); default
-	// pack.Tiers(8, MaxTokens, 4). A provider that compiles a kernel per
-	// shape (TensorRT, CUDA graphs) wants few shapes.
+	// Tiers are the padded sequence lengths; default every power of two
+	// from 8 to MaxTokens, each octave cut into 4 steps on multiples of 8
+	// (..., 64, 80, 96, 112, 128, 160, ...). A provider that compiles a
+	// kernel per shape (TensorRT, CUDA graphs) wants few shapes.
 	Tiers []int
 	// PadExact pads each chunk to its own longest text instead of a tier:
 	// right where nothing is compiled per shape (the CPU provider).
@@ -31,7 +37,7 @@ type Config struct {
 	// Cost is the chunk run-time model in seconds. The scheduler starts
 	// from a prior derived from the model's size (or this, when set, or
 	// the probe's when Probe is set) and refits it from every run.
-	Cost  pack.Cost
+	Cost  Cost
 	Probe bool
 	// MaxChunkLatency caps the modelled run time of a bulk chunk, so an
 	// interactive text waits at most about one chunk per session; 0
@@ -43,9 +49,9 @@ type Config struct {
 	// is cut (or fails text_too_long) at the length that does. 0 means no
 	// budget.
 	MemoryBudget int64
-	// InflightTokens is the bulk admission budget: real tokens of all bulk
+	// AdmissionTokens is the bulk admission budget: real tokens of all bulk
 	// Embed calls in progress. Default 8 x MaxBatchTokens x Sessions.
-	InflightTokens int
+	AdmissionTokens int
 	// InteractiveTokens is the interactive class's own admission budget
 	// (see [WithInteractive]); default 2 x MaxBatchTokens.
 	InteractiveTokens int
@@ -124,8 +130,8 @@ func (c Config) WithDefaults(modelMax int) Config {
 	if len(c.Tiers) == 0 {
 		c.Tiers = pack.Tiers(8, c.MaxTokens, 4)
 	}
-	if c.InflightTokens == 0 {
-		c.InflightTokens = 8 * c.MaxBatchTokens * c.Sessions
+	if c.AdmissionTokens == 0 {
+		c.AdmissionTokens = 8 * c.MaxBatchTokens * c.Sessions
 	}
 	if c.InteractiveTokens == 0 {
 		c.InteractiveTokens = 2 * c.MaxBatchTokens
@@ -181,8 +187,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: max batch tokens %d below max tokens %d: the longest text could not run", ErrConfig, c.MaxBatchTokens, c.MaxTokens)
 	case c.MaxBatch < 1:
 		return fmt.Errorf("%w: max batch %d < 1", ErrConfig, c.MaxBatch)
-	case c.InflightTokens < c.MaxTokens || c.InteractiveTokens < c.MaxTokens:
-		return fmt.Errorf("%w: in-flight tokens %d (interactive %d) below max tokens %d", ErrConfig, c.InflightTokens, c.InteractiveTokens, c.MaxTokens)
+	case c.AdmissionTokens < c.MaxTokens || c.InteractiveTokens < c.MaxTokens:
+		return fmt.Errorf("%w: in-flight tokens %d (interactive %d) below max tokens %d", ErrConfig, c.AdmissionTokens, c.InteractiveTokens, c.MaxTokens)
 	case c.MemoryBudget < 0 || c.Aging < 0:
 		return fmt.Errorf("%w: negative memory budget %d or aging %v", ErrConfig, c.MemoryBudget, c.Aging)
 	case c.GuardSeq < 1:

@@ -3,8 +3,8 @@ package engine
 import (
 	"math"
 
+	"github.com/jetembed/jetembed/engine/internal/pack"
 	"github.com/jetembed/jetembed/engine/model"
-	"github.com/jetembed/jetembed/engine/pack"
 )
 
 // costModel is the scheduler's model of a chunk of B rows of S tokens:

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/jetembed/jetembed/engine/heads"
+	"github.com/jetembed/jetembed/engine/internal/heads"
+	"github.com/jetembed/jetembed/engine/internal/pack"
 	"github.com/jetembed/jetembed/engine/model"
-	"github.com/jetembed/jetembed/engine/pack"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -53,7 +53,7 @@ func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, tok: tok, model: m}
-	e.adm[bulk] = &admission{cap: cfg.InflightTokens}
+	e.adm[bulk] = &admission{cap: cfg.AdmissionTokens}
 	e.adm[interactive] = &admission{cap: cfg.InteractiveTokens}
 	if m.Layout == model.LayoutHidden {
 		e.weights = &heads.Weights{
@@ -177,9 +177,9 @@ func (e *Engine) Close() error {
 // *schema.Error, only when it is refused before running: overloaded (its
 // class's in-flight budget is full; see [WithAdmissionWait]) or
 // deadline_exceeded. After Close every item fails with engine_unavailable.
-func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, Report, error) {
+func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, CallReport, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, Report{}, schema.Errorf(schema.CodeDeadlineExceeded, "%v", err)
+		return nil, CallReport{}, schema.Errorf(schema.CodeDeadlineExceeded, "%v", err)
 	}
 	out := make([]Embedding, len(texts))
 	toks := e.tokenize(ctx, texts, out)
@@ -194,26 +194,26 @@ func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, Report, 
 		total += len(t.ids)
 	}
 	if total == 0 {
-		return out, Report{}, nil
+		return out, CallReport{}, nil
 	}
 	cl := classOf(ctx)
 	adm := e.adm[cl]
 	held, err := adm.acquire(ctx, total, waits(ctx))
 	switch {
 	case errors.Is(err, errOverloaded):
-		return nil, Report{}, schema.Errorf(schema.CodeOverloaded, "%d tokens in flight, budget %d", adm.inUse(), adm.cap)
+		return nil, CallReport{}, schema.Errorf(schema.CodeOverloaded, "%d tokens in flight, budget %d", adm.inUse(), adm.cap)
 	case err != nil:
-		return nil, Report{}, schema.Errorf(schema.CodeDeadlineExceeded, "waiting for capacity: %v", err)
+		return nil, CallReport{}, schema.Errorf(schema.CodeDeadlineExceeded, "waiting for capacity: %v", err)
 	}
 	defer adm.release(held)
 	if e.pool.available() == 0 {
 		fail(out, items, runError(ErrUnavailable))
-		return out, Report{}, nil
+		return out, CallReport{}, nil
 	}
 	c := &call{ctx: ctx, class: cl, toks: toks, done: make(chan chunkDone, len(items))}
 	if err := e.sched.enqueue(c, items, lengths); err != nil {
 		fail(out, items, runError(err))
-		return out, Report{}, nil
+		return out, CallReport{}, nil
 	}
 	rep := e.wait(ctx, c, texts, out, len(items))
 	if err := e.FatalErr(); err != nil {
@@ -225,8 +225,8 @@ func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, Report, 
 
 // wait collects the call's chunks as sessions finish them, applying the
 // heads concurrently, until every queued text is done or ctx ends.
-func (e *Engine) wait(ctx context.Context, c *call, texts []Text, out []Embedding, pending int) Report {
-	var rep Report
+func (e *Engine) wait(ctx context.Context, c *call, texts []Text, out []Embedding, pending int) CallReport {
+	var rep CallReport
 	var wg sync.WaitGroup
 	reported := make([]bool, len(texts))
 	for pending > 0 {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/engine/heads"
+	"github.com/jetembed/jetembed/engine/internal/heads"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -279,7 +279,7 @@ func TestLeastLoaded(t *testing.T) {
 	cfg := testConfig()
 	cfg.Sessions = 2
 	e := newTestEngine(t, cfg, f)
-	done := make(chan Report, 1)
+	done := make(chan CallReport, 1)
 	go func() {
 		// Two chunks of seq 64 (one row each: 64 tokens is the budget).
 		_, rep, _ := e.Embed(context.Background(), []Text{{Text: words(60, 0)}, {Text: words(61, 1)}})
@@ -299,7 +299,7 @@ func TestConfigValidate(t *testing.T) {
 		{Sessions: -1},
 		{MaxBatchTokens: 10},
 		{MaxBatch: -1},
-		{InflightTokens: 5},
+		{AdmissionTokens: 5},
 		{BreakerThreshold: -1},
 		{Tiers: []int{16, 8}},
 		{Warmup: []Shape{{1, 128}}},

@@ -103,7 +103,7 @@ func TestOverloaded(t *testing.T) {
 	block := make(chan struct{})
 	f := &factory{mk: func(int) *fakeRunner { return &fakeRunner{block: block} }}
 	cfg := testConfig()
-	cfg.InflightTokens = 64
+	cfg.AdmissionTokens = 64
 	e := newTestEngine(t, cfg, f)
 	first := make(chan error, 1)
 	go func() {
@@ -111,7 +111,7 @@ func TestOverloaded(t *testing.T) {
 		first <- err
 	}()
 	deadline := time.Now().Add(5 * time.Second)
-	for e.Stats().InflightTokens == 0 {
+	for e.Stats().AdmittedTokens == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("first call never admitted")
 		}
@@ -141,7 +141,7 @@ func TestOverloaded(t *testing.T) {
 	if err := <-waited; err != nil {
 		t.Errorf("waiting call: %v", err)
 	}
-	if n := e.Stats().InflightTokens; n != 0 {
+	if n := e.Stats().AdmittedTokens; n != 0 {
 		t.Errorf("%d tokens still in flight", n)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"iter"
 	"math"
 
-	"github.com/jetembed/jetembed/engine/pack"
+	"github.com/jetembed/jetembed/engine/internal/pack"
 )
 
 // The methods in this file are what package fleet needs of an engine (its

@@ -3,7 +3,7 @@ package engine
 import (
 	"fmt"
 
-	"github.com/jetembed/jetembed/engine/heads"
+	"github.com/jetembed/jetembed/engine/internal/heads"
 )
 
 // input lays out a pulled chunk: one row per text, right-padded with the

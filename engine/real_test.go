@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jetembed/jetembed/engine/pack"
+	"github.com/jetembed/jetembed/engine/internal/pack"
 	"hash/fnv"
 	"math"
 	"os"

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/engine/pack"
+	"github.com/jetembed/jetembed/engine/internal/pack"
 	"github.com/jetembed/jetembed/schema"
 )
 

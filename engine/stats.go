@@ -3,7 +3,7 @@ package engine
 import (
 	"time"
 
-	"github.com/jetembed/jetembed/engine/pack"
+	"github.com/jetembed/jetembed/engine/internal/pack"
 )
 
 // Stats is a snapshot of the engine for metrics.
@@ -12,13 +12,14 @@ type Stats struct {
 	// Warmed lists the warmed shapes when the coverage is a [ShapeSet].
 	Warmed  []Shape
 	Ceiling int
-	// InflightTokens are admitted real tokens of Embed calls in progress
-	// (both classes); InflightBudget is the bulk class's budget.
-	InflightTokens, InflightBudget int
+	// AdmittedTokens are the real tokens of the Embed calls in progress
+	// (both classes); AdmissionBudget is the bulk class's budget
+	// ([Config.AdmissionTokens]).
+	AdmittedTokens, AdmissionBudget int
 	// Queued counts texts waiting in the scheduler, QueuedInteractive
 	// those of them in the interactive class.
 	Queued, QueuedInteractive int
-	Cost                      pack.Cost
+	Cost                      Cost
 }
 
 // SessionStats describes one session. Loaded false means its breaker is
@@ -42,8 +43,8 @@ func (e *Engine) Stats() Stats {
 	e.sched.mu.Unlock()
 	st := Stats{
 		Ceiling:           e.cfg.Coverage.Ceiling(),
-		InflightTokens:    e.adm[bulk].inUse() + e.adm[interactive].inUse(),
-		InflightBudget:    e.cfg.InflightTokens,
+		AdmittedTokens:    e.adm[bulk].inUse() + e.adm[interactive].inUse(),
+		AdmissionBudget:   e.cfg.AdmissionTokens,
 		Queued:            queued,
 		QueuedInteractive: queuedI,
 		Cost:              pack.Cost{A: a, Bq: bq},

@@ -56,8 +56,8 @@ type ChunkReport struct {
 	Items []int
 }
 
-// Report describes an Embed call: its chunks and token totals.
-type Report struct {
+// CallReport describes an Embed call: its chunks and token totals.
+type CallReport struct {
 	Chunks       []ChunkReport
 	Tokens       int // real tokens run
 	PaddedTokens int // tokens run including padding

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jetembed/jetembed/engine/pack"
+	"github.com/jetembed/jetembed/engine/internal/pack"
 )
 
 // Warm runs each shape once on every loaded session and records it in the

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
@@ -33,7 +33,7 @@ type slowEmbedder struct {
 	d time.Duration
 }
 
-func (s slowEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+func (s slowEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
 	select {
 	case <-time.After(s.d):
 	case <-ctx.Done():

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"

@@ -227,7 +227,7 @@ type WantRecord struct {
 }
 
 // ProbeRecord is the value of a probe key: the packing cost model
-// a*B*S + bq*B*S^2 in seconds, as engine/pack fits it.
+// a*B*S + bq*B*S^2 in seconds, as the engine's packer (engine/internal/pack) fits it.
 type ProbeRecord struct {
 	A  float64   `json:"a"`
 	Bq float64   `json:"bq"`

@@ -10,7 +10,7 @@ import (
 // Embedder is what the consumer embeds through (consumer.Embedder has the
 // same method): [Wrap] takes one and returns one.
 type Embedder interface {
-	Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error)
+	Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error)
 }
 
 // Wants records the chunk shapes the JIT guard refused, so that an idle
@@ -36,7 +36,7 @@ type wantingEmbedder struct {
 }
 
 // Embed implements [Embedder].
-func (e *wantingEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+func (e *wantingEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
 	embs, rep, err := e.emb.Embed(ctx, texts)
 	if err != nil {
 		return embs, rep, err

@@ -15,11 +15,11 @@ import (
 // and token limit.
 type cannedEmbedder struct {
 	embs []engine.Embedding
-	rep  engine.Report
+	rep  engine.CallReport
 	err  error
 }
 
-func (c cannedEmbedder) Embed(context.Context, []engine.Text) ([]engine.Embedding, engine.Report, error) {
+func (c cannedEmbedder) Embed(context.Context, []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
 	return c.embs, c.rep, c.err
 }
 func (cannedEmbedder) ModelID() string { return "m@0123456789ab" }
@@ -36,7 +36,7 @@ func TestWrap(t *testing.T) {
 		embs: []engine.Embedding{
 			{Dense: []float32{1}}, {Err: refused}, {Err: refused}, {Err: unavailable}, {Err: refused},
 		},
-		rep: engine.Report{Chunks: []engine.ChunkReport{
+		rep: engine.CallReport{Chunks: []engine.ChunkReport{
 			{Batch: 1, Seq: 16, Items: []int{0}},
 			{Batch: 2, Seq: 128, Items: []int{1, 2}},
 			{Batch: 1, Seq: 64, Items: []int{3}},

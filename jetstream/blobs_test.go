@@ -10,6 +10,7 @@ import (
 
 	natsserver "github.com/nats-io/nats-server/v2/server"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
@@ -64,7 +65,7 @@ func TestLargeResultBlob(t *testing.T) {
 	if got.Blob != nil {
 		t.Errorf("resolved result still names blob %+v", got.Blob)
 	}
-	stored := streamMsgs(t, srv.js, srv.cfg.Results.Name, "")
+	stored := natstest.StreamMsgs(t, srv.js, srv.cfg.Results.Name, "")
 	if len(stored) != 1 || len(stored[0].Data()) > 4096 {
 		t.Fatalf("results stream holds %d messages, want one small reference", len(stored))
 	}
@@ -72,7 +73,7 @@ func TestLargeResultBlob(t *testing.T) {
 	if err != nil || ref.Blob == nil || ref.Blob.Size < 1<<20 || !strings.HasPrefix(ref.Blob.Digest, "SHA-256=") {
 		t.Fatalf("stored reference %+v, %v", ref, err)
 	}
-	if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
+	if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
 		t.Errorf("%d dead letters", n)
 	}
 
@@ -82,6 +83,25 @@ func TestLargeResultBlob(t *testing.T) {
 		t.Fatalf("request: %v", err)
 	}
 	checkResult(t, e, res, rj.Texts, rj.Outputs)
+
+	// A client that accepts blobs of at most 1 MiB refuses to fetch this
+	// one (over 1 MiB), from the stream and in a request-reply answer,
+	// with an error wrapping client.ErrBlob that names the limit.
+	small, err := jetstream.NewClient(srv.nc, jetstream.WithRun("blobs"), client.WithMaxBlobBytes(1<<20))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refused error
+	for _, err := range small.Results(ctx, "blobs", jetstream.UntilCaughtUp()) {
+		refused = err
+		break
+	}
+	if !errors.Is(refused, client.ErrBlob) || !strings.Contains(refused.Error(), "limit of 1048576 bytes") {
+		t.Errorf("stored result through a 1 MiB client: %v, want client.ErrBlob naming the limit", refused)
+	}
+	if _, err := small.Request(ctx, bigColBERTJob("big-rr-small")); !errors.Is(err, client.ErrBlob) {
+		t.Errorf("request through a 1 MiB client: %v, want client.ErrBlob", err)
+	}
 }
 
 // TestLargeResultWithoutBlobs: with blobs off, the same result is answered
@@ -107,12 +127,12 @@ func TestLargeResultWithoutBlobs(t *testing.T) {
 		t.Fatalf("result error %+v, want result_too_large naming the 1 MiB limit", got.Error)
 	}
 	natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 1 {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 1 {
 			return errors.New("dead letter not stored yet")
 		}
 		return nil
 	})
-	dl := streamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
+	dl := natstest.StreamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
 	if code, n := dl.Headers().Get(jetstream.HeaderDLQCode), dl.Headers().Get(jetstream.HeaderDLQDelivered); code != "result_too_large" || n != "1" {
 		t.Errorf("dead letter code %q on delivery %q, want result_too_large on 1", code, n)
 	}

@@ -9,7 +9,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/schema"
 )
 

@@ -2,8 +2,7 @@
 // reconnect policy and clear first-connect errors ([Connect]), provisioning
 // of the streams, the durable pull consumer and the engines KV bucket
 // ([Provision], which alone changes them; [ModeCreate] and [ModeCheck] are
-// what serve may do), an embedded development server ([StartDevServer]), and the
-// NATS side of the job loop: the fetch loop feeding the consumer ([Pull]),
+// what serve may do), and the NATS side of the job loop: the fetch loop feeding the consumer ([Pull]),
 // the result and dead-letter [Publisher], the request-reply micro service
 // ([StartService]), the [Worker] that runs them together with the server's
 // consumer settings ([StartWorker]) and the producer [Client]. [KVStore]
@@ -13,8 +12,10 @@
 //
 // With client it is one of the two library packages that import nats.go
 // (imported as natsjs for its jetstream package, whose name this package
-// shares), and the only one that imports nats-server (for the dev server);
-// internal/importrules holds it to that. It may import consumer (whose Sink, Delivery and Publisher it
-// adapts to), fleet (whose Store it implements), telemetry (trace context in
-// headers) and schema; never engine.
+// shares); it imports no nats-server (the embedded development server is
+// internal/devserver's). internal/importrules holds it to that. It may
+// import internal/consumer (whose Sink, Delivery and Publisher it adapts
+// to, and whose configuration types it names by alias), fleet
+// (whose Store it implements), internal/telemetry (trace context in
+// headers, metrics through the OpenTelemetry API) and schema; never engine.
 package jetstream

@@ -13,8 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -278,12 +278,12 @@ func TestRequestReplyAndDiscovery(t *testing.T) {
 
 	// Bad requests are copied to the DLQ like bad stored jobs.
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 2 {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 2 {
 			return fmt.Errorf("%d dead letters, want the 2 bad requests", n)
 		}
 		return nil
 	})
-	for i, m := range streamMsgs(t, srv.js, srv.cfg.DLQ.Name, "") {
+	for i, m := range natstest.StreamMsgs(t, srv.js, srv.cfg.DLQ.Name, "") {
 		h := m.Headers()
 		if id := h.Get(jetstream.HeaderDLQJobID); id != fmt.Sprint(i+2) || h.Get(jetstream.HeaderSubject) != jetstream.EndpointSubject {
 			t.Errorf("dead letter %d: headers %v, want job %d from %s", i, h, i+2, jetstream.EndpointSubject)

@@ -10,8 +10,8 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -121,13 +121,13 @@ func TestPoisonMessagesAmongGoodOnes(t *testing.T) {
 		}
 	}
 	natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != uint64(len(bads)) {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != uint64(len(bads)) {
 			return fmt.Errorf("%d dead letters, want %d", n, len(bads))
 		}
 		return nil
 	})
 	dl := map[string]natsjs.Msg{}
-	for _, m := range streamMsgs(t, srv.js, srv.cfg.DLQ.Name, "") {
+	for _, m := range natstest.StreamMsgs(t, srv.js, srv.cfg.DLQ.Name, "") {
 		dl[m.Headers().Get(jetstream.HeaderDLQJobID)] = m
 	}
 	for _, b := range bads {
@@ -148,7 +148,7 @@ func TestPoisonMessagesAmongGoodOnes(t *testing.T) {
 		if info.NumAckPending != 0 || info.NumPending != 0 || info.NumRedelivered != 0 {
 			return fmt.Errorf("consumer: %d ack pending, %d pending, %d redelivered", info.NumAckPending, info.NumPending, info.NumRedelivered)
 		}
-		if n := streamCount(t, srv.js, srv.cfg.Jobs.Name); n != 0 {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.Jobs.Name); n != 0 {
 			return fmt.Errorf("%d jobs left in the work queue", n)
 		}
 		return nil
@@ -182,7 +182,7 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 		calls   int
 		blocked = make(chan struct{})
 	)
-	gate := embedderFunc(func(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+	gate := embedderFunc(func(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
 		mu.Lock()
 		calls++
 		k := calls
@@ -192,7 +192,7 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 				close(blocked)
 			}
 			<-ctx.Done()
-			return nil, engine.Report{}, ctx.Err()
+			return nil, engine.CallReport{}, ctx.Err()
 		}
 		return e.Embed(ctx, texts)
 	})
@@ -213,7 +213,7 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 	// Each job is its own Embed call: the first two run alongside the
 	// third; let their results land before the stop.
 	natstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
-		if n := streamCount(t, srv.js, srv.cfg.Results.Name); n < 2 {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.Results.Name); n < 2 {
 			return fmt.Errorf("%d results stored", n)
 		}
 		return nil
@@ -221,7 +221,7 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 	// Stopped mid-batch with no grace: the running batch is cancelled.
 	a.stop(t, time.Millisecond)
 	var byA []string
-	for _, m := range streamMsgs(t, srv.js, srv.cfg.Results.Name, "") {
+	for _, m := range natstest.StreamMsgs(t, srv.js, srv.cfg.Results.Name, "") {
 		byA = append(byA, m.Headers().Get(schema.HeaderJobID))
 	}
 	published := len(byA)
@@ -236,7 +236,7 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 		t.Fatalf("%d results for %d jobs", len(got), n)
 	}
 	natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		if left := streamCount(t, srv.js, srv.cfg.Jobs.Name); left != 0 {
+		if left := natstest.StreamCount(t, srv.js, srv.cfg.Jobs.Name); left != 0 {
 			return fmt.Errorf("%d jobs left in the work queue", left)
 		}
 		return nil
@@ -258,14 +258,14 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 		}
 	}
 	// Jobs whose result A had published ran again on B: the stream kept one.
-	if stored := streamCount(t, srv.js, srv.cfg.Results.Name); stored != n {
+	if stored := natstest.StreamCount(t, srv.js, srv.cfg.Results.Name); stored != n {
 		t.Errorf("%d results stored for %d jobs: duplicates were not dropped", stored, n)
 	}
 }
 
-type embedderFunc func(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error)
+type embedderFunc func(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error)
 
-func (f embedderFunc) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+func (f embedderFunc) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
 	return f(ctx, texts)
 }
 
@@ -299,14 +299,14 @@ func TestRetriableRefusalIsNakedThenSucceeds(t *testing.T) {
 		}
 		return nil
 	})
-	if n := streamCount(t, srv.js, srv.cfg.Results.Name); n != 0 {
+	if n := natstest.StreamCount(t, srv.js, srv.cfg.Results.Name); n != 0 {
 		t.Fatalf("%d results published while the shape was refused", n)
 	}
 	// The fleet compiled the shape: the next delivery runs.
 	e.Coverage().Raise(1, 512)
 	got := collect(t, c, "guard", []string{"long"})
 	checkResult(t, e, got["long"], []string{longText}, nil)
-	if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
+	if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
 		t.Errorf("%d dead letters for a job that succeeded", n)
 	}
 }
@@ -332,12 +332,12 @@ func TestMaxDeliverGivesFinalErrorAndDeadLetter(t *testing.T) {
 		t.Fatalf("final result %+v, want a retriable shape_not_warmed job error", r)
 	}
 	natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
-		if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 1 {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 1 {
 			return fmt.Errorf("%d dead letters, want 1", n)
 		}
 		return nil
 	})
-	m := streamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
+	m := natstest.StreamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
 	if h := m.Headers(); h.Get(jetstream.HeaderDLQCode) != string(schema.CodeShapeNotWarmed) || h.Get(jetstream.HeaderDLQDelivered) != "3" || h.Get(jetstream.HeaderDLQJobID) != "never" {
 		t.Errorf("dead letter headers %v", h)
 	}

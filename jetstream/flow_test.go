@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -87,10 +87,10 @@ func TestLongJobsAfterShortBurst(t *testing.T) {
 	if n := seen.twice(); n != 0 {
 		t.Errorf("%d jobs delivered more than once", n)
 	}
-	if got := streamCount(t, srv.js, srv.cfg.Results.Name); got != short+long {
+	if got := natstest.StreamCount(t, srv.js, srv.cfg.Results.Name); got != short+long {
 		t.Errorf("%d results stored, want %d", got, short+long)
 	}
-	if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
+	if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
 		t.Errorf("%d dead letters", n)
 	}
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -69,7 +69,7 @@ func TestDeadlinePassedIsAnsweredWithoutRunning(t *testing.T) {
 	if calls != 0 {
 		t.Errorf("the engine ran %d times for jobs past their deadline", calls)
 	}
-	if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
+	if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
 		t.Errorf("%d dead letters for jobs the producer gave up on", n)
 	}
 }
@@ -109,7 +109,7 @@ func TestItemErrorsKeepTheRestOfTheJob(t *testing.T) {
 		}
 	}
 	settledAll(t, srv)
-	if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
+	if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
 		t.Errorf("%d dead letters for a job with item errors", n)
 	}
 }
@@ -150,7 +150,7 @@ func TestCoreInboxReplyAndNoReply(t *testing.T) {
 	})
 	settledAll(t, srv)
 	for _, s := range []string{srv.cfg.Results.Name, srv.cfg.DLQ.Name} {
-		if n := streamCount(t, srv.js, s); n != 0 {
+		if n := natstest.StreamCount(t, srv.js, s); n != 0 {
 			t.Errorf("%s holds %d messages, want none", s, n)
 		}
 	}
@@ -163,7 +163,7 @@ type slowEmbedder struct {
 	once sync.Once
 }
 
-func (s *slowEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+func (s *slowEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
 	s.once.Do(func() { time.Sleep(s.hold) })
 	return s.Engine.Embed(ctx, texts)
 }
@@ -216,7 +216,7 @@ func TestRefusedResultIsNakedThenDeadLettered(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
-		if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 1 {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 1 {
 			return fmt.Errorf("%d dead letters", n)
 		}
 		return nil
@@ -225,11 +225,11 @@ func TestRefusedResultIsNakedThenDeadLettered(t *testing.T) {
 	if n := seen.of("refused"); n != 3 {
 		t.Errorf("delivered %d times, want NAKs up to MaxDeliver 3", n)
 	}
-	dl := streamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
+	dl := natstest.StreamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
 	if h := dl.Headers(); h.Get(jetstream.HeaderDLQCode) != consumer.ReasonPublishFailed || h.Get(jetstream.HeaderDLQJobID) != "refused" || h.Get(jetstream.HeaderDLQDelivered) != "3" {
 		t.Errorf("dead letter headers %v", h)
 	}
-	if n := streamCount(t, srv.js, srv.cfg.Results.Name); n != 0 {
+	if n := natstest.StreamCount(t, srv.js, srv.cfg.Results.Name); n != 0 {
 		t.Errorf("%d results stored past the size limit", n)
 	}
 }
@@ -253,12 +253,12 @@ func TestMaxDeliveriesAdvisoryReachesDLQ(t *testing.T) {
 	defer loop.Stop()
 	publishRaw(t, srv.js, strings.TrimSuffix(srv.cfg.Jobs.Subjects[0], ">")+"hung", map[string][]string{schema.HeaderMsgID: {"hung"}}, []byte("job"))
 	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
-		if n := streamCount(t, srv.js, srv.cfg.DLQ.Name); n != 1 {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 1 {
 			return fmt.Errorf("%d dead letters", n)
 		}
 		return nil
 	})
-	m := streamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
+	m := natstest.StreamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
 	if !strings.HasPrefix(m.Subject(), "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.") || !strings.Contains(string(m.Data()), `"deliveries":2`) {
 		t.Errorf("dead letter on %s: %s, want the max-deliveries advisory", m.Subject(), m.Data())
 	}
@@ -273,7 +273,7 @@ type delayEmbedder struct {
 	pause time.Duration
 }
 
-func (d delayEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+func (d delayEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
 	time.Sleep(d.pause)
 	return d.Engine.Embed(ctx, texts)
 }
@@ -299,7 +299,7 @@ func TestInFlightBudgetStopsPulling(t *testing.T) {
 		maxHeld = max(maxHeld, w.cons.Stats().Held)
 		info := consumerInfo(t, srv)
 		maxOut = max(maxOut, info.NumAckPending)
-		if n := streamCount(t, srv.js, srv.cfg.Results.Name); n != 20 {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.Results.Name); n != 20 {
 			return fmt.Errorf("%d results", n)
 		}
 		return nil

@@ -14,9 +14,9 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/client"
-	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/schema"
-	"github.com/jetembed/jetembed/telemetry"
 )
 
 // Headers of a dead letter, besides the job's own headers and

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/internal/consumer"
 )
 
 // Sink takes the deliveries of the fetch loop; *consumer.Consumer is one.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/internal/consumer"
 )
 
 // PullOption tunes [Pull].

@@ -10,7 +10,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 )

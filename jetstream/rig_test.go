@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
@@ -51,11 +51,11 @@ type countingEmbedder struct {
 	consumer.Embedder
 	mu      sync.Mutex
 	calls   int
-	reports []engine.Report
+	reports []engine.CallReport
 	texts   [][]engine.Text
 }
 
-func (c *countingEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.Report, error) {
+func (c *countingEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
 	embs, rep, err := c.Embedder.Embed(ctx, texts)
 	c.mu.Lock()
 	c.calls++
@@ -171,60 +171,4 @@ func publishRaw(t testing.TB, js natsjs.JetStream, subject string, h map[string]
 	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: subject, Header: nats.Header(h), Data: data}); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// streamMsgs returns every message stored in stream (up to n), in order.
-func streamMsgs(t testing.TB, js natsjs.JetStream, stream, filter string) []natsjs.Msg {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs == 0 {
-		return nil
-	}
-	cfg := natsjs.OrderedConsumerConfig{}
-	if filter != "" {
-		cfg.FilterSubjects = []string{filter}
-	}
-	c, err := js.OrderedConsumer(ctx, stream, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []natsjs.Msg
-	for {
-		b, err := c.FetchNoWait(256)
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for m := range b.Messages() {
-			out = append(out, m)
-			n++
-		}
-		if n == 0 {
-			return out
-		}
-	}
-}
-
-func streamCount(t testing.TB, js natsjs.JetStream, stream string) uint64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
 }

@@ -14,7 +14,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/internal/consumer"
 )
 
 // ErrWorkerStopped is the cause [Worker.Err] wraps when a worker stopped on
@@ -367,3 +367,24 @@ func (w *Worker) setBacklog(info *natsjs.ConsumerInfo) {
 	w.pending.Store(int64(info.NumPending))
 	w.ackPending.Store(int64(info.NumAckPending))
 }
+
+// The job loop's types that a program running a [Worker] itself names (the
+// loop is internal/consumer's; these are the same types under jetstream's
+// name).
+type (
+	// ConsumerConfig tunes the job loop ([WorkerConfig.Consumer]).
+	ConsumerConfig = consumer.Config
+	// Backoff is the NAK delay schedule of [ConsumerConfig.NakBackoff].
+	Backoff = consumer.Backoff
+	// Embedder makes the vectors ([WorkerConfig.Embedder]); *engine.Engine
+	// is one.
+	Embedder = consumer.Embedder
+	// JobLoop is the worker's job loop ([Worker.Consumer]); a [Sink]
+	// wrapper (WorkerConfig.Sink) hands deliveries on to it.
+	JobLoop = consumer.Consumer
+	// Delivery is one job (a JetStream message or a request) as a [Sink]
+	// takes it.
+	Delivery = consumer.Delivery
+	// LoopStats is what the job loop has done ([JobLoop.Stats]).
+	LoopStats = consumer.Stats
+)

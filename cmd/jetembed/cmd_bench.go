@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jetembed/jetembed/bench"
+	"github.com/jetembed/jetembed/internal/bench"
 )
 
 func init() {

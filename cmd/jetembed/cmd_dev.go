@@ -8,8 +8,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/jetembed/jetembed/internal/devserver"
+	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/telemetry"
 )
 
 func init() {
@@ -22,7 +23,7 @@ func init() {
 
 func runDev(ctx context.Context, args []string, io stdio) error {
 	fs := newFlagSet("dev", io)
-	listen := fs.String("listen", jetstream.DefaultDevListen, "client address of the embedded NATS server (port 0: any free port)")
+	listen := fs.String("listen", devserver.DefaultListen, "client address of the embedded NATS server (port 0: any free port)")
 	dataDir := fs.String("data", "./jetembed-data", "directory of the JetStream file store; it survives restarts")
 	verbose := fs.Bool("verbose", false, "print the NATS server's log")
 	pf := addProvisionFlags(fs, false)
@@ -69,7 +70,7 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	if *verbose {
 		serverLog = log
 	}
-	s, err := jetstream.StartDevServer(jetstream.DevOptions{Listen: *listen, DataDir: dir, Logger: serverLog})
+	s, err := devserver.Start(devserver.Options{Listen: *listen, DataDir: dir, Logger: serverLog})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"context"
 	"errors"
 	"fmt"
@@ -11,9 +13,10 @@ import (
 
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/gateway"
+	"github.com/jetembed/jetembed/internal/telemetry"
+	"github.com/jetembed/jetembed/internal/telemetry/export"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
-	"github.com/jetembed/jetembed/telemetry"
 )
 
 func init() {
@@ -87,18 +90,18 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 		return fmt.Errorf("%w: --log-level %q", errUsage, *logLevel)
 	}
 	log := telemetry.NewLogger(io.err, level, *logFormat)
-	metrics, err := telemetry.NewMetrics()
+	prom, err := export.NewPrometheus()
 	if err != nil {
 		return err
 	}
-	defer metrics.Shutdown(context.Background())
+	defer prom.Shutdown(context.Background())
 
 	nc, err := jetstream.Connect(ctx, nf.options(log))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	gw, err := newGateway(log, gf, nc, metrics)
+	gw, err := newGateway(log, gf, nc, prom.Registerer())
 	if err != nil {
 		return err
 	}
@@ -111,7 +114,7 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 		}
 		log.Info("http listening", "addr", ln.Addr().String())
 		go func() {
-			_ = telemetry.ServeListener(opsCtx, ln, telemetry.Health{NATSConnected: nc.IsConnected}, metrics)
+			_ = telemetry.ServeListener(opsCtx, ln, telemetry.Health{NATSConnected: nc.IsConnected}, prom.Handler())
 		}()
 	}
 	wait, err := serveGateway(ctx, log, gw, *gf.listen)
@@ -124,7 +127,7 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 
 // newGateway builds the API server from its flags, in front of the fleet
 // reached through nc; the server's max_payload bounds one fleet job.
-func newGateway(log *slog.Logger, gf *gatewayFlags, nc *jetstream.Conn, m *telemetry.Metrics) (*gateway.Server, error) {
+func newGateway(log *slog.Logger, gf *gatewayFlags, nc *jetstream.Conn, reg prometheus.Registerer) (*gateway.Server, error) {
 	c, err := client.New(nc)
 	if err != nil {
 		return nil, err
@@ -139,7 +142,7 @@ func newGateway(log *slog.Logger, gf *gatewayFlags, nc *jetstream.Conn, m *telem
 		APIKey: *gf.apiKey, TLSCertFile: *gf.tlsCert, TLSKeyFile: *gf.tlsKey,
 		MaxBodyBytes: int64(*gf.maxBody), MaxInputs: *gf.maxInputs,
 		JobTexts: *gf.jobTexts, JobBytes: jobBytes, MaxConcurrent: *gf.maxConcurrent, ColBERTBytes: *gf.colbertBytes,
-		Timeout: *gf.timeout, Logger: log, Registerer: m.Registerer(),
+		Timeout: *gf.timeout, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
@@ -167,11 +170,11 @@ func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, add
 // startAPI runs the HTTP API inside serve (--http-api), on serve's NATS
 // connection; stop (idempotent) shuts it down, finishing its calls, before
 // the service stops. It does nothing when --http-api is empty.
-func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, nc *jetstream.Conn, m *telemetry.Metrics) (stop func(), err error) {
+func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, nc *jetstream.Conn, reg prometheus.Registerer) (stop func(), err error) {
 	if *gf.listen == "" {
 		return func() {}, nil
 	}
-	gw, err := newGateway(log, gf, nc, m)
+	gw, err := newGateway(log, gf, nc, reg)
 	if err != nil {
 		return nil, err
 	}

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/jetembed/jetembed/engine/onnxgen"
+	"github.com/jetembed/jetembed/internal/onnxgen"
 )
 
 // defaultTokenizer is the XLM-R style tokenizer committed for tests, relative

@@ -14,11 +14,12 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/internal/telemetry"
+	"github.com/jetembed/jetembed/internal/telemetry/export"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
-	"github.com/jetembed/jetembed/telemetry"
 )
 
 func init() {
@@ -27,110 +28,6 @@ func init() {
 		summary: "consume embedding jobs from NATS JetStream and answer embed.v1.embed requests",
 		run:     runServe,
 	})
-}
-
-// serveFlags are the flags of serve beyond the NATS, provisioning and
-// engine ones. The consumer's ack wait, max deliver, backoff and max ack
-// pending are not among them: they are the server's (see `provision`).
-type serveFlags struct {
-	patience       *time.Duration
-	gatherTokens   *int
-	inFlightTokens *int
-	prefetchMax    *int
-	prefetchBytes  *int
-	grace          *time.Duration
-	http           *string
-	logLevel       *string
-	logFormat      *string
-	heartbeat      *time.Duration
-	provision      *string
-	blobs          *bool
-	printConfig    *bool
-	replyAllow     *string
-	maxReplyBytes  *int
-	api            *gatewayFlags
-}
-
-// addServeFlags defines serve's flags; provision is the default of
-// --provision (off for serve, create for dev).
-func addServeFlags(fs *flagSet, provision string) *serveFlags {
-	return &serveFlags{
-		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long bulk jobs wait before they go to the engine, so its packer has more texts to choose from (interactive jobs wait none)"),
-		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens of queued jobs that end the patience window early (0: max-batch-tokens x sessions)"),
-		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds; when full it stops pulling (0: 4 x gather-tokens; interactive jobs have a budget of their own)"),
-		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4"),
-		prefetchBytes:  fs.Int("prefetch-bytes", jetstream.DefaultPrefetchBytes, "byte cap of the jobs buffered ahead of the consumer: pull requests ask for no more than fits (raised to the server's max payload)"),
-		grace:          fs.Duration("grace", 30*time.Second, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed"),
-		http:           fs.String("http", telemetry.DefaultAddr, "address of /healthz, /readyz and /metrics (empty: off)"),
-		logLevel:       fs.String("log-level", "info", "log level: debug, info, warn or error"),
-		logFormat:      fs.String("log-format", telemetry.LogAuto, "log format: auto (text on a terminal, else json), text or json"),
-		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
-		provision:      fs.String("provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is jetembed provision"),
-		blobs:          fs.Bool("blobs", true, "store results over the server's max payload in the blobs bucket and reply with a reference (false: reply result_too_large)"),
-		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
-		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
-		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
-		api:            addGatewayFlags(fs, "http-api", ""),
-	}
-}
-
-// serveConfig is everything serve runs with, parsed from the flags.
-type serveConfig struct {
-	NATS      jetstream.Options
-	JetStream jetstream.Config
-	// Provision is how serve treats the server's objects at start:
-	// jetstream.ModeCheck (off) or ModeCreate (create); skipProvision
-	// when the caller (dev) already did.
-	Provision jetstream.Mode
-	Engine    *engineFlags
-	Fleet     *fleetFlags
-
-	Replies schema.ReplyPolicy
-	// Blobs stores results over the max payload in EMBED_BLOBS.
-	Blobs bool
-
-	Patience, Grace, Heartbeat   time.Duration
-	GatherTokens, InFlightTokens int
-	PrefetchMax, PrefetchBytes   int
-	HTTP                         string
-	LogLevel                     slog.Level
-	LogFormat                    string
-	// API is the HTTP API's flags (--http-api, off when empty).
-	API *gatewayFlags
-}
-
-// skipProvision is a [serveConfig.Provision] that checks nothing.
-const skipProvision jetstream.Mode = -1
-
-// provisionMode parses --provision.
-func provisionMode(s string) (jetstream.Mode, error) {
-	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "off", "false":
-		return jetstream.ModeCheck, nil
-	case "create":
-		return jetstream.ModeCreate, nil
-	case "true", "on", "apply":
-		return 0, fmt.Errorf("%w: --provision=%s: serve no longer creates or updates the server's objects; run `jetembed provision` (as a user allowed to), then serve with --provision=off, or --provision=create to create only what is missing", errUsage, s)
-	}
-	return 0, fmt.Errorf("%w: --provision %q: want off or create", errUsage, s)
-}
-
-// config gathers the parsed flags into one [serveConfig].
-func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *engineFlags, ff *fleetFlags) (serveConfig, error) {
-	c := serveConfig{NATS: no, JetStream: cfg, Engine: ef, Fleet: ff,
-		Patience: *sf.patience, Grace: *sf.grace, Heartbeat: *sf.heartbeat,
-		GatherTokens: *sf.gatherTokens, InFlightTokens: *sf.inFlightTokens, PrefetchMax: *sf.prefetchMax,
-		PrefetchBytes: *sf.prefetchBytes,
-		HTTP:          *sf.http, LogFormat: *sf.logFormat, Blobs: *sf.blobs, API: sf.api}
-	if err := c.LogLevel.UnmarshalText([]byte(*sf.logLevel)); err != nil {
-		return c, fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
-	}
-	var err error
-	if c.Replies, err = sf.replyPolicy(cfg); err != nil {
-		return c, err
-	}
-	c.Provision, err = provisionMode(*sf.provision)
-	return c, err
 }
 
 func runServe(ctx context.Context, args []string, io stdio) error {
@@ -161,26 +58,6 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 	log := telemetry.NewLogger(io.err, c.LogLevel, c.LogFormat)
 	c.NATS = nf.options(log)
 	return serve(ctx, log, c)
-}
-
-// printConfig prints every flag's effective value (flag, environment, or
-// default) with its environment variable; secrets are masked: the values of
-// password and token flags, and the credentials of any URL.
-func printConfig(fs *flagSet, io stdio) {
-	for _, b := range fs.bindings {
-		v := fs.Lookup(b.Flag).Value.String()
-		if v != "" && secretFlag(b.Flag) {
-			v = "<set>"
-		}
-		fmt.Fprintf(io.out, "--%s=%s\t%s\n", b.Flag, jetstream.RedactURLs(v), b.Env)
-	}
-}
-
-// secretFlag reports whether a flag's value is itself a secret (not a path
-// to one: --nats-creds and --nats-nkey name files and print as they are).
-func secretFlag(name string) bool {
-	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats") ||
-		strings.Contains(name, "secret") || name == "api-key"
 }
 
 // liveState is what /readyz asks while the process starts and runs.
@@ -225,13 +102,14 @@ func (s *liveState) health() telemetry.Health {
 // line) is replaced: serve dials again and rebuilds what ran on it; jobs
 // the old connection held come back after AckWait.
 func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
-	metrics, stopTelemetry, err := startTelemetry(ctx)
+	prom, stopTelemetry, err := startTelemetry(ctx)
 	if err != nil {
 		return err
 	}
 	defer stopTelemetry()
 	var live liveState
-	stopHTTP, err := startHTTP(ctx, log, c.HTTP, &live, metrics)
+	metrics := prom.Metrics
+	stopHTTP, err := startHTTP(ctx, log, c.HTTP, &live, prom.Handler())
 	if err != nil {
 		return err
 	}
@@ -262,7 +140,7 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 	quick := 0 // connections in a row that lasted less than a minute
 	for first := true; ; first = false {
 		start := time.Now()
-		lost, err := serveOn(ctx, log, c, &live, metrics, nc, js, e, sm, first)
+		lost, err := serveOn(ctx, log, c, &live, prom, nc, js, e, sm, first)
 		if !lost {
 			return err
 		}
@@ -287,11 +165,12 @@ func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
 // (it drains; lost is false) or the connection closes by itself (lost is
 // true: the caller dials again). An error with lost false is one a new
 // connection would not cure.
-func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveState, metrics *telemetry.Metrics,
+func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveState, prom *export.Prometheus,
 	nc *jetstream.Conn, js natsjs.JetStream, e *engine.Engine, sm string, first bool) (lost bool, err error) {
 	connected := nc.IsConnected
 	live.connected.Store(&connected)
 	gone := func() bool { return nc.IsClosed() && ctx.Err() == nil }
+	metrics := prom.Metrics
 	// The fleet's emb reports the JIT guard's refusals as wants.
 	emb, stop, err := joinFleet(ctx, log, js, e, sm, c.Engine, c.Fleet, c.JetStream)
 	if err != nil {
@@ -309,7 +188,7 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	// The HTTP API reaches this process's service and its peers through
 	// NATS, as a separate gateway would; it stops before the worker, and
 	// is started again on a new connection.
-	stopAPI, err := startAPI(ctx, log, c.API, nc, metrics)
+	stopAPI, err := startAPI(ctx, log, c.API, nc, prom.Registerer())
 	if err != nil {
 		grace, cancel := context.WithTimeout(context.Background(), c.Grace)
 		defer cancel()
@@ -432,82 +311,6 @@ func checkObjects(ctx context.Context, log *slog.Logger, js natsjs.JetStream, cf
 	return nil
 }
 
-// startTelemetry sets up tracing and the metrics; stop flushes both.
-func startTelemetry(ctx context.Context) (*telemetry.Metrics, func(), error) {
-	shutdownTracing, err := telemetry.SetupTracing(ctx, "jetembed", version)
-	if err != nil {
-		return nil, nil, err
-	}
-	metrics, err := telemetry.NewMetrics()
-	if err != nil {
-		return nil, nil, err
-	}
-	return metrics, func() {
-		metrics.Shutdown(context.Background())
-		c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = shutdownTracing(c)
-	}, nil
-}
-
-// startHTTP serves /healthz, /readyz and /metrics on addr (none when
-// empty); stop ends the server and waits for it.
-func startHTTP(ctx context.Context, log *slog.Logger, addr string, live *liveState, metrics *telemetry.Metrics) (func(), error) {
-	if addr == "" {
-		return func() {}, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("http: %w", err)
-	}
-	log.Info("http listening", "addr", ln.Addr().String())
-	httpCtx, stopHTTP := context.WithCancel(context.WithoutCancel(ctx))
-	done := make(chan error, 1)
-	go func() { done <- telemetry.ServeListener(httpCtx, ln, live.health(), metrics) }()
-	return func() {
-		stopHTTP()
-		<-done
-	}, nil
-}
-
-// observe feeds the backlog gauges (from the worker's periodic consumer
-// info: a consumer info request per scrape would put the server on the
-// scrape path), the engine gauges and the heartbeat log line; the returned
-// func stops it.
-func observe(log *slog.Logger, metrics *telemetry.Metrics, w *jetstream.Worker, e *engine.Engine, heartbeat time.Duration) func() {
-	bg, stop := context.WithCancel(context.Background())
-	go func() {
-		t := time.NewTicker(5 * time.Second)
-		defer t.Stop()
-		for {
-			recordEngineState(bg, metrics, e.Stats())
-			select {
-			case <-bg.Done():
-				return
-			case <-t.C:
-			}
-		}
-	}()
-	unobserve, err := metrics.ObserveConsumer(func(context.Context) (telemetry.ConsumerStats, error) {
-		pending, ackPending := w.Backlog()
-		return telemetry.ConsumerStats{Pending: pending, AckPending: ackPending}, nil
-	})
-	if err != nil {
-		unobserve = func() error { return nil }
-	}
-	if heartbeat > 0 {
-		go telemetry.Heartbeat(bg, log, heartbeat, func() telemetry.HeartbeatStats {
-			st := w.Consumer().Stats()
-			pending, _ := w.Backlog()
-			return telemetry.HeartbeatStats{Texts: st.Texts, Tokens: st.Tokens, Jobs: st.Jobs, Pending: pending, InFlight: st.Held}
-		})
-	}
-	return func() {
-		stop()
-		_ = unobserve()
-	}
-}
-
 // drainConn drains the NATS connection (flushing the last ACKs) and waits
 // for it to close.
 func drainConn(nc interface {
@@ -525,13 +328,4 @@ func drainConn(nc interface {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return nil
-}
-
-// recordEngineState copies the engine's warmed shapes and per-session
-// breaker state (a session that is not loaded is open) into the gauges.
-func recordEngineState(ctx context.Context, m *telemetry.Metrics, st engine.Stats) {
-	m.SetWarmedShapes(ctx, len(st.Warmed))
-	for _, s := range st.Sessions {
-		m.SetBreakerOpen(ctx, strconv.Itoa(s.Index), !s.Loaded)
-	}
 }

@@ -85,7 +85,7 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 		}
 	}
 	js, _ := natsjs.New(nc)
-	count := func(stream string) uint64 { return streamMsgs(t, js, stream) }
+	count := func(stream string) uint64 { return natstest.StreamCount(t, js, stream) }
 	natstest.CheckFor(t, 30*time.Second, 5*time.Millisecond, func() error {
 		if count("EMBED_RESULTS") == 0 {
 			return errors.New("no results yet")
@@ -222,20 +222,4 @@ func TestServePrintConfig(t *testing.T) {
 			t.Errorf("serve still has %s:\n%s", gone, out)
 		}
 	}
-}
-
-// streamMsgs is how many messages stream holds now.
-func streamMsgs(t *testing.T, js natsjs.JetStream, stream string) uint64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	st, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return info.State.Msgs
 }

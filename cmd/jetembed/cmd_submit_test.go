@@ -131,14 +131,14 @@ func TestSubmitEndToEndAndResume(t *testing.T) {
 	}
 	defer nc.Close()
 	js, _ := natsjs.New(nc)
-	if n := streamMsgs(t, js, "EMBED_JOBS"); n != 3 {
+	if n := natstest.StreamCount(t, js, "EMBED_JOBS"); n != 3 {
 		t.Fatalf("%d jobs queued by the interrupted run, want --max-inflight 3", n)
 	}
 
 	// A consumer finishes those three; the rerun resumes with them done.
 	startServe(t, url, "--provision=off")
 	natstest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
-		if n := streamMsgs(t, js, "EMBED_RESULTS"); n != 3 {
+		if n := natstest.StreamCount(t, js, "EMBED_RESULTS"); n != 3 {
 			return fmt.Errorf("%d results", n)
 		}
 		return nil
@@ -155,7 +155,7 @@ func TestSubmitEndToEndAndResume(t *testing.T) {
 	}
 	checkSubmitOutput(t, out, texts)
 	// Each job ran once: the resumed run did not submit the finished ones.
-	if n := streamMsgs(t, js, "EMBED_RESULTS"); n != 12 {
+	if n := natstest.StreamCount(t, js, "EMBED_RESULTS"); n != 12 {
 		t.Errorf("%d results for 12 jobs", n)
 	}
 	ctx3, cancel3 := context.WithTimeout(context.Background(), 5*time.Second)

@@ -109,7 +109,7 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	cpu := p.Kind == ort.CPU || p.Kind == ""
 	cfg = engine.Config{
 		Sessions: *f.sessions, MaxTokens: *f.maxTokens, MaxBatchTokens: *f.maxBatchTokens,
-		MaxBatch: *f.maxBatch, InflightTokens: *f.admission, GuardSeq: *f.guardSeq,
+		MaxBatch: *f.maxBatch, AdmissionTokens: *f.admission, GuardSeq: *f.guardSeq,
 		BreakerThreshold: *f.breaker, MaxChunkLatency: *f.maxChunkLatency,
 	}
 	cfg.Probe = *f.probe == "true" || *f.probe == "auto" && !cpu

@@ -36,7 +36,7 @@ func TestEngineFlagsProvider(t *testing.T) {
 	if p != want {
 		t.Errorf("provider %+v\nwant     %+v", p, want)
 	}
-	if cfg.InflightTokens != 70000 || !cfg.Guard {
+	if cfg.AdmissionTokens != 70000 || !cfg.Guard {
 		t.Errorf("config %+v: want admission 70000 and the guard on for tensorrt", cfg)
 	}
 	if len(cfg.Warmup) != 4 || cfg.WarmupBatches[1] != 4 {

@@ -16,11 +16,11 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/engine/model"
 	"github.com/jetembed/jetembed/engine/ort"
 	"github.com/jetembed/jetembed/fleet"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/jetstream"
 )
 

@@ -50,7 +50,7 @@ func TestOpsPublishDeniedAndBlobs(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
-		if streamMsgs(t, ojs, "EMBED_DLQ") == 0 {
+		if natstest.StreamCount(t, ojs, "EMBED_DLQ") == 0 {
 			return errors.New("no dead letter yet")
 		}
 		return nil

@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
-	"github.com/jetembed/jetembed/telemetry"
 )
 
 // TestOpsReadyAfterWarmup checks that /readyz answers 503, naming the

@@ -14,9 +14,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
-	"github.com/jetembed/jetembed/telemetry"
 )
 
 // TestOpsTraceSubmitToRun submits a job inside a producer span and checks

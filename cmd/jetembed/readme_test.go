@@ -20,8 +20,8 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/gateway"
+	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/schema"
-	"github.com/jetembed/jetembed/telemetry"
 )
 
 // The README's configuration table is generated from the commands' own -h

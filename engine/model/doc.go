@@ -4,6 +4,6 @@
 // with a message naming the file instead of at the first request.
 //
 // It is pure Go: the graph's inputs and outputs are read from model.onnx's
-// protobuf without ONNX Runtime. It may import engine/safetensors and the
+// protobuf without ONNX Runtime. It may import internal/safetensors and the
 // standard library; it imports no other project package.
 package model

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/jetembed/jetembed/engine/safetensors"
+	"github.com/jetembed/jetembed/internal/safetensors"
 )
 
 // Head weight files of the hidden-state layout (BGE-M3's torch.nn.Linear

@@ -9,7 +9,7 @@ import (
 
 	"github.com/jetembed/jetembed/engine/model"
 	"github.com/jetembed/jetembed/engine/model/modeltest"
-	"github.com/jetembed/jetembed/engine/safetensors"
+	"github.com/jetembed/jetembed/internal/safetensors"
 )
 
 func writeDir(t *testing.T, s modeltest.Spec) string {

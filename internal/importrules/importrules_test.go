@@ -22,32 +22,34 @@ const anyPkg = "*"
 // its non-test code may import directly (paths relative to the module).
 // A new package must be added here and say the same in its doc.go.
 var mayImport = map[string][]string{
-	"schema":                 {},
-	"internal/tracehdr":      {},
-	"internal/natstest":      {"internal/testkit"},
-	"internal/testkit":       {},
-	"internal/importrules":   {},
-	"internal/enginetest":    {"engine", "engine/model", "engine/ort", "engine/tokenizer"},
-	"client":                 {"schema", "internal/tracehdr"},
-	"engine/pack":            {},
-	"engine/safetensors":     {},
-	"engine/heads":           {},
-	"engine/tokenizer":       {},
-	"engine/model":           {"engine/safetensors"},
-	"engine/model/modeltest": {"engine/model", "engine/safetensors"},
-	"engine/onnxgen":         {"engine/safetensors"},
-	"engine":                 {"schema", "engine/heads", "engine/model", "engine/pack", "engine/safetensors", "engine/tokenizer"},
-	"engine/ort":             {"engine", "engine/model"},
-	"telemetry":              {"schema", "internal/tracehdr"},
-	"consumer":               {"engine", "schema", "telemetry"},
-	"fleet":                  {"engine", "schema"},
-	"jetstream":              {"client", "consumer", "fleet", "schema", "telemetry"},
-	"gateway":                {"schema"},
-	"bench":                  {anyPkg},
-	"bench/fleet":            {},
-	"faults":                 {},
-	"deploy":                 {},
-	"cmd/jetembed":           {anyPkg},
+	"schema":                    {},
+	"internal/tracehdr":         {},
+	"internal/natstest":         {"internal/testkit"},
+	"internal/testkit":          {},
+	"internal/importrules":      {},
+	"internal/enginetest":       {"engine", "engine/model", "engine/ort", "engine/tokenizer"},
+	"client":                    {"schema", "internal/tracehdr"},
+	"engine/internal/pack":      {},
+	"internal/safetensors":      {},
+	"engine/internal/heads":     {},
+	"engine/tokenizer":          {},
+	"engine/model":              {"internal/safetensors"},
+	"engine/model/modeltest":    {"engine/model", "internal/safetensors"},
+	"internal/onnxgen":          {"internal/safetensors"},
+	"engine":                    {"schema", "engine/internal/heads", "engine/model", "engine/internal/pack", "internal/safetensors", "engine/tokenizer"},
+	"engine/ort":                {"engine", "engine/model"},
+	"internal/devserver":        {},
+	"internal/telemetry":        {"schema", "internal/tracehdr"},
+	"internal/telemetry/export": {"internal/telemetry", "internal/tracehdr"},
+	"internal/consumer":         {"engine", "schema", "internal/telemetry"},
+	"fleet":                     {"engine", "schema"},
+	"jetstream":                 {"client", "internal/consumer", "fleet", "schema", "internal/telemetry"},
+	"gateway":                   {"schema"},
+	"internal/bench":            {anyPkg},
+	"internal/bench/fleet":      {},
+	"faults":                    {},
+	"deploy":                    {},
+	"cmd/jetembed":              {anyPkg},
 }
 
 // natsImporters may import nats.go (the gateway needs not: it reaches the
@@ -58,7 +60,7 @@ var mayImport = map[string][]string{
 var natsImporters = []string{"jetstream", "client", "internal/natstest", "cmd/jetembed"}
 
 // serverImporters may import nats-server: the dev server and the test kit.
-var serverImporters = []string{"jetstream", "internal/natstest"}
+var serverImporters = []string{"internal/devserver", "internal/natstest"}
 
 type pkg struct {
 	ImportPath string
@@ -183,6 +185,43 @@ func TestImportRules(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// sdkPaths are the OpenTelemetry SDK and the exporters (and the
+// Prometheus client they export to): what a process wires up, not what a
+// library records through.
+var sdkPaths = []string{"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/otel/exporters", "go.opentelemetry.io/contrib/exporters", "github.com/prometheus/client_golang"}
+
+// TestLibrariesPullNoSDK: the packages a Go program embeds record through
+// the OpenTelemetry API (internal/telemetry); only cmd/jetembed, through
+// internal/telemetry/export, pulls the SDK and the exporters. The gateway
+// registers its own Prometheus collectors and the bench and test rigs are
+// not libraries, so they are left out.
+func TestLibrariesPullNoSDK(t *testing.T) {
+	libs := []string{"schema", "client", "engine", "engine/ort", "internal/consumer", "fleet", "jetstream", "internal/telemetry"}
+	args := make([]string, len(libs))
+	for i, l := range libs {
+		args[i] = "./" + l
+	}
+	pkgs := list(t, args...)
+	for _, l := range libs {
+		p := pkgs[mod+"/"+l]
+		if p == nil {
+			t.Fatalf("go list gave no %s", l)
+		}
+		for _, d := range p.Deps {
+			for _, bad := range sdkPaths {
+				if strings.HasPrefix(d, bad) {
+					t.Errorf("%s depends on %s; record through internal/telemetry, wire the SDK in cmd/jetembed", l, d)
+				}
+			}
+		}
+	}
+	if ok := slices.ContainsFunc(list(t, "./internal/telemetry/export")[mod+"/internal/telemetry/export"].Deps, func(d string) bool {
+		return strings.HasPrefix(d, "go.opentelemetry.io/otel/sdk")
+	}); !ok {
+		t.Error("internal/telemetry/export does not depend on the SDK; the rule above checks nothing")
 	}
 }
 

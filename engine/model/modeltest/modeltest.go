@@ -3,7 +3,7 @@
 // BGE-M3 export nor the genmodel command. The graphs are a few ONNX
 // operators whose results [Spec.HiddenState] reproduces in Go.
 //
-// It imports engine/model and engine/safetensors; only tests use it.
+// It imports engine/model and internal/safetensors; only tests use it.
 package modeltest
 
 import (
@@ -16,7 +16,7 @@ import (
 	"path/filepath"
 
 	"github.com/jetembed/jetembed/engine/model"
-	"github.com/jetembed/jetembed/engine/safetensors"
+	"github.com/jetembed/jetembed/internal/safetensors"
 )
 
 // Spec describes a tiny model directory.

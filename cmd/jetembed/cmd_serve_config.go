@@ -1,0 +1,149 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/internal/telemetry"
+	"github.com/jetembed/jetembed/internal/telemetry/export"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// serve's flags and the configuration parsed from them.
+
+// serveFlags are the flags of serve beyond the NATS, provisioning and
+// engine ones. The consumer's ack wait, max deliver, backoff and max ack
+// pending are not among them: they are the server's (see `provision`).
+type serveFlags struct {
+	patience       *time.Duration
+	gatherTokens   *int
+	inFlightTokens *int
+	prefetchMax    *int
+	prefetchBytes  *int
+	grace          *time.Duration
+	http           *string
+	logLevel       *string
+	logFormat      *string
+	heartbeat      *time.Duration
+	provision      *string
+	blobs          *bool
+	printConfig    *bool
+	replyAllow     *string
+	maxReplyBytes  *int
+	api            *gatewayFlags
+}
+
+// addServeFlags defines serve's flags; provision is the default of
+// --provision (off for serve, create for dev).
+func addServeFlags(fs *flagSet, provision string) *serveFlags {
+	return &serveFlags{
+		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long bulk jobs wait before they go to the engine, so its packer has more texts to choose from (interactive jobs wait none)"),
+		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens of queued jobs that end the patience window early (0: max-batch-tokens x sessions)"),
+		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds; when full it stops pulling (0: 4 x gather-tokens; interactive jobs have a budget of their own)"),
+		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4"),
+		prefetchBytes:  fs.Int("prefetch-bytes", jetstream.DefaultPrefetchBytes, "byte cap of the jobs buffered ahead of the consumer: pull requests ask for no more than fits (raised to the server's max payload)"),
+		grace:          fs.Duration("grace", 30*time.Second, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed"),
+		http:           fs.String("http", telemetry.DefaultAddr, "address of /healthz, /readyz and /metrics (empty: off)"),
+		logLevel:       fs.String("log-level", "info", "log level: debug, info, warn or error"),
+		logFormat:      fs.String("log-format", telemetry.LogAuto, "log format: auto (text on a terminal, else json), text or json"),
+		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
+		provision:      fs.String("provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is jetembed provision"),
+		blobs:          fs.Bool("blobs", true, "store results over the server's max payload in the blobs bucket and reply with a reference (false: reply result_too_large)"),
+		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
+		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
+		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
+		api:            addGatewayFlags(fs, "http-api", ""),
+	}
+}
+
+// serveConfig is everything serve runs with, parsed from the flags.
+type serveConfig struct {
+	NATS      jetstream.Options
+	JetStream jetstream.Config
+	// Provision is how serve treats the server's objects at start:
+	// jetstream.ModeCheck (off) or ModeCreate (create); skipProvision
+	// when the caller (dev) already did.
+	Provision jetstream.Mode
+	Engine    *engineFlags
+	Fleet     *fleetFlags
+
+	Replies schema.ReplyPolicy
+	// Blobs stores results over the max payload in EMBED_BLOBS.
+	Blobs bool
+
+	Patience, Grace, Heartbeat   time.Duration
+	GatherTokens, InFlightTokens int
+	PrefetchMax, PrefetchBytes   int
+	HTTP                         string
+	LogLevel                     slog.Level
+	LogFormat                    string
+	// API is the HTTP API's flags (--http-api, off when empty).
+	API *gatewayFlags
+}
+
+// skipProvision is a [serveConfig.Provision] that checks nothing.
+const skipProvision jetstream.Mode = -1
+
+// provisionMode parses --provision.
+func provisionMode(s string) (jetstream.Mode, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "off", "false":
+		return jetstream.ModeCheck, nil
+	case "create":
+		return jetstream.ModeCreate, nil
+	case "true", "on", "apply":
+		return 0, fmt.Errorf("%w: --provision=%s: serve no longer creates or updates the server's objects; run `jetembed provision` (as a user allowed to), then serve with --provision=off, or --provision=create to create only what is missing", errUsage, s)
+	}
+	return 0, fmt.Errorf("%w: --provision %q: want off or create", errUsage, s)
+}
+
+// config gathers the parsed flags into one [serveConfig].
+func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *engineFlags, ff *fleetFlags) (serveConfig, error) {
+	c := serveConfig{NATS: no, JetStream: cfg, Engine: ef, Fleet: ff,
+		Patience: *sf.patience, Grace: *sf.grace, Heartbeat: *sf.heartbeat,
+		GatherTokens: *sf.gatherTokens, InFlightTokens: *sf.inFlightTokens, PrefetchMax: *sf.prefetchMax,
+		PrefetchBytes: *sf.prefetchBytes,
+		HTTP:          *sf.http, LogFormat: *sf.logFormat, Blobs: *sf.blobs, API: sf.api}
+	if err := c.LogLevel.UnmarshalText([]byte(*sf.logLevel)); err != nil {
+		return c, fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
+	}
+	var err error
+	if c.Replies, err = sf.replyPolicy(cfg); err != nil {
+		return c, err
+	}
+	c.Provision, err = provisionMode(*sf.provision)
+	return c, err
+}
+
+// printConfig prints every flag's effective value (flag, environment, or
+// default) with its environment variable; secrets are masked: the values of
+// password and token flags, and the credentials of any URL.
+func printConfig(fs *flagSet, io stdio) {
+	for _, b := range fs.bindings {
+		v := fs.Lookup(b.Flag).Value.String()
+		if v != "" && secretFlag(b.Flag) {
+			v = "<set>"
+		}
+		fmt.Fprintf(io.out, "--%s=%s\t%s\n", b.Flag, jetstream.RedactURLs(v), b.Env)
+	}
+}
+
+// secretFlag reports whether a flag's value is itself a secret (not a path
+// to one: --nats-creds and --nats-nkey name files and print as they are).
+func secretFlag(name string) bool {
+	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats") ||
+		strings.Contains(name, "secret") || name == "api-key"
+}

@@ -1,0 +1,265 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/internal/devserver"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// natsEnv is one embedded nats-server with the jetembed streams provisioned
+// and a producer client on it. Handles of nats.go types stay inside
+// closures, so this package never names them.
+type natsEnv struct {
+	cfg    jetstream.Config
+	client *jetstream.Client
+	// results returns how many results the results stream holds.
+	results func(ctx context.Context) (uint64, error)
+	// seen counts the distinct results of the run stored so far.
+	seen *resultCounter
+	// startWorker runs a consumer on emb like serve does: fetch loop,
+	// publisher and request-reply service. stop drains it.
+	startWorker func(ctx context.Context, emb consumer.Embedder, cc consumer.Config) (stop func(), err error)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// withNATS starts a fresh embedded server in a temporary directory, runs f
+// and tears everything down.
+func withNATS(ctx context.Context, f func(env *natsEnv) error) error {
+	dir, err := os.MkdirTemp("", "jetembed-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := devserver.Start(devserver.Options{Listen: "127.0.0.1:0", DataDir: dir})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		srv.Shutdown()
+		srv.WaitForShutdown()
+	}()
+	opts := jetstream.Options{URLs: []string{srv.ClientURL()}, Name: "jetembed-bench", Logger: quiet}
+	nc, err := jetstream.Connect(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	cfg := jetstream.DefaultConfig()
+	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
+		return fmt.Errorf("provision: %w", err)
+	}
+	client, err := jetstream.NewClient(nc, jetstream.WithRun("bench"))
+	if err != nil {
+		return err
+	}
+	env := &natsEnv{cfg: cfg, client: client}
+	env.results = func(ctx context.Context) (uint64, error) {
+		s, err := js.Stream(ctx, cfg.Results.Name)
+		if err != nil {
+			return 0, err
+		}
+		info, err := s.Info(ctx)
+		if err != nil {
+			return 0, err
+		}
+		return info.State.Msgs, nil
+	}
+	// A reader of the run's results (the producer's own, an ordered
+	// consumer) counts them as they are stored: waitResults sleeps on it
+	// instead of polling the stream, whose info requests would take CPU
+	// from the sessions being timed.
+	env.seen = &resultCounter{ch: make(chan struct{}, 1), ids: map[string]struct{}{}}
+	rctx, stopReading := context.WithCancel(ctx)
+	read := make(chan struct{})
+	defer func() { stopReading(); <-read }()
+	go func() {
+		defer close(read)
+		for res, err := range client.Results(rctx, client.Run()) {
+			if err == nil {
+				env.seen.add(res.Subject)
+			}
+		}
+	}()
+	env.startWorker = func(ctx context.Context, emb consumer.Embedder, cc consumer.Config) (func(), error) {
+		// The worker has its own connection, as a serve process would.
+		wnc, err := jetstream.Connect(ctx, opts)
+		if err != nil {
+			return nil, err
+		}
+		w, err := jetstream.StartWorker(ctx, wnc, jetstream.WorkerConfig{
+			Config: cfg, Consumer: cc, Embedder: emb,
+			Service: jetstream.ServiceOptions{Version: "0.0.0-bench"}, Logger: quiet,
+		})
+		if err != nil {
+			wnc.Close()
+			return nil, err
+		}
+		return func() {
+			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			_ = w.Stop(dctx)
+			cancel()
+			_ = wnc.Drain()
+		}, nil
+	}
+	return f(env)
+}
+
+// queue submits every job; ids are "<prefix>-<index>".
+func (env *natsEnv) queue(ctx context.Context, prefix string, jobs [][]string) error {
+	for i, texts := range jobs {
+		if _, err := env.client.Submit(ctx, schema.NewJob(fmt.Sprintf("%s-%d", prefix, i), texts...)); err != nil {
+			return fmt.Errorf("submit job %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// resultCounter counts distinct results (by subject: one per job) and
+// signals on ch after each new one.
+type resultCounter struct {
+	mu  sync.Mutex
+	ids map[string]struct{}
+	ch  chan struct{}
+}
+
+func (c *resultCounter) add(key string) {
+	c.mu.Lock()
+	c.ids[key] = struct{}{}
+	c.mu.Unlock()
+	select {
+	case c.ch <- struct{}{}:
+	default:
+	}
+}
+
+func (c *resultCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.ids)
+}
+
+// waitResults waits until the results stream holds at least n results. It
+// sleeps on the results reader and reads the stream's info once n distinct
+// results were stored, and every 50 ms besides: polling the server every
+// 2 ms during a timed run took ~10% of the sessions' CPU on a 2-core
+// machine (pipeline/bare 0.88 instead of 0.99).
+func (env *natsEnv) waitResults(ctx context.Context, n uint64) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			got, _ := env.results(context.Background())
+			return fmt.Errorf("%d of %d results: %w", got, n, ctx.Err())
+		case <-env.seen.ch:
+			if uint64(env.seen.count()) < n {
+				continue
+			}
+		case <-tick.C:
+		}
+		got, err := env.results(ctx)
+		if err != nil {
+			return err
+		}
+		if got >= n {
+			return nil
+		}
+	}
+}
+
+// Bulk is one bulk run through NATS.
+type Bulk struct {
+	Rate
+	Jobs int
+	// PeakRSS is the process's VmHWM during the run (reset at its start),
+	// and BaseRSS its VmRSS just before, in bytes; zero when unknown.
+	PeakRSS, BaseRSS int64
+}
+
+// bulkRun queues jobs on a fresh server, then starts a worker on emb and
+// times it from start to the last result stored. The queue is filled first
+// so that the worker never waits for the producer.
+func bulkRun(ctx context.Context, emb consumer.Embedder, cc consumer.Config, jobs [][]string) (Bulk, error) {
+	var b Bulk
+	b.Jobs = len(jobs)
+	for _, j := range jobs {
+		b.Texts += len(j)
+	}
+	err := withNATS(ctx, func(env *natsEnv) error {
+		if err := env.queue(ctx, "bulk", jobs); err != nil {
+			return err
+		}
+		b.BaseRSS = rss("VmRSS")
+		resetPeakRSS()
+		start := time.Now()
+		stop, err := env.startWorker(ctx, emb, cc)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		rctx, cancel := context.WithTimeout(ctx, 20*time.Minute)
+		defer cancel()
+		if err := env.waitResults(rctx, uint64(len(jobs))); err != nil {
+			return err
+		}
+		b.Elapsed = time.Since(start)
+		b.PeakRSS = rss("VmHWM")
+		return nil
+	})
+	return b, err
+}
+
+// counting wraps an embedder and sums the tokens it ran, so that a pipeline
+// run reports its padding like a bare run does.
+type counting struct {
+	inner interface {
+		Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error)
+	}
+	mu             sync.Mutex
+	tokens, padded int
+}
+
+func (c *counting) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
+	embs, rep, err := c.inner.Embed(ctx, texts)
+	c.mu.Lock()
+	c.tokens += rep.Tokens
+	c.padded += rep.PaddedTokens
+	c.mu.Unlock()
+	return embs, rep, err
+}
+
+// ModelID and MaxTokens pass through what the consumer asks the engine.
+func (c *counting) ModelID() string {
+	if m, ok := c.inner.(interface{ ModelID() string }); ok {
+		return m.ModelID()
+	}
+	return ""
+}
+
+func (c *counting) MaxTokens() int {
+	if m, ok := c.inner.(interface{ MaxTokens() int }); ok {
+		return m.MaxTokens()
+	}
+	return 0
+}
+
+func (c *counting) totals() (int, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.tokens, c.padded
+}

@@ -1,0 +1,72 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/jetembed/jetembed/engine"
+)
+
+// Message is the acknowledgement side of one delivery. nats.go's
+// jetstream.Msg satisfies it; request-reply deliveries have none (a nil
+// Delivery.Msg), or a no-op twin.
+type Message interface {
+	Ack() error
+	Nak() error
+	NakWithDelay(delay time.Duration) error
+	InProgress() error
+	Term() error
+}
+
+// Delivery is one job as it arrived: the payload, its headers and the
+// delivery facts the loop needs. Package jetstream builds it from a
+// JetStream message or a micro request.
+type Delivery struct {
+	Msg    Message
+	Data   []byte
+	Header map[string][]string
+	// NumDelivered is the JetStream delivery count (1 on first delivery; 1
+	// for request-reply).
+	NumDelivered uint64
+	// Reply is the core reply inbox of a request (micro request-reply or
+	// a core request), used when the job names no reply subject.
+	Reply string
+	// Received is when the delivery reached this process; InProgress
+	// heartbeats count from it.
+	Received time.Time
+	// Stored, when known, is when the stream stored the message (the
+	// JetStream metadata timestamp): the queue wait metric counts from it,
+	// else from Received.
+	Stored time.Time
+	// Respond, when set, answers a request-reply delivery directly
+	// instead of publishing to a subject (micro.Request.Respond).
+	Respond func(header map[string][]string, data []byte) error
+}
+
+// Publisher sends results and dead letters.
+type Publisher interface {
+	// PublishResult sends a result to subject. For subjects bound to a
+	// stream (async bulk) it returns only after the stream confirmed it;
+	// msgID ([schema.ResultMsgID] of the reply and job id, "" for a job
+	// without an id) lets the stream drop a duplicate.
+	PublishResult(ctx context.Context, subject, msgID string, header map[string][]string, data []byte) error
+	// PublishDLQ stores a copy of a terminated job with the reason.
+	PublishDLQ(ctx context.Context, reason DeadLetter, header map[string][]string, data []byte) error
+}
+
+// DeadLetter says why a job was terminated.
+type DeadLetter struct {
+	JobID string
+	// MsgID is the dead letter's dedupe id, derived from the job as it
+	// arrived, so that one job is dead-lettered once per code.
+	MsgID        string
+	Code         string
+	Message      string
+	NumDelivered uint64
+}
+
+// Embedder is what the loop needs of the engine: *engine.Engine satisfies
+// it.
+type Embedder interface {
+	Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error)
+}
