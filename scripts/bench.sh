@@ -74,10 +74,13 @@ echo "bench: memory: $memory"
 kept=$( [ -f "$out" ] && sed -n '/^## /,$p' "$out" || true)
 load_after=$(cut -d' ' -f1-3 /proc/loadavg)
 
+# Whether the tree differs from HEAD, read before $out is rewritten (the
+# output file itself does not count).
+dirty=$(git diff --quiet HEAD -- . ":(exclude)$out" 2>/dev/null || echo ' (with uncommitted changes)')
 {
   echo "# Benchmarks"
   echo
-  echo "Written by \`make bench\` (scripts/bench.sh) on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo ' (with uncommitted changes)')."
+  echo "Written by \`make bench\` (scripts/bench.sh) on $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git rev-parse --short HEAD)$dirty."
   echo "Every figure below comes from this one run on this one machine; ratios compare measurements taken minutes apart in the same process."
   echo
   echo "Machine: $(nproc) CPU(s), $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//'), $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, $(uname -sr), Go $(go env GOVERSION), ONNX Runtime from $(basename "$(readlink -f "$JETEMBED_ORT_LIB")") ($(ls -d "$deps"/onnxruntime-* 2>/dev/null | sed 's|.*/onnxruntime-||' | head -1)), node $(node --version 2>/dev/null || echo none), peer on the libonnxruntime bundled with onnxruntime-node $(node -p 'require("'"$deps"'/peer/node_modules/onnxruntime-node/package.json").version' 2>/dev/null || echo none)."
