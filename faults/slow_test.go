@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"

@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"

@@ -11,10 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nkeys"
+
+	"github.com/jetembed/jetembed/internal/natstest"
 )
 
 func TestConnectToken(t *testing.T) {

@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/jetembed/jetembed/internal/natstest"
 )
 
 // credsFile writes a decentralized-auth credentials file (user JWT signed by

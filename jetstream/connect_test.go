@@ -11,9 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/jetembed/jetembed/internal/natstest"
 )
 
 var quietLog = slog.New(slog.NewTextHandler(io.Discard, nil))

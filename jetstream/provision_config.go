@@ -187,7 +187,33 @@ func (c Config) Validate() error {
 			add("%s stream %s: max bytes %d: want -1 (unlimited) or more", s.role, s.spec.Name, s.spec.MaxBytes)
 		}
 	}
-	cs := c.Consumer
+	c.Consumer.validate(add)
+	if err := validName(c.Engines.Name); err != nil {
+		add("engines bucket: %w", err)
+	}
+	if c.Engines.History < 1 || c.Engines.History > 64 {
+		add("engines bucket %s: history %d: want 1 to 64", c.Engines.Name, c.Engines.History)
+	}
+	if c.Engines.LimitMarkerTTL < time.Second {
+		add("engines bucket %s: limit marker ttl %v: want >= 1s (lock keys need per-key TTLs)", c.Engines.Name, c.Engines.LimitMarkerTTL)
+	}
+	if err := validName(c.Blobs.Name); err != nil {
+		add("blobs bucket: %w", err)
+	}
+	if c.Blobs.MaxBytes < -1 {
+		add("blobs bucket %s: max bytes %d: want -1 (unlimited) or more", c.Blobs.Name, c.Blobs.MaxBytes)
+	}
+	if c.Blobs.TTL < 0 {
+		add("blobs bucket %s: negative ttl %v", c.Blobs.Name, c.Blobs.TTL)
+	}
+	if len(errs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+}
+
+// validate adds what is wrong with the consumer's settings.
+func (cs ConsumerSpec) validate(add func(format string, args ...any)) {
 	if err := validName(cs.Name); err != nil {
 		add("consumer: %w", err)
 	}
@@ -214,28 +240,6 @@ func (c Config) Validate() error {
 	if cs.MaxAckPending < 1 {
 		add("consumer %s: max ack pending %d: want >= 1", cs.Name, cs.MaxAckPending)
 	}
-	if err := validName(c.Engines.Name); err != nil {
-		add("engines bucket: %w", err)
-	}
-	if c.Engines.History < 1 || c.Engines.History > 64 {
-		add("engines bucket %s: history %d: want 1 to 64", c.Engines.Name, c.Engines.History)
-	}
-	if c.Engines.LimitMarkerTTL < time.Second {
-		add("engines bucket %s: limit marker ttl %v: want >= 1s (lock keys need per-key TTLs)", c.Engines.Name, c.Engines.LimitMarkerTTL)
-	}
-	if err := validName(c.Blobs.Name); err != nil {
-		add("blobs bucket: %w", err)
-	}
-	if c.Blobs.MaxBytes < -1 {
-		add("blobs bucket %s: max bytes %d: want -1 (unlimited) or more", c.Blobs.Name, c.Blobs.MaxBytes)
-	}
-	if c.Blobs.TTL < 0 {
-		add("blobs bucket %s: negative ttl %v", c.Blobs.Name, c.Blobs.TTL)
-	}
-	if len(errs) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
 }
 
 // validName checks a stream, consumer or bucket name: JetStream puts it in

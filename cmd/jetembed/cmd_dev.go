@@ -87,19 +87,7 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	if err != nil && !errors.Is(err, jetstream.ErrDrift) {
 		return err
 	}
-	fmt.Fprintf(io.out, "\nNATS JetStream dev server on %s, data in %s\n", url, dir)
-	fmt.Fprintf(io.out, "connect with: --nats %s   (or JETEMBED_NATS=%s)\n", url, url)
-	results := subjectRoot(cfg.Results.Subjects[0]) + ".demo"
-	fmt.Fprintf(io.out, "the nats CLI:  export PATH=\"$PWD/.deps/bin:$PATH\"   (make deps installs it)\n")
-	fmt.Fprintf(io.out, "read results: nats sub '%s.>' --server %s\n", results, url)
-	fmt.Fprintf(io.out, "submit a job: nats pub -H Content-Type:application/json %s.demo '{\"v\":1,\"id\":\"1\",\"texts\":[\"hello\"],\"reply\":\"%s.1\"}' --server %s\n",
-		subjectRoot(cfg.Jobs.Subjects[0]), results, url)
-	fmt.Fprintf(io.out, "request:      nats req %s '{\"id\":\"1\",\"texts\":[\"hello\"]}' -H Content-Type:application/json --server %s\n", jetstream.EndpointSubject, url)
-	fmt.Fprintf(io.out, "or:           jetembed submit --nats %s --text hello\n", url)
-	fmt.Fprintln(io.out, "max payload:  8 MiB here; a standard nats-server takes 1 MiB (jetembed submit reads it and cuts its jobs to fit)")
-	if a := *sf.api.listen; a != "" {
-		fmt.Fprintf(io.out, "HTTP API:     curl http://%s/v1/embeddings -H Content-Type:application/json -d '{\"input\":\"hello\"}'\n", a)
-	}
+	printDevHelp(io, cfg, url, dir, *sf.api.listen)
 	fmt.Fprintf(io.out, "serving model %s; press Ctrl-C to stop\n", *ef.modelDir)
 	c.Provision = skipProvision // done above, with the same config
 	err = serve(ctx, telemetry.NewLogger(io.err, c.LogLevel, c.LogFormat), c)
@@ -141,4 +129,22 @@ func subjectRoot(subject string) string {
 		}
 	}
 	return subject
+}
+
+// printDevHelp tells the user where the dev server is and how to use it:
+// the nats CLI, a job, a request, submit and the HTTP API (api, when on).
+func printDevHelp(io stdio, cfg jetstream.Config, url, dir, api string) {
+	fmt.Fprintf(io.out, "\nNATS JetStream dev server on %s, data in %s\n", url, dir)
+	fmt.Fprintf(io.out, "connect with: --nats %s   (or JETEMBED_NATS=%s)\n", url, url)
+	results := subjectRoot(cfg.Results.Subjects[0]) + ".demo"
+	fmt.Fprintf(io.out, "the nats CLI:  export PATH=\"$PWD/.deps/bin:$PATH\"   (make deps installs it)\n")
+	fmt.Fprintf(io.out, "read results: nats sub '%s.>' --server %s\n", results, url)
+	fmt.Fprintf(io.out, "submit a job: nats pub -H Content-Type:application/json %s.demo '{\"v\":1,\"id\":\"1\",\"texts\":[\"hello\"],\"reply\":\"%s.1\"}' --server %s\n",
+		subjectRoot(cfg.Jobs.Subjects[0]), results, url)
+	fmt.Fprintf(io.out, "request:      nats req %s '{\"id\":\"1\",\"texts\":[\"hello\"]}' -H Content-Type:application/json --server %s\n", jetstream.EndpointSubject, url)
+	fmt.Fprintf(io.out, "or:           jetembed submit --nats %s --text hello\n", url)
+	fmt.Fprintln(io.out, "max payload:  8 MiB here; a standard nats-server takes 1 MiB (jetembed submit reads it and cuts its jobs to fit)")
+	if a := api; a != "" {
+		fmt.Fprintf(io.out, "HTTP API:     curl http://%s/v1/embeddings -H Content-Type:application/json -d '{\"input\":\"hello\"}'\n", a)
+	}
 }

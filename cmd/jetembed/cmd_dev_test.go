@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/internal/testkit"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/internal/testkit"
 )
 
 // lockedBuffer lets the test read what the running command printed so far.

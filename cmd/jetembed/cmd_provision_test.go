@@ -8,9 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/jetembed/jetembed/internal/natstest"
 )
 
 func runCmd(t *testing.T, ctx context.Context, args ...string) (code int, out, errOut string) {

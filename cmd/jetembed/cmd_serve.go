@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,7 +16,6 @@ import (
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/internal/telemetry/export"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/schema"
 )
 
 func init() {

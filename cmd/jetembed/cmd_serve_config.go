@@ -1,23 +1,13 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
-	natsjs "github.com/nats-io/nats.go/jetstream"
-
-	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/telemetry"
-	"github.com/jetembed/jetembed/internal/telemetry/export"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )

@@ -141,33 +141,42 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	// Tiers only where a provider compiles shapes, or where the JIT guard
 	// and the fleet's shape records name them.
 	cfg.PadExact = cpu && len(cfg.Tiers) == 0 && !cfg.Guard
+	if err := f.warmup(&cfg, p.Kind); err != nil {
+		return cfg, p, err
+	}
+	return cfg, p, nil
+}
+
+// warmup sets the warm-up grid of cfg from the --warmup-* flags: none by
+// default on CPU (no JIT to warm), batches 1 and 2 elsewhere.
+func (f *engineFlags) warmup(cfg *engine.Config, kind ort.Kind) error {
 	wb := *f.warmBatches
 	if wb == "auto" {
 		wb = ""
-		if !cpu {
+		if kind != ort.CPU && kind != "" {
 			wb = "1,2"
 		}
 	}
 	batches, err := ints("warmup-batches", wb)
 	if err != nil {
-		return cfg, p, err
+		return err
 	}
 	seqs, err := ints("warmup-seqs", *f.warmSq)
 	if err != nil {
-		return cfg, p, err
+		return err
 	}
 	// Without --warmup-seqs the engine warms every tier up to the model's
 	// maximum (or --warmup-max-seq) at these batch sizes.
 	cfg.NoWarmup, cfg.WarmupBatches = len(batches) == 0, batches
 	switch *f.warmMaxSeq {
 	case "auto":
-		if p.Kind == ort.CPU {
+		if kind == ort.CPU {
 			cfg.WarmupMaxSeq = cpuWarmupMaxSeq
 		}
 	default:
 		n, err := strconv.Atoi(*f.warmMaxSeq)
 		if err != nil || n < 1 {
-			return cfg, p, fmt.Errorf("%w: --warmup-max-seq %q (want auto or a positive number)", errUsage, *f.warmMaxSeq)
+			return fmt.Errorf("%w: --warmup-max-seq %q (want auto or a positive number)", errUsage, *f.warmMaxSeq)
 		}
 		cfg.WarmupMaxSeq = n
 	}
@@ -176,7 +185,7 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 			cfg.Warmup = append(cfg.Warmup, engine.Shape{Batch: b, Seq: s})
 		}
 	}
-	return cfg, p, nil
+	return nil
 }
 
 // cpuWarmupMaxSeq caps the default CPU warm-up grid: enough to prove the

@@ -114,38 +114,7 @@ func (u *unigram) tokenize(dst []int32, word string) []int32 {
 	}
 	nodes[0].start = 0
 
-	// Forward pass in HF's order: start positions ascending, candidate pieces
-	// shortest first, the unknown character last; a later candidate replaces
-	// a node only with a strictly better score, which is HF's tie-breaking.
-	for start := 0; start < n; {
-		base := nodes[start].score
-		_, charLen := utf8.DecodeRuneInString(word[start:])
-		single := false
-		var node uint32
-		for end := start; end < n; end++ {
-			if node = u.trie.child(node, word[end]); node == 0 {
-				break
-			}
-			id := u.trie.value[node]
-			if id < 0 {
-				continue
-			}
-			cand := base + u.scores[id]
-			if t := &nodes[end+1]; t.start < 0 || cand > t.score {
-				*t = latticeNode{score: cand, start: int32(start), id: id}
-			}
-			if end+1-start == charLen {
-				single = true
-			}
-		}
-		if !single {
-			cand := base + u.unkScore
-			if t := &nodes[start+charLen]; t.start < 0 || cand > t.score {
-				*t = latticeNode{score: cand, start: int32(start), id: u.unkID}
-			}
-		}
-		start += charLen
-	}
+	u.forward(nodes, word)
 
 	// Backtrack, fusing runs of unknown characters.
 	back := lat.back[:0]
@@ -180,6 +149,43 @@ func (u *unigram) tokenize(dst []int32, word string) []int32 {
 	}
 	lat.back = back
 	return dst
+}
+
+// forward fills nodes (len(word)+1, node 0 the start) with the best
+// segmentation ending at every byte. HF's order: start positions
+// ascending, candidate pieces shortest first, the unknown character last;
+// a later candidate replaces a node only with a strictly better score,
+// which is HF's tie-breaking.
+func (u *unigram) forward(nodes []latticeNode, word string) {
+	for start, n := 0, len(word); start < n; {
+		base := nodes[start].score
+		_, charLen := utf8.DecodeRuneInString(word[start:])
+		single := false
+		var node uint32
+		for end := start; end < n; end++ {
+			if node = u.trie.child(node, word[end]); node == 0 {
+				break
+			}
+			id := u.trie.value[node]
+			if id < 0 {
+				continue
+			}
+			cand := base + u.scores[id]
+			if t := &nodes[end+1]; t.start < 0 || cand > t.score {
+				*t = latticeNode{score: cand, start: int32(start), id: id}
+			}
+			if end+1-start == charLen {
+				single = true
+			}
+		}
+		if !single {
+			cand := base + u.unkScore
+			if t := &nodes[start+charLen]; t.start < 0 || cand > t.score {
+				*t = latticeNode{score: cand, start: int32(start), id: u.unkID}
+			}
+		}
+		start += charLen
+	}
 }
 
 // appendUnknown appends, reversed, the ids of a fused run of unknown

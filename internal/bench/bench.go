@@ -125,25 +125,58 @@ func sessionBusy(e *engine.Engine) time.Duration {
 // noopTexts is about how many texts the no-op runs embed.
 const noopTexts = 30000
 
-// Run runs the suite.
+// suite is one run of the benchmarks: what every phase shares.
+type suite struct {
+	cfg    Config
+	s      *stack
+	corpus []string
+	jobs   [][]string
+	cc     consumer.Config // the consumer as serve configures it
+	r      *Report
+}
+
+func (u *suite) logf(format string, args ...any) {
+	fmt.Fprintf(u.cfg.Log, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+// Run runs the suite: the bare engine against the pipeline, request-reply
+// latency, the transformers.js peer, the baselines and the no-op loop.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg = cfg.WithDefaults()
-	r := &Report{Config: cfg, Started: time.Now()}
-	logf := func(format string, args ...any) {
-		fmt.Fprintf(cfg.Log, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-	}
 	s, err := openStack(cfg)
 	if err != nil {
 		return nil, err
 	}
-	corpus := Corpus(cfg.Texts, cfg.Seed)
-	jobs := Jobs(corpus, cfg.Seed)
-	r.Jobs = len(jobs)
-	logf("corpus: %d texts in %d jobs; model %s; %d session(s) x %d thread(s)", len(corpus), len(jobs), s.m.ID, cfg.Sessions, cfg.Threads)
+	u := &suite{cfg: cfg, s: s, r: &Report{Config: cfg, Started: time.Now()}}
+	u.corpus = Corpus(cfg.Texts, cfg.Seed)
+	u.jobs = Jobs(u.corpus, cfg.Seed)
+	u.r.Jobs = len(u.jobs)
+	u.cc = consumer.Config{MaxBatchTokens: consumer.DefaultMaxBatchTokens * cfg.Sessions}
+	u.r.InFlightTokens = u.cc.WithDefaults().InFlightTokens
+	u.logf("corpus: %d texts in %d jobs; model %s; %d session(s) x %d thread(s)", len(u.corpus), len(u.jobs), s.m.ID, cfg.Sessions, cfg.Threads)
 
-	e, err := s.openEngine(ctx)
+	cost, err := u.engineRuns(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if err := u.baselines(ctx); err != nil {
+		return nil, err
+	}
+	if err := u.noopRuns(ctx, cost); err != nil {
+		return nil, err
+	}
+	u.r.Took = time.Since(u.r.Started)
+	return u.r, nil
+}
+
+// engineRuns runs every figure made on the real engine: bare engine and
+// pipeline rounds, request-reply latency and the peer. It returns the
+// engine's fitted cost model, for the no-op engine to pack the same chunks.
+func (u *suite) engineRuns(ctx context.Context) (engine.Cost, error) {
+	r, s := u.r, u.s
+	e, err := s.openEngine(ctx)
+	if err != nil {
+		return engine.Cost{}, err
 	}
 	defer e.Close()
 	r.ModelID = e.ModelID()
@@ -151,130 +184,157 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	r.DenseFLOPs = denseFLOPs(mc.Layers, mc.HiddenSize, mc.Intermediate)
 	st := e.Stats()
 	r.EngineAdmissionTokens = st.AdmissionBudget
-	cost := st.Cost
-	logf("engine ready (cost model a=%.3g bq=%.3g)", cost.A, cost.Bq)
-	if _, err := bareEngine(ctx, e, fixedCalls(corpus[:min(len(corpus), engineCallTexts)], engineCallTexts), 2); err != nil {
-		return nil, fmt.Errorf("warm pass: %w", err)
+	u.logf("engine ready (cost model a=%.3g bq=%.3g)", st.Cost.A, st.Cost.Bq)
+	if _, err := bareEngine(ctx, e, fixedCalls(u.corpus[:min(len(u.corpus), engineCallTexts)], engineCallTexts), 2); err != nil {
+		return engine.Cost{}, fmt.Errorf("warm pass: %w", err)
 	}
+	if err := u.rounds(ctx, e); err != nil {
+		return engine.Cost{}, err
+	}
+	if err := u.latencies(ctx, e); err != nil {
+		return engine.Cost{}, err
+	}
+	if u.cfg.PeerDir != "" {
+		if err := u.peerRuns(ctx, e); err != nil {
+			return engine.Cost{}, err
+		}
+	}
+	return st.Cost, nil
+}
 
-	// The bare engine and the pipeline alternate for Rounds rounds and
-	// each keeps its best: other work on the machine slows whichever runs
-	// while it happens, and the best of alternating rounds is the least
-	// disturbed figure of each.
-	cc := consumer.Config{MaxBatchTokens: consumer.DefaultMaxBatchTokens * cfg.Sessions}
-	ccd := cc.WithDefaults()
-	r.InFlightTokens = ccd.InFlightTokens
-	// The consumer makes one Embed call per job, all the jobs it holds at
-	// once; the bare engine gets the same calls.
-	calls := jobs
+// rounds alternates the bare engine and the pipeline for Rounds rounds;
+// each keeps its best: other work on the machine slows whichever runs
+// while it happens, and the best of alternating rounds is the least
+// disturbed figure of each. The consumer makes one Embed call per job,
+// all the jobs it holds at once; the bare engine gets the same calls.
+func (u *suite) rounds(ctx context.Context, e *engine.Engine) error {
+	r := u.r
+	calls := u.jobs
 	r.EngineCalls = len(calls)
-	for round := range cfg.Rounds {
+	for round := range u.cfg.Rounds {
 		bare, err := bareEngine(ctx, e, calls, len(calls))
 		if err != nil {
-			return nil, fmt.Errorf("bare engine: %w", err)
+			return fmt.Errorf("bare engine: %w", err)
 		}
 		r.EngineRounds = append(r.EngineRounds, bare.PerSecond())
 		if bare.PerSecond() > r.Engine.PerSecond() {
 			r.Engine = bare
 		}
-		logf("round %d: bare engine %.1f texts/s", round+1, bare.PerSecond())
+		u.logf("round %d: bare engine %.1f texts/s", round+1, bare.PerSecond())
 		cw := &counting{inner: e}
 		busy0 := sessionBusy(e)
-		pipe, err := bulkRun(ctx, cw, cc, jobs)
+		pipe, err := bulkRun(ctx, cw, u.cc, u.jobs)
 		if err != nil {
-			return nil, fmt.Errorf("pipeline: %w", err)
+			return fmt.Errorf("pipeline: %w", err)
 		}
 		pipe.Tokens, pipe.Padded = cw.totals()
 		r.PipelineRounds = append(r.PipelineRounds, pipe.PerSecond())
 		if pipe.PerSecond() > r.Pipeline.PerSecond() {
 			r.Pipeline = pipe
-			r.Busy = float64(sessionBusy(e)-busy0) / float64(pipe.Elapsed) / float64(cfg.Sessions)
+			r.Busy = float64(sessionBusy(e)-busy0) / float64(pipe.Elapsed) / float64(u.cfg.Sessions)
 		}
-		logf("round %d: pipeline %.1f texts/s, peak RSS %d MiB", round+1, pipe.PerSecond(), pipe.PeakRSS>>20)
+		u.logf("round %d: pipeline %.1f texts/s, peak RSS %d MiB", round+1, pipe.PerSecond(), pipe.PeakRSS>>20)
 	}
+	return nil
+}
 
-	if r.Idle, err = requestLatency(ctx, e, cc, cfg.Requests, 0, nil); err != nil {
-		return nil, fmt.Errorf("idle latency: %w", err)
+// latencies measures request-reply idle, at half the pipeline's rate and
+// under a backlog (twice its rate).
+func (u *suite) latencies(ctx context.Context, e *engine.Engine) error {
+	r, n := u.r, u.cfg.Requests
+	var err error
+	if r.Idle, err = requestLatency(ctx, e, u.cc, n, 0, nil); err != nil {
+		return fmt.Errorf("idle latency: %w", err)
 	}
-	logf("request-reply idle: p50 %v p99 %v (engine %v)", r.Idle.P50, r.Idle.P99, r.Idle.Engine)
-	if r.Loaded, err = requestLatency(ctx, e, cc, cfg.Requests, r.Pipeline.PerSecond()/2, jobs); err != nil {
-		return nil, fmt.Errorf("latency at 50%% load: %w", err)
+	u.logf("request-reply idle: p50 %v p99 %v (engine %v)", r.Idle.P50, r.Idle.P99, r.Idle.Engine)
+	if r.Loaded, err = requestLatency(ctx, e, u.cc, n, r.Pipeline.PerSecond()/2, u.jobs); err != nil {
+		return fmt.Errorf("latency at 50%% load: %w", err)
 	}
-	logf("request-reply at 50%% load: p50 %v p99 %v", r.Loaded.P50, r.Loaded.P99)
-	if r.Backlog, err = requestLatency(ctx, e, cc, cfg.Requests, 2*r.Pipeline.PerSecond(), jobs); err != nil {
-		return nil, fmt.Errorf("latency under a backlog: %w", err)
+	u.logf("request-reply at 50%% load: p50 %v p99 %v", r.Loaded.P50, r.Loaded.P99)
+	if r.Backlog, err = requestLatency(ctx, e, u.cc, n, 2*r.Pipeline.PerSecond(), u.jobs); err != nil {
+		return fmt.Errorf("latency under a backlog: %w", err)
 	}
-	logf("request-reply under a backlog: p50 %v p99 %v, %d refused", r.Backlog.P50, r.Backlog.P99, r.Backlog.Refused)
+	u.logf("request-reply under a backlog: p50 %v p99 %v, %d refused", r.Backlog.P50, r.Backlog.P99, r.Backlog.Refused)
+	return nil
+}
 
-	if cfg.PeerDir != "" {
-		// jetembed's engine runs on the peer's texts right before and
-		// right after the peer and keeps its best, as the peer keeps the
-		// best of its rounds: both see the same machine.
-		peerTexts := corpus[:min(cfg.PeerTexts, len(corpus))]
-		before, err := bareEngine(ctx, e, fixedCalls(peerTexts, engineCallTexts), 2)
-		if err != nil {
-			return nil, fmt.Errorf("engine on the peer texts: %w", err)
-		}
-		r.Peer, r.PeerErr = peer(ctx, cfg, s, peerTexts)
-		after, err := bareEngine(ctx, e, fixedCalls(peerTexts, engineCallTexts), 2)
-		if err != nil {
-			return nil, fmt.Errorf("engine on the peer texts: %w", err)
-		}
-		r.PeerEngineRounds = []float64{before.PerSecond(), after.PerSecond()}
-		r.PeerEngine = before
-		if after.PerSecond() > before.PerSecond() {
-			r.PeerEngine = after
-		}
-		if r.PeerErr != nil {
-			logf("peer failed: %v", r.PeerErr)
-		} else {
-			logf("peer: best %.1f texts/s at batch %d; jetembed engine %.1f texts/s on the same texts",
-				r.Peer.Best().TextsPerS, r.Peer.Best().Batch, r.PeerEngine.PerSecond())
-		}
-	}
-	e.Close()
-
-	pool, err := s.openRunners()
+// peerRuns times the transformers.js peer; jetembed's engine runs on the
+// peer's texts right before and right after it and keeps its best, as the
+// peer keeps the best of its rounds: both see the same machine.
+func (u *suite) peerRuns(ctx context.Context, e *engine.Engine) error {
+	r := u.r
+	peerTexts := u.corpus[:min(u.cfg.PeerTexts, len(u.corpus))]
+	before, err := bareEngine(ctx, e, fixedCalls(peerTexts, engineCallTexts), 2)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("engine on the peer texts: %w", err)
+	}
+	r.Peer, r.PeerErr = peer(ctx, u.cfg, u.s, peerTexts)
+	after, err := bareEngine(ctx, e, fixedCalls(peerTexts, engineCallTexts), 2)
+	if err != nil {
+		return fmt.Errorf("engine on the peer texts: %w", err)
+	}
+	r.PeerEngineRounds = []float64{before.PerSecond(), after.PerSecond()}
+	r.PeerEngine = before
+	if after.PerSecond() > before.PerSecond() {
+		r.PeerEngine = after
+	}
+	if r.PeerErr != nil {
+		u.logf("peer failed: %v", r.PeerErr)
+	} else {
+		u.logf("peer: best %.1f texts/s at batch %d; jetembed engine %.1f texts/s on the same texts",
+			r.Peer.Best().TextsPerS, r.Peer.Best().Batch, r.PeerEngine.PerSecond())
+	}
+	return nil
+}
+
+// baselines runs arrival-order batching and the naive one-run-per-job
+// pipeline on plain sessions.
+func (u *suite) baselines(ctx context.Context) error {
+	r := u.r
+	pool, err := u.s.openRunners()
+	if err != nil {
+		return err
 	}
 	defer pool.Close()
-	if r.Arrival, err = arrivalOrder(ctx, s, pool, corpus); err != nil {
-		return nil, fmt.Errorf("arrival-order batching: %w", err)
+	if r.Arrival, err = arrivalOrder(ctx, u.s, pool, u.corpus); err != nil {
+		return fmt.Errorf("arrival-order batching: %w", err)
 	}
-	logf("arrival-order batches of %d: %.1f texts/s", arrivalBatch, r.Arrival.PerSecond())
-	naive := &naiveEmbedder{s: s, pool: pool}
+	u.logf("arrival-order batches of %d: %.1f texts/s", arrivalBatch, r.Arrival.PerSecond())
+	naive := &naiveEmbedder{s: u.s, pool: pool}
 	ncc := consumer.Config{MaxBatchJobs: 1} // the runner pool bounds the runs at once
-	if r.Naive, err = bulkRun(ctx, naive, ncc, jobs); err != nil {
-		return nil, fmt.Errorf("naive baseline: %w", err)
+	if r.Naive, err = bulkRun(ctx, naive, ncc, u.jobs); err != nil {
+		return fmt.Errorf("naive baseline: %w", err)
 	}
 	r.Naive.Tokens, r.Naive.Padded = naive.tokens, naive.padded
-	logf("naive baseline: %.1f texts/s", r.Naive.PerSecond())
-	pool.Close()
+	u.logf("naive baseline: %.1f texts/s", r.Naive.PerSecond())
+	return nil
+}
 
-	noop, err := s.openNoop(ctx, cost)
+// noopRuns times the same engine and pipeline around sessions that return
+// at once. They are three orders of magnitude faster, so they go over the
+// corpus many times to last long enough to time.
+func (u *suite) noopRuns(ctx context.Context, cost engine.Cost) error {
+	r := u.r
+	noop, err := u.s.openNoop(ctx, cost)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer noop.Close()
-	// The no-op runs are three orders of magnitude faster: they go over
-	// the corpus many times so that they last long enough to time.
-	reps := max(1, noopTexts/len(corpus))
+	reps := max(1, noopTexts/len(u.corpus))
 	var noopJobs [][]string
 	for range reps {
-		noopJobs = append(noopJobs, jobs...)
+		noopJobs = append(noopJobs, u.jobs...)
 	}
 	if r.NoopEngine, err = bareEngine(ctx, noop, noopJobs, len(noopJobs)); err != nil {
-		return nil, fmt.Errorf("no-op engine: %w", err)
+		return fmt.Errorf("no-op engine: %w", err)
 	}
 	cw := &counting{inner: noop}
-	if r.Noop, err = bulkRun(ctx, cw, cc, noopJobs); err != nil {
-		return nil, fmt.Errorf("no-op pipeline: %w", err)
+	if r.Noop, err = bulkRun(ctx, cw, u.cc, noopJobs); err != nil {
+		return fmt.Errorf("no-op pipeline: %w", err)
 	}
 	r.Noop.Tokens, r.Noop.Padded = cw.totals()
-	logf("no-op pipeline: %.1f texts/s", r.Noop.PerSecond())
-	r.Took = time.Since(r.Started)
-	return r, nil
+	u.logf("no-op pipeline: %.1f texts/s", r.Noop.PerSecond())
+	return nil
 }
 
 // peer runs the transformers.js peer on texts with the model's files.

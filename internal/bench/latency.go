@@ -95,43 +95,7 @@ func requestLatency(ctx context.Context, e *engine.Engine, cc consumer.Config, n
 				l.LoadJobs, loadErr = produce(lctx, env, jobs, loadTexts)
 			}()
 		}
-		// Bare calls and requests alternate, so that both see the same
-		// load from the machine and from the background bulk.
-		d := make([]time.Duration, 0, n)
-		bare := make([]time.Duration, 0, n)
-		var reqErr error
-		// Under load a request may wait behind bulk batches; the run is
-		// bounded in time and reports how many requests it made.
-		deadline := time.Now().Add(maxLatencyRun)
-		next := time.Now()
-		for range n {
-			if time.Now().After(deadline) {
-				break
-			}
-			// Paced, so that the loaded run lasts long enough for the
-			// background bulk to matter.
-			time.Sleep(time.Until(next))
-			next = time.Now().Add(requestEvery)
-			b, err := engineOnce(ctx, e)
-			if err != nil {
-				reqErr = fmt.Errorf("bare call: %w", err)
-				break
-			}
-			bare = append(bare, b)
-			rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			start := time.Now()
-			res, err := env.client.Embed(rctx, shortText)
-			cancel()
-			if res != nil && res.Error != nil && res.Error.Code == schema.CodeOverloaded {
-				l.Refused++
-				continue
-			}
-			if err != nil {
-				reqErr = fmt.Errorf("request: %w", err)
-				break
-			}
-			d = append(d, time.Since(start))
-		}
+		d, bare, reqErr := timeRequests(ctx, env, e, n, &l)
 		stopLoad()
 		wg.Wait()
 		if reqErr != nil {
@@ -146,8 +110,6 @@ func requestLatency(ctx context.Context, e *engine.Engine, cc consumer.Config, n
 		}
 		l.LoadDone = int(done)
 		l.Requests = len(d)
-		slices.Sort(d)
-		slices.Sort(bare)
 		l.P50, l.P99 = percentile(d, 0.5), percentile(d, 0.99)
 		l.Engine = percentile(bare, 0.5)
 		return nil
@@ -177,4 +139,46 @@ func produce(ctx context.Context, env *natsEnv, jobs [][]string, rate float64) (
 		}
 		sent += len(texts)
 	}
+}
+
+// timeRequests makes up to n paced request-reply calls of shortText, each
+// after a bare Embed of it, and returns both durations, sorted. Bare calls
+// and requests alternate, so that both see the same load from the machine
+// and from the background bulk. Under load a request may wait behind bulk
+// chunks, so the run is bounded in time (maxLatencyRun); a request
+// answered overloaded counts in l.Refused.
+func timeRequests(ctx context.Context, env *natsEnv, e *engine.Engine, n int, l *Latency) (d, bare []time.Duration, err error) {
+	d = make([]time.Duration, 0, n)
+	bare = make([]time.Duration, 0, n)
+	deadline := time.Now().Add(maxLatencyRun)
+	next := time.Now()
+	for range n {
+		if time.Now().After(deadline) {
+			break
+		}
+		// Paced, so that the loaded run lasts long enough for the
+		// background bulk to matter.
+		time.Sleep(time.Until(next))
+		next = time.Now().Add(requestEvery)
+		b, err := engineOnce(ctx, e)
+		if err != nil {
+			return nil, nil, fmt.Errorf("bare call: %w", err)
+		}
+		bare = append(bare, b)
+		rctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		start := time.Now()
+		res, err := env.client.Embed(rctx, shortText)
+		cancel()
+		if res != nil && res.Error != nil && res.Error.Code == schema.CodeOverloaded {
+			l.Refused++
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("request: %w", err)
+		}
+		d = append(d, time.Since(start))
+	}
+	slices.Sort(d)
+	slices.Sort(bare)
+	return d, bare, nil
 }

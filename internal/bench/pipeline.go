@@ -79,44 +79,54 @@ func withNATS(ctx context.Context, f func(env *natsEnv) error) error {
 		}
 		return info.State.Msgs, nil
 	}
-	// A reader of the run's results (the producer's own, an ordered
-	// consumer) counts them as they are stored: waitResults sleeps on it
-	// instead of polling the stream, whose info requests would take CPU
-	// from the sessions being timed.
+	stopReading := env.readResults(ctx)
+	defer stopReading()
+	env.startWorker = func(ctx context.Context, emb consumer.Embedder, cc consumer.Config) (func(), error) {
+		return startWorker(ctx, opts, cfg, emb, cc)
+	}
+	return f(env)
+}
+
+// readResults starts a reader of the run's results (the producer's own, an
+// ordered consumer) that counts them as they are stored: waitResults
+// sleeps on it instead of polling the stream, whose info requests would
+// take CPU from the sessions being timed. stop ends the reader and waits.
+func (env *natsEnv) readResults(ctx context.Context) (stop func()) {
 	env.seen = &resultCounter{ch: make(chan struct{}, 1), ids: map[string]struct{}{}}
-	rctx, stopReading := context.WithCancel(ctx)
+	rctx, cancel := context.WithCancel(ctx)
 	read := make(chan struct{})
-	defer func() { stopReading(); <-read }()
 	go func() {
 		defer close(read)
-		for res, err := range client.Results(rctx, client.Run()) {
+		for res, err := range env.client.Results(rctx, env.client.Run()) {
 			if err == nil {
 				env.seen.add(res.Subject)
 			}
 		}
 	}()
-	env.startWorker = func(ctx context.Context, emb consumer.Embedder, cc consumer.Config) (func(), error) {
-		// The worker has its own connection, as a serve process would.
-		wnc, err := jetstream.Connect(ctx, opts)
-		if err != nil {
-			return nil, err
-		}
-		w, err := jetstream.StartWorker(ctx, wnc, jetstream.WorkerConfig{
-			Config: cfg, Consumer: cc, Embedder: emb,
-			Service: jetstream.ServiceOptions{Version: "0.0.0-bench"}, Logger: quiet,
-		})
-		if err != nil {
-			wnc.Close()
-			return nil, err
-		}
-		return func() {
-			dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			_ = w.Stop(dctx)
-			cancel()
-			_ = wnc.Drain()
-		}, nil
+	return func() { cancel(); <-read }
+}
+
+// startWorker runs a worker like serve's on its own connection, as a serve
+// process would have; stop drains it.
+func startWorker(ctx context.Context, opts jetstream.Options, cfg jetstream.Config, emb consumer.Embedder, cc consumer.Config) (stop func(), err error) {
+	wnc, err := jetstream.Connect(ctx, opts)
+	if err != nil {
+		return nil, err
 	}
-	return f(env)
+	w, err := jetstream.StartWorker(ctx, wnc, jetstream.WorkerConfig{
+		Config: cfg, Consumer: cc, Embedder: emb,
+		Service: jetstream.ServiceOptions{Version: "0.0.0-bench"}, Logger: quiet,
+	})
+	if err != nil {
+		wnc.Close()
+		return nil, err
+	}
+	return func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		_ = w.Stop(dctx)
+		cancel()
+		_ = wnc.Drain()
+	}, nil
 }
 
 // queue submits every job; ids are "<prefix>-<index>".

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/nats-io/nats-server/v2/server"
 )
 
 func startDev(t *testing.T, o Options) *server.Server {
@@ -109,7 +110,7 @@ func TestDevServerPortInUse(t *testing.T) {
 	if !strings.Contains(err.Error(), "address already in use") {
 		t.Errorf("err = %v, want it to say the address is in use", err)
 	}
-	if time.Since(start) >= devReadyTimeout {
+	if time.Since(start) >= readyTimeout {
 		t.Errorf("took %v: the failure was not noticed before the timeout", time.Since(start))
 	}
 	if !strings.Contains(logs.String(), "nats-server") {
