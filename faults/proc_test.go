@@ -1,7 +1,6 @@
 package faults
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -149,19 +148,6 @@ func (p *serveProc) Running() bool {
 		return false
 	default:
 		return true
-	}
-}
-
-// Stop ends the process with SIGTERM and waits for the drain, returning the
-// exit error (nil for a clean exit).
-func (p *serveProc) Stop(ctx context.Context) error {
-	p.signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return p.err
-	case <-ctx.Done():
-		p.Kill()
-		return ctx.Err()
 	}
 }
 

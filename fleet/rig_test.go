@@ -67,15 +67,7 @@ func newServer(t testing.TB, edit func(*jetstream.Config)) *server {
 }
 
 // connect is a connection that rides out server restarts.
-func connect(t testing.TB, url string) *nats.Conn {
-	t.Helper()
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
+func connect(t testing.TB, url string) *nats.Conn { return natstest.Connect(t, url) }
 
 // store opens the engines bucket of srv through js as the fleet's store.
 func store(t testing.TB, js natsjs.JetStream, srv *server) *jetstream.KVStore {

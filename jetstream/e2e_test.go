@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
@@ -322,4 +323,34 @@ func submitJobs(t *testing.T, c *jetstream.Client, n int, idFormat, textFormat s
 		ids = append(ids, j.ID)
 	}
 	return ids
+}
+
+// TestRequestOnAnotherEndpoint: a service registered on another subject
+// (as an account import may name it) is reached by a client given that
+// subject with client.WithEndpoint; a client on the default subject finds
+// no service there and says so with ErrNoService.
+func TestRequestOnAnotherEndpoint(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, engine.Config{})
+	startWorker(t, srv, e, workerOptions{subject: "team-a.embed"})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	c, err := jetstream.NewClient(srv.nc, client.WithEndpoint("team-a.embed"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := c.Embed(ctx, e2eTexts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkResult(t, e, res, e2eTexts, []schema.Output{schema.OutputDense})
+
+	def, err := jetstream.NewClient(srv.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := def.Embed(ctx, "hello"); !errors.Is(err, client.ErrNoService) {
+		t.Errorf("default endpoint with the service elsewhere: %v, want client.ErrNoService", err)
+	}
 }

@@ -110,17 +110,8 @@ func provisioned(t testing.TB, url string, edit func(*jetstream.Config)) *server
 	return &server{url: url, cfg: cfg, nc: nc, js: js}
 }
 
-func connect(t testing.TB, url string) *nats.Conn {
-	t.Helper()
-	// Reconnect quickly and forever, as jetstream.Connect does: some tests
-	// restart the server.
-	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(nc.Close)
-	return nc
-}
+// connect is a connection that rides out server restarts.
+func connect(t testing.TB, url string) *nats.Conn { return natstest.Connect(t, url) }
 
 // worker is one consumer process: its connection and its [jetstream.Worker].
 type worker struct {
@@ -134,6 +125,8 @@ type workerOptions struct {
 	blobs bool                                    // store oversized results in the blobs bucket, as serve --blobs
 	sink  func(*consumer.Consumer) jetstream.Sink // wraps the consumer
 	pull  []jetstream.PullOption
+	// subject is the request-reply endpoint; empty: the default.
+	subject string
 }
 
 // startWorker runs a consumer on emb against srv, like serve does.
@@ -146,7 +139,7 @@ func startWorker(t testing.TB, srv *server, emb consumer.Embedder, o workerOptio
 	}
 	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
 		Config: srv.cfg, Consumer: o.cfg, Embedder: emb, Sink: o.sink, Blobs: o.blobs,
-		Service: jetstream.ServiceOptions{Version: "test"}, Pull: o.pull, Logger: log,
+		Service: jetstream.ServiceOptions{Version: "test", Subject: o.subject}, Pull: o.pull, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)

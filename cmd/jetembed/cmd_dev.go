@@ -32,22 +32,8 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	ef := addEngineFlags(fs, false)
 	ff := addFleetFlags(fs)
 	sf := addServeFlags(fs, "create")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
-	if *sf.printConfig {
-		printConfig(fs, io)
-		return nil
-	}
-	cfg, err := pf.config()
-	if err != nil {
-		return err
-	}
-	c, err := sf.config(jetstream.Options{}, cfg, ef, ff)
-	if err != nil {
+	cfg, c, done, err := parseServe(fs, args, io, pf, ef, ff, sf)
+	if done || err != nil {
 		return err
 	}
 	if cfg.Replicas != 1 {

@@ -33,22 +33,8 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 	ef := addEngineFlags(fs, true)
 	ff := addFleetFlags(fs)
 	sf := addServeFlags(fs, "off")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if fs.NArg() > 0 {
-		return fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
-	if *sf.printConfig {
-		printConfig(fs, io)
-		return nil
-	}
-	cfg, err := pf.config()
-	if err != nil {
-		return err
-	}
-	c, err := sf.config(jetstream.Options{}, cfg, ef, ff)
-	if err != nil {
+	_, c, done, err := parseServe(fs, args, io, pf, ef, ff, sf)
+	if done || err != nil {
 		return err
 	}
 	log := telemetry.NewLogger(io.err, c.LogLevel, c.LogFormat)

@@ -137,3 +137,24 @@ func secretFlag(name string) bool {
 	return strings.Contains(name, "password") || strings.Contains(name, "token") && strings.HasPrefix(name, "nats") ||
 		strings.Contains(name, "secret") || name == "api-key"
 }
+
+// parseServe parses the flags of serve and dev into the server-side
+// config and serve's own; done is true when nothing is left to do
+// (--print-config printed the configuration).
+func parseServe(fs *flagSet, args []string, io stdio, pf *provisionFlags, ef *engineFlags, ff *fleetFlags, sf *serveFlags) (cfg jetstream.Config, c serveConfig, done bool, err error) {
+	if err := fs.Parse(args); err != nil {
+		return cfg, c, false, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, c, false, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	}
+	if *sf.printConfig {
+		printConfig(fs, io)
+		return cfg, c, true, nil
+	}
+	if cfg, err = pf.config(); err != nil {
+		return cfg, c, false, err
+	}
+	c, err = sf.config(jetstream.Options{}, cfg, ef, ff)
+	return cfg, c, false, err
+}

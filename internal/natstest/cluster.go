@@ -74,11 +74,6 @@ func (c *Cluster) shutdownAll() {
 	}
 }
 
-// Servers returns the nodes, in order; a node that is shut down is nil.
-func (c *Cluster) Servers() []*server.Server {
-	return append([]*server.Server(nil), c.servers...)
-}
-
 // URLs returns the client URLs of all nodes, comma separated, the way a
 // client that knows the whole cluster is configured.
 func (c *Cluster) URLs() string {

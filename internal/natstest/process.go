@@ -61,9 +61,6 @@ func StartProcess(t testing.TB, extraArgs ...string) *Process {
 // URL is the client URL of the server; it stays the same across restarts.
 func (p *Process) URL() string { return clientURL(p.port) }
 
-// StoreDir is the JetStream store directory; it survives restarts.
-func (p *Process) StoreDir() string { return p.storeDir }
-
 // Log returns what the server printed so far, for failure messages.
 func (p *Process) Log() string { return p.log.String() }
 
@@ -122,11 +119,6 @@ func (p *Process) ping() error {
 // Kill ends the server with SIGKILL, as a crash would, and waits for it.
 func (p *Process) Kill() {
 	p.signal(syscall.SIGKILL)
-}
-
-// Stop ends the server with SIGTERM (a clean shutdown) and waits for it.
-func (p *Process) Stop() {
-	p.signal(syscall.SIGTERM)
 }
 
 func (p *Process) signal(sig os.Signal) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // readyTimeout bounds how long a server may take to accept connections.
@@ -27,11 +28,6 @@ func WithUser(user, password string) Option {
 	return func(o *server.Options) {
 		o.Users = append(o.Users, &server.User{Username: user, Password: password})
 	}
-}
-
-// WithPort makes the server listen on a fixed port instead of a random one.
-func WithPort(port int) Option {
-	return func(o *server.Options) { o.Port = port }
 }
 
 // DefaultOptions are the options of [RunServer] before any [Option]:
@@ -89,4 +85,17 @@ func startServer(o *server.Options) (*server.Server, error) {
 		return nil, errNotReady
 	}
 	return s, nil
+}
+
+// Connect is a client connection to url that reconnects quickly and
+// forever, as jetstream.Connect does, so it rides out the server restarts
+// of a test; it is closed when the test ends.
+func Connect(t testing.TB, url string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(url, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
 }
