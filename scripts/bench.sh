@@ -112,7 +112,7 @@ dirty=$(git diff --quiet HEAD -- . ":(exclude)$out" 2>/dev/null || echo ' (with 
 Reading these numbers:
 
 - The machine may be shared (the load averages above say how busy it was). Other work slows whichever measurement runs while it happens; the rounds listed in the raw table show how much. That is why the bare engine and the pipeline alternate and keep their best, and why a ratio near 1 (pipeline efficiency) can come out slightly above 1.
-- The corpus is small (a few hundred texts) to keep `make bench` within minutes on a 2-core CPU; a pipeline run then lasts seconds, so the fetch loop's start (its prefetch begins at 8 jobs and adapts) weighs more than it would in a long bulk run.
+- The corpus is small (a few hundred texts) to keep `make bench` within minutes on a 2-core CPU; a pipeline run then lasts seconds, so its start (worker, consumer, first pull) weighs more than it would in a long bulk run. On 2 cores anything else that runs during a timed run takes CPU from the sessions: the bench waits for the last result on a reader of the results stream, not by polling the server (polling every 2 ms cost ~10% of the pipeline rate).
 - On a CPU, transformers.js at batch 1 pads nothing and a single-text session run costs about the same per token as a packed one; its larger batches lose to padding (the mixed lengths make batch 32 several times slower). jetembed's packing pays off against padded batches (the arrival-order and naive rows), not against batch 1.
 - The peak RSS is the whole bench process: the engine's ONNX Runtime arenas (grown by the runs before the bulk run), the embedded nats-server with the queued jobs and results, and the producer. The figure to read is the growth during the bulk run over the RSS just before it.
 NOTES
