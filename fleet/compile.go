@@ -20,8 +20,9 @@ var (
 )
 
 // work is the worker: it pre-warms queued shapes as soon as they arrive
-// while the engine has no work queued or running, and on every tick publishes the shapes the engine ran and, once the
-// engine has been idle for IdleQuiet, compiles one wanted shape.
+// while the engine has no work queued or running, and on every tick
+// publishes the shapes the engine ran and, once the engine has been idle
+// for IdleQuiet, compiles one wanted shape.
 func (f *Member) work(ctx context.Context) {
 	t := time.NewTicker(f.cfg.Tick)
 	defer t.Stop()
@@ -41,6 +42,7 @@ func (f *Member) work(ctx context.Context) {
 			f.prewarmQueued(ctx)
 		}
 		f.publishRan(ctx)
+		f.stats.ticks.Add(1)
 		if busy || runs != lastRuns || f.cfg.Busy != nil && f.cfg.Busy() {
 			quietSince, lastRuns = time.Now(), runs
 			continue
@@ -48,6 +50,7 @@ func (f *Member) work(ctx context.Context) {
 		if time.Since(quietSince) < f.cfg.IdleQuiet {
 			continue
 		}
+		f.stats.idleChecks.Add(1)
 		if f.compileWanted(ctx) {
 			// Its own runs are not traffic: measure quiet from here.
 			_, lastRuns = f.eng.Activity()

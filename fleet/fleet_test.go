@@ -3,11 +3,12 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"github.com/jetembed/jetembed/fleet"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jetembed/jetembed/fleet"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 

@@ -3,11 +3,12 @@ package fleet_test
 import (
 	"context"
 	"fmt"
-	"github.com/jetembed/jetembed/fleet"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jetembed/jetembed/fleet"
 
 	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
@@ -156,7 +157,7 @@ func TestFleetHourlyCap(t *testing.T) {
 	if !e.ShapeWarmed(1, 256) || e.ShapeWarmed(1, 128) {
 		t.Errorf("warmed 1x256 %v, 1x128 %v; want the longer one compiled first", e.ShapeWarmed(1, 256), e.ShapeWarmed(1, 128))
 	}
-	time.Sleep(500 * time.Millisecond) // many idle ticks
+	waitPasses(t, member, func(st fleet.Stats) int64 { return st.IdleChecks }, 5) // idle ticks that could compile 1x128
 	if st := member.Stats(); st.Compiles != 1 || st.Wants != 1 {
 		t.Errorf("after more idle ticks: %+v; want the cap to hold the second compile and its want", st)
 	}
@@ -189,7 +190,7 @@ func TestFleetUnbuildableWant(t *testing.T) {
 		}
 		return nil
 	})
-	time.Sleep(500 * time.Millisecond) // idle ticks that could try 1x1024
+	waitPasses(t, m, func(st fleet.Stats) int64 { return st.IdleChecks }, 5) // idle ticks that could try 1x1024
 	if st := m.Stats(); st.Errors != 0 || st.Compiles != 1 || st.Wants != 0 || st.Ignored != 1 {
 		t.Errorf("stats %+v; want 1x1024 ignored, never built; one compile of 1x128", st)
 	}

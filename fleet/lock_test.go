@@ -3,10 +3,11 @@ package fleet_test
 import (
 	"context"
 	"errors"
-	"github.com/jetembed/jetembed/fleet"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jetembed/jetembed/fleet"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 

@@ -67,6 +67,12 @@ type Stats struct {
 	// keys of the bucket that were not used (unknown layout, a shape this
 	// engine would never run, or a value that is not a record).
 	LockBusy, Errors, Ignored int64
+	// Ticks counts the worker's passes (each tick, or a kick by a new key
+	// or want); IdleChecks those of them that found the engine quiet for
+	// IdleQuiet and so looked for a wanted shape to compile. A test (or an
+	// operator) waits on them to know the worker looked, not a guessed
+	// sleep.
+	Ticks, IdleChecks int64
 	// Shapes, Wants and Locks are the keys in the bucket for this model
 	// and SM.
 	Shapes, Wants, Locks int
@@ -74,6 +80,7 @@ type Stats struct {
 
 type counters struct {
 	compiles, prewarms, published, wanted, lockBusy, errors atomic.Int64
+	ticks, idleChecks                                       atomic.Int64
 }
 
 // Join joins the fleet: it reads the bucket's current keys for the
@@ -164,6 +171,7 @@ func (f *Member) Stats() Stats {
 		Compiles: f.stats.compiles.Load(), Prewarms: f.stats.prewarms.Load(),
 		Published: f.stats.published.Load(), Wanted: f.stats.wanted.Load(),
 		LockBusy: f.stats.lockBusy.Load(), Errors: f.stats.errors.Load(), Ignored: f.ignored.count(),
+		Ticks: f.stats.ticks.Load(), IdleChecks: f.stats.idleChecks.Load(),
 		Shapes: len(f.shapes), Wants: len(f.wanted), Locks: len(f.locked),
 	}
 }

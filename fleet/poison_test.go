@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/jetembed/jetembed/fleet"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jetembed/jetembed/fleet"
 
 	"github.com/jetembed/jetembed/internal/natstest"
 )
@@ -77,8 +78,9 @@ func TestFleetIgnoresPoisonedBucket(t *testing.T) {
 		}
 		return nil
 	})
-	// Give the idle compile a few ticks to pick a poisoned want, had it one.
-	time.Sleep(300 * time.Millisecond)
+	// The idle compile looks five times; it would pick a poisoned want,
+	// had it one.
+	waitPasses(t, fl, func(st fleet.Stats) int64 { return st.IdleChecks }, 5)
 	for _, sh := range [][2]int{{64, 512}, {8, 8192}, {1, 100}, {2, 128}, {1, 128}, {1, 160}, {1, 192}, {1, 224}} {
 		if n := eng.warmed(sh[0], sh[1]); n != 0 {
 			t.Errorf("poisoned shape %dx%d warmed %d times", sh[0], sh[1], n)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
 )
 
@@ -42,7 +43,7 @@ func TestFleetPrewarmWaitsForQueuedWork(t *testing.T) {
 		_, err := kv.Get(context.Background(), shapeKey(model, 2, 128).String())
 		return err
 	})
-	time.Sleep(300 * time.Millisecond) // six ticks of b's worker
+	waitPasses(t, mb, func(st fleet.Stats) int64 { return st.Ticks }, 6) // b's worker looked six times
 	if n := b.warmed(2, 128); n != 0 || mb.Stats().Prewarms != 0 {
 		t.Fatalf("b pre-warmed 2x128 (%d runs) with work queued", n)
 	}

@@ -2,6 +2,7 @@ package fleet_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -13,6 +14,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
@@ -147,4 +149,18 @@ func result(t *testing.T, c *jetstream.Client, run, id string) *schema.Result {
 	}
 	t.Fatalf("no result for %s", id)
 	return nil
+}
+
+// waitPasses waits until count (a counter of m's Stats) has grown by n
+// from now: the member's worker has looked n more times. Tests that check
+// something did not happen wait on it instead of a guessed sleep.
+func waitPasses(t *testing.T, m *fleet.Member, count func(fleet.Stats) int64, n int64) {
+	t.Helper()
+	from := count(m.Stats())
+	natstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if got := count(m.Stats()) - from; got < n {
+			return fmt.Errorf("the worker looked %d of %d times; stats %+v", got, n, m.Stats())
+		}
+		return nil
+	})
 }

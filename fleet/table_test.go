@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/jetembed/jetembed/fleet"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jetembed/jetembed/fleet"
 
 	"github.com/jetembed/jetembed/jetstream"
 )

@@ -3,9 +3,10 @@ package fleet_test
 import (
 	"context"
 	"errors"
-	"github.com/jetembed/jetembed/fleet"
 	"slices"
 	"testing"
+
+	"github.com/jetembed/jetembed/fleet"
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/schema"
