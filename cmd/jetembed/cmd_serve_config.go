@@ -21,6 +21,7 @@ type serveFlags struct {
 	patience       *time.Duration
 	gatherTokens   *int
 	inFlightTokens *int
+	interactive    *int
 	prefetchMax    *int
 	prefetchBytes  *int
 	grace          *time.Duration
@@ -43,6 +44,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long bulk jobs wait before they go to the engine, so its packer has more texts to choose from (interactive jobs wait none)"),
 		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens of queued jobs that end the patience window early (0: max-batch-tokens x sessions)"),
 		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds; when full it stops pulling (0: 4 x gather-tokens; interactive jobs have a budget of their own)"),
+		interactive:    fs.Int("interactive-tokens", 0, "estimated tokens of the interactive jobs and requests this process holds, a budget apart from the bulk one so a backlog never refuses a request (0: gather-tokens)"),
 		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4"),
 		prefetchBytes:  fs.Int("prefetch-bytes", jetstream.DefaultPrefetchBytes, "byte cap of the jobs buffered ahead of the consumer: pull requests ask for no more than fits (raised to the server's max payload)"),
 		grace:          fs.Duration("grace", 30*time.Second, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed"),
@@ -74,12 +76,12 @@ type serveConfig struct {
 	// Blobs stores results over the max payload in EMBED_BLOBS.
 	Blobs bool
 
-	Patience, Grace, Heartbeat   time.Duration
-	GatherTokens, InFlightTokens int
-	PrefetchMax, PrefetchBytes   int
-	HTTP                         string
-	LogLevel                     slog.Level
-	LogFormat                    string
+	Patience, Grace, Heartbeat                      time.Duration
+	GatherTokens, InFlightTokens, InteractiveTokens int
+	PrefetchMax, PrefetchBytes                      int
+	HTTP                                            string
+	LogLevel                                        slog.Level
+	LogFormat                                       string
 	// API is the HTTP API's flags (--http-api, off when empty).
 	API *gatewayFlags
 }
@@ -104,7 +106,7 @@ func provisionMode(s string) (jetstream.Mode, error) {
 func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *engineFlags, ff *fleetFlags) (serveConfig, error) {
 	c := serveConfig{NATS: no, JetStream: cfg, Engine: ef, Fleet: ff,
 		Patience: *sf.patience, Grace: *sf.grace, Heartbeat: *sf.heartbeat,
-		GatherTokens: *sf.gatherTokens, InFlightTokens: *sf.inFlightTokens, PrefetchMax: *sf.prefetchMax,
+		GatherTokens: *sf.gatherTokens, InFlightTokens: *sf.inFlightTokens, InteractiveTokens: *sf.interactive, PrefetchMax: *sf.prefetchMax,
 		PrefetchBytes: *sf.prefetchBytes,
 		HTTP:          *sf.http, LogFormat: *sf.logFormat, Blobs: *sf.blobs, API: sf.api}
 	if err := c.LogLevel.UnmarshalText([]byte(*sf.logLevel)); err != nil {

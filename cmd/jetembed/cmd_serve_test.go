@@ -223,3 +223,23 @@ func TestServePrintConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestServeBudgetFlags: the consumer's three token budgets reach the
+// worker's configuration as given, and the gather default follows the
+// engine's batch size and sessions.
+func TestServeBudgetFlags(t *testing.T) {
+	fs := newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard})
+	pf := addProvisionFlags(fs, false)
+	ef := addEngineFlags(fs, true)
+	ff := addFleetFlags(fs)
+	sf := addServeFlags(fs, "off")
+	_, c, done, err := parseServe(fs, []string{"--in-flight-tokens", "999", "--interactive-tokens", "1234",
+		"--max-batch-tokens", "2048", "--sessions", "3"}, stdio{out: io.Discard, err: io.Discard}, pf, ef, ff, sf)
+	if err != nil || done {
+		t.Fatalf("parse: done %v, %v", done, err)
+	}
+	w := c.worker(nil, nil, nil, "m")
+	if got := w.Consumer; got.InFlightTokens != 999 || got.InteractiveTokens != 1234 || got.MaxBatchTokens != 2048*3 {
+		t.Errorf("consumer config %+v: want in-flight 999, interactive 1234, gather 6144", got)
+	}
+}

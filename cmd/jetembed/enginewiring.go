@@ -28,6 +28,7 @@ type engineFlags struct {
 	maxBatch            *int
 	tiers               *string
 	admission           *int
+	interactive         *int
 	guard               *string
 	guardSeq            *int
 	breaker             *int
@@ -73,6 +74,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		maxBatch:        fs.Int("max-batch", 0, "texts per session run (0: 64)"),
 		tiers:           fs.String("tiers", "", "padded sequence tiers, comma separated (default: none on cpu without the guard, where a chunk is padded to its own longest text; else 4 per octave from 8 to max tokens)"),
 		admission:       fs.Int("engine-admission-tokens", 0, "engine admission budget: tokens of embed calls in progress; beyond it a call is refused as overloaded (0: 8 x max-batch-tokens x sessions)"),
+		interactive:     fs.Int("engine-interactive-tokens", 0, "the engine's admission budget of interactive calls (requests, priority interactive jobs), apart from the bulk one (0: 2 x max-batch-tokens)"),
 		guard:           fs.String("guard", "auto", "JIT guard refusing unwarmed long shapes: auto (on for tensorrt), on or off"),
 		guardSeq:        fs.Int("guard-seq", 4096, "sequence length from which the JIT guard applies"),
 		breaker:         fs.Int("breaker-threshold", 3, "consecutive run errors that drop and reload a session"),
@@ -109,7 +111,7 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	cpu := p.Kind == ort.CPU || p.Kind == ""
 	cfg = engine.Config{
 		Sessions: *f.sessions, MaxTokens: *f.maxTokens, MaxBatchTokens: *f.maxBatchTokens,
-		MaxBatch: *f.maxBatch, AdmissionTokens: *f.admission, GuardSeq: *f.guardSeq,
+		MaxBatch: *f.maxBatch, AdmissionTokens: *f.admission, InteractiveTokens: *f.interactive, GuardSeq: *f.guardSeq,
 		BreakerThreshold: *f.breaker, MaxChunkLatency: *f.maxChunkLatency,
 	}
 	cfg.Probe = *f.probe == "true" || *f.probe == "auto" && !cpu
