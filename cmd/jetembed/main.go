@@ -12,6 +12,7 @@ import (
 	"syscall"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/mallocenv"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -52,7 +53,14 @@ const exitFatal = 70
 // stream or consumer); main exits 78 (EX_CONFIG) for it.
 var errConfig = errors.New("config")
 
+// engineCommands run ONNX Runtime in this process: they get glibc's
+// allocator tuned for it (mallocenv.Reexec).
+var engineCommands = map[string]bool{"serve": true, "dev": true, "embed": true, "bench": true, "warmup": true}
+
 func main() {
+	if len(os.Args) > 1 && engineCommands[os.Args[1]] {
+		mallocenv.Reexec()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	os.Exit(runMain(ctx, os.Args[1:], stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}))

@@ -21,6 +21,7 @@ type Session struct {
 	layout  model.Layout
 	dim     int // hidden size
 	outputs int
+	cpu     bool // runs count for the idle trim of the C heap
 }
 
 var _ engine.Runner = (*Session)(nil)
@@ -54,7 +55,7 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("ort: run options: %w", err), sess.Destroy())
 	}
-	return &Session{sess: sess, runOpts: ro, layout: m.Layout, dim: m.Config.HiddenSize, outputs: len(outputs)}, nil
+	return &Session{sess: sess, runOpts: ro, layout: m.Layout, dim: m.Config.HiddenSize, outputs: len(outputs), cpu: p.kind() == CPU}, nil
 }
 
 func sessionOptions(p Provider) (*ort.SessionOptions, error) {
@@ -181,6 +182,10 @@ func (s *Session) Run(ctx context.Context, in engine.RunInput) (out engine.RunOu
 		}
 		// sparse_vecs and colbert_vecs are left to ORT to allocate: their
 		// exact shapes ([B,S,1] or [B,S]; S-1 rows) differ between exports.
+	}
+	if s.cpu {
+		cpuRuns.begin()
+		defer cpuRuns.end()
 	}
 	if err := s.run(ctx, values[:2], values[2:]); err != nil {
 		return engine.RunOutput{}, err

@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+
+	"github.com/jetembed/jetembed/internal/mallocenv"
 )
 
 // PeerRun is one batch size of the transformers.js peer.
@@ -99,6 +101,7 @@ func runPeer(ctx context.Context, peerDir, hfDir string, texts []string, threads
 		bs[i] = fmt.Sprint(b)
 	}
 	cmd := exec.CommandContext(ctx, "node", filepath.Join(peerDir, "peer.js"), hfDir, f.Name(), fmt.Sprint(threads), strings.Join(bs, ","))
+	cmd.Env = mallocenv.ChildEnv() // the peer runs on its own defaults
 	cmd.Dir = peerDir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
