@@ -56,6 +56,11 @@ type ChunkReport struct {
 	Items []int
 }
 
+// Report is the former name of [CallReport].
+//
+// Deprecated: use CallReport.
+type Report = CallReport
+
 // CallReport describes an Embed call: its chunks and token totals.
 type CallReport struct {
 	Chunks       []ChunkReport
