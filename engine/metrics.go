@@ -6,8 +6,8 @@ import (
 	"time"
 )
 
-// Metrics hears the facts only the engine knows; *telemetry.Metrics
-// implements it. Set it with [Engine.SetMetrics]. Calls come from the
+// Metrics hears the facts only the engine knows; jetembed's telemetry
+// (what jetstream.NewMetrics returns, serve's /metrics) implements it. Set it with [Engine.SetMetrics]. Calls come from the
 // caller's goroutine (Tokenize) or from session goroutines (Run,
 // GuardRefusal), so an implementation must be safe for concurrent use.
 type Metrics interface {

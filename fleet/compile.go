@@ -50,8 +50,10 @@ func (f *Member) work(ctx context.Context) {
 		if time.Since(quietSince) < f.cfg.IdleQuiet {
 			continue
 		}
+		compiled := f.compileWanted(ctx)
+		// Counted once the look is over, so that a waiter sees its outcome.
 		f.stats.idleChecks.Add(1)
-		if f.compileWanted(ctx) {
+		if compiled {
 			// Its own runs are not traffic: measure quiet from here.
 			_, lastRuns = f.eng.Activity()
 			quietSince = time.Now()

@@ -68,8 +68,9 @@ type Stats struct {
 	// engine would never run, or a value that is not a record).
 	LockBusy, Errors, Ignored int64
 	// Ticks counts the worker's passes (each tick, or a kick by a new key
-	// or want); IdleChecks those of them that found the engine quiet for
-	// IdleQuiet and so looked for a wanted shape to compile. A test (or an
+	// or want), counted after its pre-warms and publishing; IdleChecks
+	// those of them that found the engine quiet for IdleQuiet and looked
+	// for a wanted shape to compile, counted after the look. A test (or an
 	// operator) waits on them to know the worker looked, not a guessed
 	// sleep.
 	Ticks, IdleChecks int64
@@ -177,8 +178,8 @@ func (f *Member) Stats() Stats {
 }
 
 // Want records that the JIT guard refused a chunk of batch x seq, so that
-// an idle member compiles it. It never blocks (it implements
-// consumer.Wants); a shape already in the bucket or already wanted is
+// an idle member compiles it. It never blocks (the job loop's wants
+// hook); a shape already in the bucket or already wanted is
 // not recorded again.
 func (f *Member) Want(batch, seq int) {
 	s := shape{batch, seq}

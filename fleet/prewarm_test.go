@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -43,7 +44,15 @@ func TestFleetPrewarmWaitsForQueuedWork(t *testing.T) {
 		_, err := kv.Get(context.Background(), shapeKey(model, 2, 128).String())
 		return err
 	})
-	waitPasses(t, mb, func(st fleet.Stats) int64 { return st.Ticks }, 6) // b's worker looked six times
+	// b's watcher has the key (so its worker would pre-warm it), then its
+	// worker looks six times.
+	natstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if mb.Stats().Shapes < 1 {
+			return fmt.Errorf("b has not seen the shape: %+v", mb.Stats())
+		}
+		return nil
+	})
+	waitPasses(t, mb, func(st fleet.Stats) int64 { return st.Ticks }, 6)
 	if n := b.warmed(2, 128); n != 0 || mb.Stats().Prewarms != 0 {
 		t.Fatalf("b pre-warmed 2x128 (%d runs) with work queued", n)
 	}

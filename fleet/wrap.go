@@ -7,7 +7,7 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// Embedder is what the consumer embeds through (consumer.Embedder has the
+// Embedder is what the job loop embeds through (jetstream.Embedder has the
 // same method): [Wrap] takes one and returns one.
 type Embedder interface {
 	Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error)

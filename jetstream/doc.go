@@ -17,5 +17,6 @@
 // import internal/consumer (whose Sink, Delivery and Publisher it adapts
 // to, and whose configuration types it names by alias), fleet
 // (whose Store it implements), internal/telemetry (trace context in
-// headers, metrics through the OpenTelemetry API) and schema; never engine.
+// headers, and [NewMetrics]: the job loop's instruments on a meter provider
+// the program gives) and schema; never engine.
 package jetstream

@@ -13,8 +13,10 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/internal/telemetry"
 )
 
 // ErrWorkerStopped is the cause [Worker.Err] wraps when a worker stopped on
@@ -387,4 +389,31 @@ type (
 	Delivery = consumer.Delivery
 	// LoopStats is what the job loop has done ([JobLoop.Stats]).
 	LoopStats = consumer.Stats
+	// LoopMetrics is what the job loop records ([ConsumerConfig.Metrics]);
+	// [NewMetrics] makes jetembed's own on a meter provider.
+	LoopMetrics = consumer.Metrics
+	// Outcome labels a job's disposition in [LoopMetrics].
+	Outcome = telemetry.Outcome
+	// DeadLetter is one copy for the DLQ stream ([Publisher.PublishDLQ]).
+	DeadLetter = consumer.DeadLetter
 )
+
+// The outcomes a job's disposition is counted under.
+const (
+	OutcomeOK    = telemetry.OutcomeOK
+	OutcomeError = telemetry.OutcomeError
+	OutcomeNak   = telemetry.OutcomeNak
+	OutcomeTerm  = telemetry.OutcomeTerm
+)
+
+// NewMetrics creates jetembed's job-loop instruments (the jetembed_*
+// families serve exposes on /metrics) on a meter of mp, for a program that
+// runs a [Worker] with its own OpenTelemetry SDK: set the result as
+// [ConsumerConfig.Metrics]. This package uses the OpenTelemetry API only.
+func NewMetrics(mp metric.MeterProvider) (LoopMetrics, error) {
+	m, err := telemetry.NewMetrics(mp)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/mallocenv"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -63,7 +64,7 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer e.Close()
-	fmt.Fprintf(io.err, "jetembed: memory budget %s\n", ef.budgetNote)
+	fmt.Fprintf(io.err, "jetembed: memory budget %s; malloc %s\n", ef.budgetNote, mallocenv.Mode())
 	return embedStream(ctx, e, in, *batch, want, !*noTruncate, total, io)
 }
 

@@ -13,6 +13,7 @@ import (
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/internal/mallocenv"
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/internal/telemetry/export"
 	"github.com/jetembed/jetembed/jetstream"
@@ -181,7 +182,7 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	if first {
 		log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", c.JetStream.Jobs.Name,
 			"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version,
-			"memory_budget", c.Engine.budgetNote)
+			"memory_budget", c.Engine.budgetNote, "malloc", mallocenv.Mode())
 	} else {
 		log.Info("serving again on a new connection", "nats", jetstream.RedactURL(nc.ConnectedUrl()))
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/jetembed/jetembed/engine"
@@ -53,12 +54,12 @@ const exitFatal = 70
 // stream or consumer); main exits 78 (EX_CONFIG) for it.
 var errConfig = errors.New("config")
 
-// engineCommands run ONNX Runtime in this process: they get glibc's
-// allocator tuned for it (mallocenv.Reexec).
+// engineCommands run ONNX Runtime in this process: on the CPU provider
+// they get glibc's allocator tuned for it (mallocenv.Reexec).
 var engineCommands = map[string]bool{"serve": true, "dev": true, "embed": true, "bench": true, "warmup": true}
 
 func main() {
-	if len(os.Args) > 1 && engineCommands[os.Args[1]] {
+	if len(os.Args) > 1 && engineCommands[os.Args[1]] && cpuProvider(os.Args[2:]) {
 		mallocenv.Reexec()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -124,4 +125,27 @@ func init() {
 		fmt.Fprintln(io.out, version)
 		return nil
 	}})
+}
+
+// cpuProvider reports whether the command line (or JETEMBED_PROVIDER)
+// leaves the engine on the CPU provider, read before the flags are parsed:
+// the malloc tunables are for ORT's CPU tensors, and a GPU process, whose
+// host memory nothing trims, keeps glibc's defaults.
+func cpuProvider(args []string) bool {
+	p := os.Getenv("JETEMBED_PROVIDER")
+	for i, a := range args {
+		if a == "--" {
+			break
+		}
+		name, val, hasVal := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		if !strings.HasPrefix(a, "-") || name != "provider" {
+			continue
+		}
+		if hasVal {
+			p = val
+		} else if i+1 < len(args) {
+			p = args[i+1]
+		}
+	}
+	return p == "" || p == "cpu"
 }

@@ -23,3 +23,30 @@ func TestHelpAndVersion(t *testing.T) {
 		t.Errorf("help nope: exit %d, %s", code, errOut)
 	}
 }
+
+func TestCPUProvider(t *testing.T) {
+	t.Setenv("JETEMBED_PROVIDER", "")
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{nil, true},
+		{[]string{"--model", "m"}, true},
+		{[]string{"--provider", "cpu"}, true},
+		{[]string{"--provider=cuda"}, false},
+		{[]string{"-provider", "tensorrt", "--model", "m"}, false},
+		{[]string{"--model", "provider"}, true},
+		{[]string{"--", "--provider", "cuda"}, true},
+	} {
+		if got := cpuProvider(tc.args); got != tc.want {
+			t.Errorf("cpuProvider(%q) = %v, want %v", tc.args, got, tc.want)
+		}
+	}
+	t.Setenv("JETEMBED_PROVIDER", "cuda")
+	if cpuProvider(nil) {
+		t.Error("JETEMBED_PROVIDER=cuda counted as CPU")
+	}
+	if !cpuProvider([]string{"--provider", "cpu"}) {
+		t.Error("--provider cpu over JETEMBED_PROVIDER=cuda counted as GPU")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,7 +54,7 @@ func TestMemoryReturnsAfterLongTexts(t *testing.T) {
 		name string
 		env  []string
 	}{
-		{"glibc-defaults", []string{"JETEMBED_MALLOC=system"}},
+		{"glibc-defaults", nil},
 		{"tuned", []string{"GLIBC_TUNABLES=" + mallocenv.Tunables}},
 	} {
 		t.Run(mode.name, func(t *testing.T) { memoryAfterLongTexts(t, mode.env) })
@@ -127,7 +128,11 @@ func memoryAfterLongTexts(t *testing.T, env []string) {
 func startHelper(t *testing.T, env []string, args ...string) int {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestMemoryHelperProcess$")
-	cmd.Env = append(append(os.Environ(), env...), envHelperArgs+"="+strings.Join(args, "\n"))
+	// The allocator settings are the mode's alone, whatever this process has.
+	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "GLIBC_TUNABLES=") || strings.HasPrefix(kv, "JETEMBED_MALLOC")
+	})
+	cmd.Env = append(append(base, env...), envHelperArgs+"="+strings.Join(args, "\n"))
 	log := &lockedBuffer{}
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

@@ -55,7 +55,15 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("ort: run options: %w", err), sess.Destroy())
 	}
-	return &Session{sess: sess, runOpts: ro, layout: m.Layout, dim: m.Config.HiddenSize, outputs: len(outputs), cpu: p.kind() == CPU}, nil
+	s := &Session{sess: sess, runOpts: ro, layout: m.Layout, dim: m.Config.HiddenSize, outputs: len(outputs), cpu: p.kind() == CPU}
+	if s.cpu {
+		// Loading freed memory too (the graph's parse, initializers): it
+		// goes back with the idle trim, a second after the last session
+		// opens, unless runs begin first.
+		cpuRuns.begin()
+		cpuRuns.end()
+	}
+	return s, nil
 }
 
 func sessionOptions(p Provider) (*ort.SessionOptions, error) {

@@ -6,7 +6,9 @@ package mallocenv
 
 import (
 	"os"
+	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 )
 
@@ -29,22 +31,37 @@ const Tunables = "glibc.malloc.arena_max=1:glibc.malloc.mmap_max=0:glibc.malloc.
 // without them.
 const TunedEnv = "JETEMBED_MALLOC_TUNED"
 
+// Mode says which allocator settings this process runs with, for its
+// start-up log: "tuned" ([Tunables], set by [Reexec]), "operator" (a
+// GLIBC_TUNABLES given from outside) or "system" (glibc's defaults).
+func Mode() string {
+	switch v, set := os.LookupEnv("GLIBC_TUNABLES"); {
+	case os.Getenv(TunedEnv) != "" && v == Tunables:
+		return "tuned"
+	case set:
+		return "operator"
+	}
+	return "system"
+}
+
 // Reexec re-executes this process with [Tunables] on Linux, unless
-// GLIBC_TUNABLES is already set (the operator's choice stands) or
-// JETEMBED_MALLOC=system. glibc reads the tunables only at process start,
-// hence the exec; it keeps the PID, the arguments and the rest of the
-// environment, and returns only when it did not exec (then the process
-// goes on as it is). Call it first thing in main, for the commands that
-// run the engine. On musl or another libc the variable is ignored.
+// GLIBC_TUNABLES is set at all (the operator's choice stands, even an
+// empty one), JETEMBED_MALLOC=system, or the process was started through
+// the dynamic loader (ld-linux ... jetembed: the executable is then the
+// loader). glibc reads the tunables only at process start, hence the
+// exec; it keeps the PID, the arguments and the rest of the environment,
+// and returns only when it did not exec (then the process goes on as it
+// is: [Mode] says so). Call it first thing in main, for the commands that
+// run the engine on CPU. On musl or another libc the variable is ignored.
 func Reexec() {
-	if runtime.GOOS != "linux" {
+	if runtime.GOOS != "linux" || os.Getenv("JETEMBED_MALLOC") == "system" || os.Getenv(TunedEnv) != "" {
 		return
 	}
-	if os.Getenv("JETEMBED_MALLOC") == "system" || os.Getenv("GLIBC_TUNABLES") != "" || os.Getenv(TunedEnv) != "" {
+	if _, set := os.LookupEnv("GLIBC_TUNABLES"); set {
 		return
 	}
 	exe, err := os.Executable()
-	if err != nil {
+	if err != nil || strings.HasPrefix(filepath.Base(exe), "ld-") {
 		return
 	}
 	env := append(os.Environ(), "GLIBC_TUNABLES="+Tunables, TunedEnv+"=1")
@@ -52,7 +69,8 @@ func Reexec() {
 }
 
 // ChildEnv is the environment for a process this one starts: without the
-// malloc tunables [Reexec] added to its own.
+// malloc tunables [Reexec] added to its own, nor its marker (so that a
+// jetembed started from here tunes itself again).
 func ChildEnv() []string {
 	env := os.Environ()
 	if os.Getenv(TunedEnv) == "" {
@@ -60,7 +78,7 @@ func ChildEnv() []string {
 	}
 	out := env[:0:0]
 	for _, kv := range env {
-		if len(kv) >= len("GLIBC_TUNABLES=") && kv[:len("GLIBC_TUNABLES=")] == "GLIBC_TUNABLES=" {
+		if strings.HasPrefix(kv, "GLIBC_TUNABLES=") || strings.HasPrefix(kv, TunedEnv+"=") {
 			continue
 		}
 		out = append(out, kv)

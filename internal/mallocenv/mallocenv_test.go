@@ -21,6 +21,9 @@ func TestChildEnv(t *testing.T) {
 	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "GLIBC_TUNABLES=") }) {
 		t.Errorf("child environment keeps GLIBC_TUNABLES: %v", env)
 	}
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, TunedEnv+"=") }) {
+		t.Errorf("child environment keeps %s: a jetembed it starts would not tune itself", TunedEnv)
+	}
 	if !slices.Contains(env, "KEEP_ME=x") {
 		t.Error("child environment lost the other variables")
 	}
@@ -37,6 +40,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("MALLOCENV_PROBE") != "" {
 		Reexec()
 		fmt.Print(os.Getenv("GLIBC_TUNABLES"))
+		fmt.Fprint(os.Stderr, Mode())
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -68,5 +72,25 @@ func TestReexec(t *testing.T) {
 	}
 	if got := probe("GLIBC_TUNABLES=glibc.malloc.arena_max=4"); got != "glibc.malloc.arena_max=4" {
 		t.Errorf("operator's GLIBC_TUNABLES became %q", got)
+	}
+	if got := probe("GLIBC_TUNABLES="); got != "" {
+		t.Errorf("an empty GLIBC_TUNABLES became %q; an operator's setting, even empty, stands", got)
+	}
+}
+
+func TestMode(t *testing.T) {
+	t.Setenv(TunedEnv, "1")
+	t.Setenv("GLIBC_TUNABLES", Tunables)
+	if m := Mode(); m != "tuned" {
+		t.Errorf("re-executed: mode %q, want tuned", m)
+	}
+	t.Setenv(TunedEnv, "")
+	t.Setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=4")
+	if m := Mode(); m != "operator" {
+		t.Errorf("operator's tunables: mode %q, want operator", m)
+	}
+	os.Unsetenv("GLIBC_TUNABLES")
+	if m := Mode(); m != "system" {
+		t.Errorf("no tunables: mode %q, want system", m)
 	}
 }
