@@ -23,7 +23,6 @@ type idleTrim struct {
 	gen     uint64 // runs begun; a trim scheduled at gen g is stale after another
 	after   time.Duration
 	trim    func() bool
-	trims   int // trims done, for tests
 }
 
 var cpuRuns = &idleTrim{after: IdleTrimAfter, trim: ctrim.Trim}
@@ -46,9 +45,6 @@ func (t *idleTrim) end() {
 	time.AfterFunc(t.after, func() {
 		t.mu.Lock()
 		stale := t.running > 0 || t.gen != g
-		if !stale {
-			t.trims++
-		}
 		t.mu.Unlock()
 		// Outside the lock: a trim walks the heap, and a run that begins
 		// meanwhile is safe (only free memory is released).

@@ -12,19 +12,11 @@ import (
 // filter, when it is not empty), oldest first.
 func StreamMsgs(t testing.TB, js natsjs.JetStream, stream, filter string) []natsjs.Msg {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info.State.Msgs == 0 {
+	if StreamCount(t, js, stream) == 0 {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	cfg := natsjs.OrderedConsumerConfig{}
 	if filter != "" {
 		cfg.FilterSubjects = []string{filter}
