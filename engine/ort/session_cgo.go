@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -22,6 +23,11 @@ type Session struct {
 	dim     int // hidden size
 	outputs int
 	cpu     bool // runs count for the idle trim of the C heap
+	// inputs are the graph's inputs in feed order: input_ids and
+	// attention_mask, and token_type_ids or position_ids if it takes them.
+	inputs []string
+	int32s map[string]bool // inputs declared int32 rather than int64
+	config model.Config    // position ids follow its model type and pad id
 }
 
 var _ engine.Runner = (*Session)(nil)
@@ -37,7 +43,13 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 	if _, err := Init(LibraryOptions{}); err != nil {
 		return nil, err
 	}
-	so, err := sessionOptions(p)
+	inputs := []string{model.InputIDs, model.InputMask}
+	for _, in := range m.Graph.Inputs {
+		if !slices.Contains(inputs, in) {
+			inputs = append(inputs, in)
+		}
+	}
+	so, err := sessionOptions(p, inputs)
 	if err != nil {
 		return nil, err
 	}
@@ -46,8 +58,7 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 	if outputs == nil {
 		return nil, fmt.Errorf("ort: %s: layout %v has no outputs", m.ONNXPath, m.Layout)
 	}
-	sess, err := ort.NewDynamicAdvancedSession(m.ONNXPath,
-		[]string{model.InputIDs, model.InputMask}, outputs, so)
+	sess, err := ort.NewDynamicAdvancedSession(m.ONNXPath, inputs, outputs, so)
 	if err != nil {
 		return nil, fmt.Errorf("ort: open %s on %v: %w", m.ONNXPath, p, err)
 	}
@@ -55,7 +66,11 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("ort: run options: %w", err), sess.Destroy())
 	}
-	s := &Session{sess: sess, runOpts: ro, layout: m.Layout, dim: m.Config.HiddenSize, outputs: len(outputs), cpu: p.kind() == CPU}
+	s := &Session{sess: sess, runOpts: ro, layout: m.Layout, dim: m.Config.HiddenSize, outputs: len(outputs), cpu: p.kind() == CPU,
+		inputs: inputs, int32s: map[string]bool{}, config: m.Config}
+	for _, in := range inputs {
+		s.int32s[in] = m.Graph.Types[in] == model.ElemInt32
+	}
 	if s.cpu {
 		// Loading freed memory too (the graph's parse, initializers): it
 		// goes back with the idle trim, a second after the last session
@@ -66,18 +81,18 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 	return s, nil
 }
 
-func sessionOptions(p Provider) (*ort.SessionOptions, error) {
+func sessionOptions(p Provider, inputs []string) (*ort.SessionOptions, error) {
 	so, err := ort.NewSessionOptions()
 	if err != nil {
 		return nil, fmt.Errorf("ort: session options: %w", err)
 	}
-	if err := configure(so, p); err != nil {
+	if err := configure(so, p, inputs); err != nil {
 		return nil, errors.Join(err, so.Destroy())
 	}
 	return so, nil
 }
 
-func configure(so *ort.SessionOptions, p Provider) error {
+func configure(so *ort.SessionOptions, p Provider, inputs []string) error {
 	if p.IntraOpThreads > 0 {
 		if err := so.SetIntraOpNumThreads(p.IntraOpThreads); err != nil {
 			return fmt.Errorf("ort: intra-op threads: %w", err)
@@ -98,7 +113,7 @@ func configure(so *ort.SessionOptions, p Provider) error {
 	}
 	switch p.kind() {
 	case TensorRT:
-		if err := appendTensorRT(so, p); err != nil {
+		if err := appendTensorRT(so, p, inputs); err != nil {
 			return err
 		}
 		// CUDA takes the nodes TensorRT rejects; without it they would
@@ -128,14 +143,14 @@ func appendCUDA(so *ort.SessionOptions, p Provider) error {
 	return nil
 }
 
-func appendTensorRT(so *ort.SessionOptions, p Provider) error {
+func appendTensorRT(so *ort.SessionOptions, p Provider, inputs []string) error {
 	fail := func(err error) error { return fmt.Errorf("%w: tensorrt (device %d): %w", ErrProvider, p.DeviceID, err) }
 	o, err := ort.NewTensorRTProviderOptions()
 	if err != nil {
 		return fail(err)
 	}
 	defer o.Destroy()
-	if err := o.Update(p.tensorRTOptions()); err != nil {
+	if err := o.Update(p.tensorRTOptions(inputs...)); err != nil {
 		return fail(err)
 	}
 	if err := so.AppendExecutionProviderTensorRT(o); err != nil {
@@ -162,7 +177,8 @@ func (s *Session) Run(ctx context.Context, in engine.RunInput) (out engine.RunOu
 	b, sq := int64(in.Batch), int64(in.Seq)
 	// The tensors wrap the caller's slices and Go-allocated outputs: ONNX
 	// Runtime reads and writes them in place, without copies.
-	values := make([]ort.Value, 2+s.outputs)
+	nin := len(s.inputs)
+	values := make([]ort.Value, nin+s.outputs)
 	defer func() {
 		for _, v := range values {
 			if v != nil {
@@ -170,22 +186,21 @@ func (s *Session) Run(ctx context.Context, in engine.RunInput) (out engine.RunOu
 			}
 		}
 	}()
-	if values[0], err = ort.NewTensor(ort.NewShape(b, sq), in.IDs); err != nil {
-		return out, fmt.Errorf("ort: input_ids tensor: %w", err)
-	}
-	if values[1], err = ort.NewTensor(ort.NewShape(b, sq), in.Mask); err != nil {
-		return out, fmt.Errorf("ort: attention_mask tensor: %w", err)
+	for i, name := range s.inputs {
+		if values[i], err = s.input(name, in); err != nil {
+			return out, fmt.Errorf("ort: %s tensor: %w", name, err)
+		}
 	}
 	out.Dim = s.dim
 	switch s.layout {
 	case model.LayoutHidden:
 		out.Hidden = make([]float32, in.Batch*in.Seq*s.dim)
-		if values[2], err = ort.NewTensor(ort.NewShape(b, sq, int64(s.dim)), out.Hidden); err != nil {
+		if values[nin], err = ort.NewTensor(ort.NewShape(b, sq, int64(s.dim)), out.Hidden); err != nil {
 			return out, fmt.Errorf("ort: %s tensor: %w", model.OutputHidden, err)
 		}
 	case model.LayoutHeads:
 		out.Dense = make([]float32, in.Batch*s.dim)
-		if values[2], err = ort.NewTensor(ort.NewShape(b, int64(s.dim)), out.Dense); err != nil {
+		if values[nin], err = ort.NewTensor(ort.NewShape(b, int64(s.dim)), out.Dense); err != nil {
 			return out, fmt.Errorf("ort: %s tensor: %w", model.OutputDense, err)
 		}
 		// sparse_vecs and colbert_vecs are left to ORT to allocate: their
@@ -195,15 +210,45 @@ func (s *Session) Run(ctx context.Context, in engine.RunInput) (out engine.RunOu
 		cpuRuns.begin()
 		defer cpuRuns.end()
 	}
-	if err := s.run(ctx, values[:2], values[2:]); err != nil {
+	if err := s.run(ctx, values[:nin], values[nin:]); err != nil {
 		return engine.RunOutput{}, err
 	}
 	if s.layout == model.LayoutHeads {
-		if out, err = headsOutput(out, values[3], values[4], in.Batch, in.Seq); err != nil {
+		if out, err = headsOutput(out, values[nin+1], values[nin+2], in.Batch, in.Seq); err != nil {
 			return engine.RunOutput{}, err
 		}
 	}
 	return out, nil
+}
+
+// input is the tensor of one graph input for a chunk: the ids and the
+// mask as given; token types all zero (one segment); position ids as the
+// model type computes them. The ids and the mask are wrapped, not copied,
+// unless the graph declares int32.
+func (s *Session) input(name string, in engine.RunInput) (ort.Value, error) {
+	shape := ort.NewShape(int64(in.Batch), int64(in.Seq))
+	var v []int64
+	switch name {
+	case model.InputIDs:
+		v = in.IDs
+	case model.InputMask:
+		v = in.Mask
+	case model.InputTokenType:
+		v = make([]int64, len(in.IDs))
+	case model.InputPositions:
+		v = make([]int64, len(in.IDs))
+		s.config.PositionIDs(v, in.IDs, in.Seq)
+	default:
+		return nil, fmt.Errorf("%w: the graph input %q has no feed", ErrInput, name)
+	}
+	if s.int32s[name] {
+		v32 := make([]int32, len(v))
+		for i, x := range v {
+			v32[i] = int32(x)
+		}
+		return ort.NewTensor(shape, v32)
+	}
+	return ort.NewTensor(shape, v)
 }
 
 // run calls ORT with ctx wired to the terminate flag.
