@@ -155,13 +155,20 @@ func Open(ref string, opts Options) (*Model, error) {
 	}
 
 	if m.Layout == LayoutHidden {
+		headsErr := func(err error) error {
+			err = fmt.Errorf("%w (the hidden-state layout needs both head files)", err)
+			if filepath.Base(filepath.Clean(dir)) == ONNXDir {
+				err = fmt.Errorf("%w; in a Hugging Face snapshot they are at its root: point --model at %s", err, filepath.Dir(filepath.Clean(dir)))
+			}
+			return err
+		}
 		sp, err := findBeside(dir, graphDir, SparseFile, SparseTorch)
 		if err != nil {
-			return nil, fmt.Errorf("%w (the hidden-state layout needs both head files)", err)
+			return nil, headsErr(err)
 		}
 		cb, err := findBeside(dir, graphDir, ColBERTFile, ColBERTTorch)
 		if err != nil {
-			return nil, fmt.Errorf("%w (the hidden-state layout needs both head files)", err)
+			return nil, headsErr(err)
 		}
 		if m.Sparse, err = readSparse(filepath.Join(dir, sp), m.Config.HiddenSize); err != nil {
 			return nil, err
