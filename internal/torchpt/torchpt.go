@@ -158,6 +158,11 @@ func readZip(r io.ReaderAt, size int64, lim Limits) (map[string]Tensor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrFormat, err)
 	}
+	for _, f := range zr.File {
+		if f.CompressedSize64 > uint64(size) {
+			return nil, fmt.Errorf("%w: %s claims %d bytes in a file of %d", ErrFormat, f.Name, f.CompressedSize64, size)
+		}
+	}
 	entries := make(map[string]*zip.File, len(zr.File))
 	prefix := ""
 	for _, f := range zr.File {
@@ -214,8 +219,14 @@ func readZip(r io.ReaderAt, size int64, lim Limits) (map[string]Tensor, error) {
 	return stateDict(obj, data, lim.maxBytes())
 }
 
-// readEntry reads one zip entry of at most limit bytes.
+// readEntry reads one zip entry of at most limit bytes. torch.save
+// stores every record uncompressed (so storages can be mapped); requiring
+// that keeps what is allocated within the file's own size, where a
+// deflated entry could claim (or inflate to) far more.
 func readEntry(f *zip.File, limit int64) ([]byte, error) {
+	if f.Method != zip.Store || f.CompressedSize64 != f.UncompressedSize64 {
+		return nil, fmt.Errorf("%w: %s is compressed (method %d): torch.save stores its records as they are", ErrFormat, f.Name, f.Method)
+	}
 	if f.UncompressedSize64 > uint64(limit) {
 		return nil, fmt.Errorf("%w: %s is %d bytes (limit %d)", ErrTooLarge, f.Name, f.UncompressedSize64, limit)
 	}
@@ -330,7 +341,14 @@ func stateDict(obj any, data map[*storageRef][]float32, limit int64) (map[string
 		return nil, fmt.Errorf("%w: the file holds a %s, not a state dict", ErrFormat, typeName(obj))
 	}
 	out := make(map[string]Tensor, len(d.keys))
-	budget := limit / 4
+	// A tensor may view its storage more than once (stride 0, shared
+	// storages), but a state dict does not blow a few bytes up into
+	// gigabytes: the tensors hold at most 4x the elements saved.
+	var saved int64
+	for ref := range data {
+		saved += ref.numel
+	}
+	budget := min(limit/4, 4*saved+1024)
 	for _, k := range d.keys {
 		name, ok := k.(string)
 		if !ok {

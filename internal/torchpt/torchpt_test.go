@@ -223,6 +223,7 @@ func TestReadRefusesHostileFiles(t *testing.T) {
 		{"view past the storage", torchZip(t, tensorPickle("w", "FloatStorage", 4, 2, []int32{4}, []int32{1}), map[string][]byte{"0": f32s(1, 2, 3, 4)}), Limits{}, ErrFormat, "reads past its storage"},
 		{"stride past the storage", torchZip(t, tensorPickle("w", "FloatStorage", 4, 0, []int32{2, 2}, []int32{1 << 30, 1}), map[string][]byte{"0": f32s(1, 2, 3, 4)}), Limits{}, ErrFormat, "past its storage"},
 		{"shape expands a small storage", torchZip(t, tensorPickle("w", "FloatStorage", 1, 0, []int32{1 << 20, 1 << 20}, []int32{0, 0}), map[string][]byte{"0": f32s(1)}), Limits{}, ErrTooLarge, "tensor shape"},
+		{"stride 0 expands a small storage", torchZip(t, tensorPickle("w", "FloatStorage", 1, 0, []int32{1 << 13, 1 << 14}, []int32{0, 0}), map[string][]byte{"0": f32s(1)}), Limits{MaxBytes: 1 << 30}, ErrTooLarge, "tensor shape"},
 		{"storage size mismatch", torchZip(t, tensorPickle("w", "FloatStorage", 4, 0, []int32{4}, []int32{1}), map[string][]byte{"0": f32s(1, 2)}), Limits{}, ErrFormat, "want 16"},
 		{"missing storage", torchZip(t, tensorPickle("w", "FloatStorage", 4, 0, []int32{4}, []int32{1}), nil), Limits{}, ErrFormat, "no archive/data/0"},
 		{"int tensor", torchZip(t, tensorPickle("w", "LongStorage", 2, 0, []int32{2}, []int32{1}), map[string][]byte{"0": make([]byte, 16)}), Limits{}, ErrFormat, "LongStorage"},
@@ -233,6 +234,16 @@ func TestReadRefusesHostileFiles(t *testing.T) {
 		{"unknown opcode", torchZip(t, (&pkl{}).op(0x80, 2, 'i').Bytes(), nil), Limits{}, ErrFormat, "opcode"},
 		{"string longer than the file", torchZip(t, (&pkl{}).op(0x80, 2, 'X', 0xff, 0xff, 0xff, 0x7f).Bytes(), nil), Limits{}, ErrFormat, "truncated"},
 		{"not torch", []byte("hello world"), Limits{}, ErrFormat, "neither"},
+		{"deflated storage", func() []byte {
+			var buf bytes.Buffer
+			zw := zip.NewWriter(&buf)
+			w, _ := zw.CreateHeader(&zip.FileHeader{Name: "archive/data.pkl", Method: zip.Store})
+			w.Write(tensorPickle("w", "FloatStorage", 1<<20, 0, []int32{4}, []int32{1}))
+			w, _ = zw.CreateHeader(&zip.FileHeader{Name: "archive/data/0", Method: zip.Deflate})
+			w.Write(make([]byte, 4<<20)) // a few KB deflated, 4 MiB inflated
+			zw.Close()
+			return buf.Bytes()
+		}(), Limits{}, ErrFormat, "compressed"},
 		{"zip without data.pkl", func() []byte {
 			var buf bytes.Buffer
 			zw := zip.NewWriter(&buf)
