@@ -367,6 +367,8 @@ def torch_save_variants(dir, sparse, colbert):
     b = torch.randn(3, generator=g)
     base = collections.OrderedDict([("weight", w.clone()), ("bias", b.clone())])
     torch.save(base, os.path.join(dir, "zip_f32.pt"))
+    # Protocol 4 adds FRAME, MEMOIZE, SHORT_BINUNICODE and STACK_GLOBAL.
+    torch.save(base, os.path.join(dir, "zip_protocol4.pt"), pickle_protocol=4)
     torch.save(base, os.path.join(dir, "legacy_f32.pt"), _use_new_zipfile_serialization=False)
     torch.save(collections.OrderedDict([(k, v.half()) for k, v in base.items()]), os.path.join(dir, "zip_f16.pt"))
     torch.save(collections.OrderedDict([(k, v.bfloat16()) for k, v in base.items()]), os.path.join(dir, "zip_bf16.pt"))

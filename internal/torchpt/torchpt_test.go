@@ -43,6 +43,7 @@ func TestReadTorchFiles(t *testing.T) {
 		tol   float64 // relative
 	}{
 		{"zip_f32.pt", "F32", 0},
+		{"zip_protocol4.pt", "F32", 0},
 		{"legacy_f32.pt", "F32", 0},
 		{"state_dict_metadata.pt", "F32", 0},
 		{"parameter_dict.pt", "F32", 0},
