@@ -52,6 +52,7 @@ func TestServeRepoIDFromHFCache(t *testing.T) {
 	tinyModel(t, "tiny-hidden") // skips without ONNX Runtime
 	hub, commit := modeltest.HFCache(t, modeltest.TorchDir("torch-m3"), "BAAI/bge-m3")
 	t.Setenv("HF_HUB_CACHE", hub)
+	t.Setenv("HUGGINGFACE_HUB_CACHE", "")
 	srv := natstest.RunServer(t)
 	s := startServe(t, srv.ClientURL(), "--model", "BAAI/bge-m3")
 	id := s.logField(t, "ready", "model")
@@ -110,8 +111,11 @@ func TestEmbedRealLayouts(t *testing.T) {
 		checkTorch(t, decodeItems(t, out), ref)
 	}
 
+	for _, v := range []string{"HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("HOME", t.TempDir())
 	t.Setenv("HF_HUB_CACHE", t.TempDir())
-	t.Setenv("HF_HOME", "")
 	code, _, errOut := run(t, "", "embed", "--model", "BAAI/bge-m3")
 	if code != 1 || !strings.Contains(errOut, "model: not downloaded: BAAI/bge-m3") ||
 		!strings.Contains(errOut, "huggingface-cli download BAAI/bge-m3") || !strings.Contains(errOut, "models--BAAI--bge-m3") {

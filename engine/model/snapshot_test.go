@@ -151,8 +151,8 @@ func TestOpenHFCache(t *testing.T) {
 	hub, commit := modeltest.HFCache(t, modeltest.TorchDir("torch-m3"), "BAAI/bge-m3")
 	direct, err := model.Open(modeltest.TorchDir("torch-m3"), model.DefaultOptions())
 	must(t, err)
+	isolateHF(t)
 	t.Setenv("HF_HUB_CACHE", hub)
-	t.Setenv("HF_HOME", "")
 	for _, ref := range []string{"BAAI/bge-m3", "BAAI/bge-m3@main", "BAAI/bge-m3@" + commit, filepath.Join(hub, "models--BAAI--bge-m3", "snapshots", commit)} {
 		m, err := model.Open(ref, model.DefaultOptions())
 		if err != nil {
@@ -193,6 +193,14 @@ func TestOpenHFCache(t *testing.T) {
 			t.Errorf("%s opened", ref)
 		}
 	}
+}
+
+// isolateHF keeps the machine's own Hugging Face caches out of a test.
+func isolateHF(t *testing.T) {
+	for _, v := range []string{"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"} {
+		t.Setenv(v, "")
+	}
+	t.Setenv("HOME", t.TempDir())
 }
 
 // TestLockAndVerify: `model lock` writes the manifest that --verify then
