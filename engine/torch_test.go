@@ -2,6 +2,7 @@ package engine_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/jetembed/jetembed/engine"
@@ -71,8 +72,8 @@ func TestTorchReference(t *testing.T) {
 				if g.Err != nil {
 					t.Fatalf("text %d %q: %v", i, it.Text, g.Err)
 				}
-				if g.Tokens != len(it.IDs) {
-					t.Errorf("text %d %q: %d tokens, HF tokenizers has %d", i, it.Text, g.Tokens, len(it.IDs))
+				if ids, _ := tok.EncodeIDs(it.Text, m.Config.MaxTokens); g.Tokens != len(it.IDs) || !slices.Equal(ids, it.IDs) {
+					t.Errorf("text %d %q: %d tokens %v, HF tokenizers has %v", i, it.Text, g.Tokens, ids, it.IDs)
 				}
 				d, err := it.Check(g.Dense, g.SparseIDs, g.SparseWeights, g.ColBERT, g.ColBERTDim, tc.tol)
 				worst = max(worst, d)
