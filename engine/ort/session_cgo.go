@@ -28,6 +28,11 @@ type Session struct {
 	inputs []string
 	int32s map[string]bool // inputs declared int32 rather than int64
 	config model.Config    // position ids follow its model type and pad id
+	// feeds are the buffers of the inputs made here (token types,
+	// positions, int32 copies), reused from run to run: ORT reads them
+	// only during a run, and a session runs one chunk at a time.
+	feeds   map[string][]int64
+	feeds32 map[string][]int32
 }
 
 var _ engine.Runner = (*Session)(nil)
@@ -67,7 +72,7 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 		return nil, errors.Join(fmt.Errorf("ort: run options: %w", err), sess.Destroy())
 	}
 	s := &Session{sess: sess, runOpts: ro, layout: m.Layout, dim: m.Config.HiddenSize, outputs: len(outputs), cpu: p.kind() == CPU,
-		inputs: inputs, int32s: map[string]bool{}, config: m.Config}
+		inputs: inputs, int32s: map[string]bool{}, config: m.Config, feeds: map[string][]int64{}, feeds32: map[string][]int32{}}
 	for _, in := range inputs {
 		s.int32s[in] = m.Graph.Types[in] == model.ElemInt32
 	}
@@ -234,21 +239,32 @@ func (s *Session) input(name string, in engine.RunInput) (ort.Value, error) {
 	case model.InputMask:
 		v = in.Mask
 	case model.InputTokenType:
-		v = make([]int64, len(in.IDs))
+		v = grow(s.feeds, name, len(in.IDs))
+		clear(v)
 	case model.InputPositions:
-		v = make([]int64, len(in.IDs))
+		v = grow(s.feeds, name, len(in.IDs))
 		s.config.PositionIDs(v, in.IDs, in.Seq)
 	default:
 		return nil, fmt.Errorf("%w: the graph input %q has no feed", ErrInput, name)
 	}
 	if s.int32s[name] {
-		v32 := make([]int32, len(v))
+		v32 := grow(s.feeds32, name, len(v))
 		for i, x := range v {
 			v32[i] = int32(x)
 		}
 		return ort.NewTensor(shape, v32)
 	}
 	return ort.NewTensor(shape, v)
+}
+
+// grow returns bufs[name] resized to n, reallocated only to grow.
+func grow[T int32 | int64](bufs map[string][]T, name string, n int) []T {
+	b := bufs[name]
+	if cap(b) < n {
+		b = make([]T, n)
+	}
+	bufs[name] = b[:n]
+	return b[:n]
 }
 
 // run calls ORT with ctx wired to the terminate flag.
