@@ -29,14 +29,24 @@ const deniedWait = 2 * time.Second
 // deniedLog is how many recent violations a connection remembers.
 const deniedLog = 256
 
+// staleWindow is how long after a reconnect a request may still be one the
+// old connection delivered: the service handles requests in order, and one
+// that waited behind an answer flushing across the reconnect is handled
+// after it. A flush gives up after [publishTimeout].
+const staleWindow = publishTimeout
+
 // denials records the publish permission violations of one connection, in
-// the order nats.go delivered them to the async error handler.
+// the order nats.go delivered them to the async error handler, and when
+// the connection last reconnected.
 type denials struct {
 	mu      sync.Mutex
 	seq     uint64
 	recent  []denial // the last deniedLog, oldest first
 	last    error    // the last error value the handler saw
 	changed chan struct{}
+
+	reconnects    uint64    // the connection's reconnect count when last looked at
+	reconnectedAt time.Time // when a change of it was first seen
 }
 
 type denial struct {
@@ -53,7 +63,7 @@ func deniedTracker(nc *nats.Conn) *denials {
 	if t, ok := trackers.Load(nc); ok {
 		return t.(*denials)
 	}
-	t := &denials{changed: make(chan struct{})}
+	t := &denials{changed: make(chan struct{}), reconnects: nc.Stats().Reconnects}
 	if prev, loaded := trackers.LoadOrStore(nc, t); loaded {
 		return prev.(*denials)
 	}
@@ -90,6 +100,18 @@ func (t *denials) record(err error) {
 	}
 	close(t.changed)
 	t.changed = make(chan struct{})
+}
+
+// mayBeStale reports whether a request handled now may have been delivered
+// on a connection since lost: nc reconnected less than [staleWindow] ago.
+func (t *denials) mayBeStale(nc *nats.Conn) bool {
+	n := nc.Stats().Reconnects
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n != t.reconnects {
+		t.reconnects, t.reconnectedAt = n, time.Now()
+	}
+	return !t.reconnectedAt.IsZero() && time.Since(t.reconnectedAt) < staleWindow
 }
 
 // mark is the sequence of the last violation recorded.

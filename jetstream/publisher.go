@@ -36,6 +36,12 @@ const publishTimeout = 10 * time.Second
 // not confirm it; the consumer NAKs the job so it runs again.
 var ErrNotConfirmed = errors.New("publish not confirmed")
 
+// ErrReplyLost means the answer to a request could not be delivered
+// because the connection it arrived on was lost: the server refuses the
+// answer after a reconnect, as the right to answer ended with the old
+// connection. It is transient, never [consumer.ErrPublishDenied].
+var ErrReplyLost = fmt.Errorf("%w: request reply lost to a reconnect", ErrNotConfirmed)
+
 // Publisher sends the consumer's results and dead letters; it implements
 // [consumer.Publisher].
 //

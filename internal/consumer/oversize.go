@@ -101,7 +101,8 @@ func (c *Consumer) oversized(ctx context.Context, j *job, out outcome, res *sche
 
 // publishFailed turns an outcome whose result could not be sent into a NAK,
 // or on the final delivery (or when the server denied the publish) into a
-// dead letter and a TERM. Only a successful outcome changes: a TERM or NAK
+// dead letter and a TERM. A request's lost answer is only counted (NAKed:
+// there is no message), since its caller retries. Only a successful outcome changes: a TERM or NAK
 // already decided stays.
 func (c *Consumer) publishFailed(j *job, out outcome, err error) outcome {
 	if out.verdict != verdictAck {
@@ -112,6 +113,10 @@ func (c *Consumer) publishFailed(j *job, out outcome, err error) outcome {
 	case errors.Is(err, ErrPublishDenied):
 		out.reason = ReasonPublishDenied
 		out.verdict, out.dlq = verdictTerm, true
+	case j.d.Respond != nil:
+		// A request has no message to give back and no redelivery: the
+		// requester, unanswered, asks again. Nothing to dead-letter.
+		out.verdict = verdictNak
 	case c.finalDelivery(j.d.NumDelivered):
 		// No redelivery follows: keep the job in the DLQ rather than lose it.
 		out.verdict, out.dlq = verdictTerm, true
