@@ -31,7 +31,6 @@ type BlobStore interface {
 // (Nats-Msg-Id, the expected stream, trace context).
 const headerRoom = 512
 
-
 // msgSize is the size NATS counts against max_payload: the header block
 // (NATS/1.0, one line per value, a blank line) and the body.
 func msgSize(h map[string][]string, data []byte) int64 {
