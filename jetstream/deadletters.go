@@ -230,9 +230,18 @@ func (r *Replayer) Replay(ctx context.Context, l Letter) (*natsjs.PubAck, error)
 	}
 	id := l.ID()
 	h.Set(schema.HeaderReplay, id)
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
+	t := deniedTracker(r.js.Conn())
+	mark := t.mark()
 	ack, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: l.JobSubject, Header: h, Data: l.Data},
 		natsjs.WithExpectStream(r.stream), natsjs.WithMsgID("replay:"+id))
 	if err != nil {
+		// A denied stream publish is never answered: it times out, and the
+		// violation says why.
+		if t.deniedSince(ctx, mark, l.JobSubject, nil) {
+			err = fmt.Errorf("%w: this user may not publish jobs", deniedError(l.JobSubject))
+		}
 		return nil, fmt.Errorf("replay of dead letter %d to %s: %w", l.Seq, l.JobSubject, err)
 	}
 	return ack, nil

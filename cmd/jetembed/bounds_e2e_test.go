@@ -281,3 +281,45 @@ func TestDLQReplay(t *testing.T) {
 		t.Errorf("%d letters after --delete, want 3", msgs)
 	}
 }
+
+// TestDLQReplayAsProvisioner: with deploy/nats/accounts.conf, the
+// provisioner (the operators' user) lists a dead letter the embedder
+// stored and replays its job to the subject it came on.
+func TestDLQReplayAsProvisioner(t *testing.T) {
+	url, caFile := runAccountsServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	auth := func(user string) []string {
+		return []string{"--nats", url, "--nats-user", user, "--nats-tls-ca", caFile}
+	}
+	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("provisioner"))
+	if code, out, errOut := runCmd(t, ctx, append([]string{"provision"}, auth("provisioner")...)...); code != 0 {
+		t.Fatalf("provision: exit %d: %s%s", code, out, errOut)
+	}
+	emb, err := nats.Connect(url, nats.RootCAs(caFile), nats.UserInfo("embedder", opsPassword("embedder")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer emb.Close()
+	pub, err := jetstream.NewPublisher(emb, jetstream.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := schema.NewJob("again", "text")
+	job.Reply = "embed.results.producer-a.again"
+	body, _ := schema.EncodeJob(job, schema.EncodingMsgpack)
+	sum := sha256.Sum256(body)
+	h := schema.JobHeader(job, schema.EncodingMsgpack)
+	h[jetstream.HeaderSubject] = []string{"embed.jobs.producer-a"}
+	if err := pub.PublishDLQ(ctx, consumer.DeadLetter{JobID: job.ID, MsgID: "dlq-x", Code: "publish_failed", NumDelivered: 5,
+		BodySize: len(body), BodySHA256: hex.EncodeToString(sum[:])}, h, body); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errOut := runCmd(t, ctx, append([]string{"dlq", "list"}, auth("provisioner")...)...); code != 0 || !strings.Contains(out, "again") {
+		t.Fatalf("dlq list as provisioner: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut := runCmd(t, ctx, append([]string{"dlq", "replay", "1"}, auth("provisioner")...)...)
+	if code != 0 || !strings.Contains(out, "to embed.jobs.producer-a: EMBED_JOBS seq 1") {
+		t.Fatalf("dlq replay as provisioner: exit %d\n%s%s", code, out, errOut)
+	}
+}
