@@ -87,6 +87,9 @@ func TestRequestAnswerDeniedOrLost(t *testing.T) {
 		{"no-allow-responses", nil, false, consumer.ErrPublishDenied, ErrReplyLost},
 		{"allowed", &server.ResponsePermission{MaxMsgs: 1}, false, nil, nil},
 		{"after-reconnect", &server.ResponsePermission{MaxMsgs: 1}, true, ErrReplyLost, consumer.ErrPublishDenied},
+		// A real refusal soon after a reconnect counts as lost; once the
+		// window is over it is a denial again.
+		{"denied-after-reconnect", nil, true, ErrReplyLost, consumer.ErrPublishDenied},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := natstest.RunServer(t, natstest.WithoutJetStream(), func(o *server.Options) {
@@ -145,6 +148,19 @@ func TestRequestAnswerDeniedOrLost(t *testing.T) {
 				})
 			}
 			err = d.Respond(nil, []byte("answer"))
+			if tc.name == "denied-after-reconnect" {
+				if !errors.Is(err, tc.want) {
+					t.Fatalf("answer right after the reconnect: %v, want %v", err, tc.want)
+				}
+				defer func(w time.Duration) { staleWindow = w }(staleWindow)
+				staleWindow = 50 * time.Millisecond
+				time.Sleep(2 * staleWindow)
+				if err := rc.PublishRequest("svc.req", inbox, []byte(`{}`)); err != nil {
+					t.Fatal(err)
+				}
+				err = (<-sink).Respond(nil, []byte("answer"))
+				tc.want, tc.notWant = consumer.ErrPublishDenied, ErrReplyLost
+			}
 			if tc.want == nil {
 				if err != nil {
 					t.Fatalf("answer: %v", err)
