@@ -109,8 +109,8 @@ func (c *Consumer) refuseResult(ctx context.Context, j *job, res *schema.Result,
 // publishFailed turns an outcome whose result could not be sent into a NAK,
 // or on the final delivery (or when the server denied the publish) into a
 // dead letter and a TERM. A request's lost answer is only counted (NAKed:
-// there is no message), since its caller retries. Only a successful outcome changes: a TERM or NAK
-// already decided stays.
+// there is no message), since its caller retries. Only a successful
+// outcome changes: a TERM or NAK already decided stays.
 func (c *Consumer) publishFailed(j *job, out outcome, err error) outcome {
 	if out.verdict != verdictAck {
 		return out

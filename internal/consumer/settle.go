@@ -109,11 +109,11 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 		h[schema.HeaderMsgID] = []string{id}
 	}
 	telemetry.InjectHeaders(ctx, h)
-	if max := c.cfg.MaxResultBytes; max > 0 && int64(len(data)) > max && out.code == "" {
+	if most := c.cfg.MaxResultBytes; most > 0 && int64(len(data)) > most && out.code == "" {
 		// The engine refuses what it can foresee (WithOutputLimit); this
 		// is the encoded size: JSON, sparse vectors, meta.
-		se := schema.Errorf(schema.CodeResultTooLarge, "result of %d bytes exceeds the result limit of %d bytes", len(data), max)
-		c.cfg.Logger.Warn("result too large", "job", j.id, "bytes", len(data), "max_result_bytes", max)
+		se := schema.Errorf(schema.CodeResultTooLarge, "result of %d bytes exceeds the result limit of %d bytes", len(data), most)
+		c.cfg.Logger.Warn("result too large", "job", j.id, "bytes", len(data), "max_result_bytes", most)
 		var send bool
 		if out, data, send = c.refuseResult(ctx, j, res, h, se, c.payloadLimit()); !send {
 			return out
