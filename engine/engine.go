@@ -175,7 +175,8 @@ func (e *Engine) Close() error {
 // engine_unavailable of their chunk; deadline_exceeded when ctx ends
 // while they wait) in Embedding.Err. The call fails as a whole, with a
 // *schema.Error, only when it is refused before running: overloaded (its
-// class's in-flight budget is full; see [WithAdmissionWait]) or
+// class's in-flight budget is full; see [WithAdmissionWait]),
+// result_too_large (its vectors exceed [WithOutputLimit]) or
 // deadline_exceeded. After Close every item fails with engine_unavailable.
 func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, CallReport, error) {
 	if err := ctx.Err(); err != nil {
@@ -195,6 +196,9 @@ func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, CallRepo
 	}
 	if total == 0 {
 		return out, CallReport{}, nil
+	}
+	if err := e.checkOutputLimit(ctx, texts, toks); err != nil {
+		return nil, CallReport{}, err
 	}
 	cl := classOf(ctx)
 	adm := e.adm[cl]

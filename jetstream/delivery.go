@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -97,13 +98,23 @@ func (m backoffMsg) NakWithDelay(delay time.Duration) error {
 // a micro error, so `nats micro stats` counts it, with the same body.
 //
 // The answer is flushed and checked against the connection's permission
-// violations, so a reply the server refuses is reported, not lost.
+// violations, so a reply the server refuses is reported, not lost. A
+// refusal after a reconnect is not a permission problem: the right to
+// answer a request on its reply inbox (allow_responses) is granted by the
+// server that delivered it, on that connection, and ends with it. Such an
+// answer is [ErrReplyLost], a transient failure: the requester, who got no
+// answer, asks again. Which connection delivered a request is not known,
+// so a refusal counts as lost when the connection reconnected after the
+// request was handed over, or shortly before ([denials.mayBeStale]): a
+// real refusal (no allow_responses) refuses every answer, and is reported
+// as such by the next requests.
 func requestDelivery(nc *nats.Conn, req micro.Request, received time.Time) consumer.Delivery {
 	h := map[string][]string(req.Headers())
 	if h == nil {
 		h = make(map[string][]string, 1)
 	}
 	h[HeaderSubject] = []string{req.Subject()}
+	epoch, stale := nc.Stats().Reconnects, deniedTracker(nc).mayBeStale(nc)
 	return consumer.Delivery{
 		Data:         req.Data(),
 		Header:       h,
@@ -114,12 +125,16 @@ func requestDelivery(nc *nats.Conn, req micro.Request, received time.Time) consu
 			opt := micro.WithHeaders(micro.Headers(header))
 			ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 			defer cancel()
-			return confirmCore(ctx, nc, req.Reply(), func() error {
+			err := confirmCore(ctx, nc, req.Reply(), func() error {
 				if code := first(header, schema.HeaderErrorCode); code != "" {
 					return req.Error(code, code, data, opt)
 				}
 				return req.Respond(data, opt)
 			})
+			if errors.Is(err, consumer.ErrPublishDenied) && (stale || nc.Stats().Reconnects != epoch) {
+				return fmt.Errorf("%w: the answer to %s was refused after a reconnect (the server that delivered the request is gone)", ErrReplyLost, req.Reply())
+			}
+			return err
 		},
 	}
 }

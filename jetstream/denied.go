@@ -29,14 +29,26 @@ const deniedWait = 2 * time.Second
 // deniedLog is how many recent violations a connection remembers.
 const deniedLog = 256
 
+// staleWindow is how long after a reconnect a request may still be one the
+// old connection delivered: the service handles requests in order, and one
+// that waited behind an answer flushing across the reconnect is handled
+// after it. A flush gives up after [publishTimeout]. (A variable for the
+// tests.)
+var staleWindow = publishTimeout
+
 // denials records the publish permission violations of one connection, in
-// the order nats.go delivered them to the async error handler.
+// the order nats.go delivered them to the async error handler, and when
+// the connection last reconnected.
 type denials struct {
 	mu      sync.Mutex
 	seq     uint64
 	recent  []denial // the last deniedLog, oldest first
 	last    error    // the last error value the handler saw
 	changed chan struct{}
+
+	reconnects    uint64    // the connection's reconnect count the handler last saw
+	reconnectedAt time.Time // when the reconnect handler last ran
+	pendingSince  time.Time // when a count its handler has not seen was first met
 }
 
 type denial struct {
@@ -53,7 +65,7 @@ func deniedTracker(nc *nats.Conn) *denials {
 	if t, ok := trackers.Load(nc); ok {
 		return t.(*denials)
 	}
-	t := &denials{changed: make(chan struct{})}
+	t := &denials{changed: make(chan struct{}), reconnects: nc.Stats().Reconnects}
 	if prev, loaded := trackers.LoadOrStore(nc, t); loaded {
 		return prev.(*denials)
 	}
@@ -64,11 +76,12 @@ func deniedTracker(nc *nats.Conn) *denials {
 			next(c, sub, err)
 		}
 	})
-	nc.SetClosedHandler(chainClosed(nc.Opts.ClosedCB, func() { trackers.Delete(nc) }))
+	nc.SetClosedHandler(chainHandler(nc.Opts.ClosedCB, func() { trackers.Delete(nc) }))
+	nc.SetReconnectHandler(chainHandler(nc.Opts.ReconnectedCB, func() { t.reconnected(nc.Stats().Reconnects) }))
 	return t
 }
 
-func chainClosed(next nats.ConnHandler, also func()) nats.ConnHandler {
+func chainHandler(next nats.ConnHandler, also func()) nats.ConnHandler {
 	return func(c *nats.Conn) {
 		also()
 		if next != nil {
@@ -90,6 +103,34 @@ func (t *denials) record(err error) {
 	}
 	close(t.changed)
 	t.changed = make(chan struct{})
+}
+
+// reconnected records a reconnect (n is the connection's count after it).
+func (t *denials) reconnected(n uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reconnects, t.reconnectedAt, t.pendingSince = n, time.Now(), time.Time{}
+}
+
+// mayBeStale reports whether a request handled now may have been delivered
+// on a connection since lost: nc reconnected less than [staleWindow] ago,
+// or its reconnect handler (which runs asynchronously) has not yet seen
+// the last reconnect. Should the handler never run (replaced), a count it
+// missed ages out as well.
+func (t *denials) mayBeStale(nc *nats.Conn) bool {
+	n, now := nc.Stats().Reconnects, time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if n != t.reconnects {
+		if t.pendingSince.IsZero() {
+			t.pendingSince = now
+		}
+		if now.Sub(t.pendingSince) < staleWindow {
+			return true
+		}
+		t.reconnects, t.reconnectedAt, t.pendingSince = n, t.pendingSince, time.Time{}
+	}
+	return !t.reconnectedAt.IsZero() && now.Sub(t.reconnectedAt) < staleWindow
 }
 
 // mark is the sequence of the last violation recorded.

@@ -100,6 +100,12 @@ type Config struct {
 	Blobs BlobsSpec
 }
 
+// Default byte caps of the results and dead-letter streams.
+const (
+	DefaultResultsMaxBytes = 4 << 30
+	DefaultDLQMaxBytes     = 1 << 30
+)
+
 // DefaultConfig returns the names and limits of the design: EMBED_JOBS,
 // EMBED_RESULTS, EMBED_DLQ, the consumer "embedder" and the bucket
 // EMBED_ENGINES, with one replica.
@@ -112,13 +118,17 @@ func DefaultConfig() Config {
 			Name: "EMBED_JOBS", Subjects: []string{"embed.jobs.>"},
 			MaxAge: 7 * day, MaxBytes: -1, Duplicates: 10 * time.Minute,
 		},
+		// The results and dead letters are capped in bytes too: no
+		// producer may fill the servers' storage through them. The caps
+		// are reserved on each server that holds a replica, so they
+		// stay within small file stores.
 		Results: StreamSpec{
 			Name: "EMBED_RESULTS", Subjects: []string{"embed.results.>"},
-			MaxAge: day, MaxBytes: -1, Duplicates: 10 * time.Minute,
+			MaxAge: day, MaxBytes: DefaultResultsMaxBytes, Duplicates: 10 * time.Minute,
 		},
 		DLQ: StreamSpec{
 			Name: "EMBED_DLQ", Subjects: []string{"embed.dlq.>"},
-			MaxAge: 14 * day, MaxBytes: -1, Duplicates: 2 * time.Minute,
+			MaxAge: 14 * day, MaxBytes: DefaultDLQMaxBytes, Duplicates: 2 * time.Minute,
 		},
 		CaptureMaxDeliveries: true,
 		Consumer: ConsumerSpec{

@@ -26,6 +26,14 @@ const (
 	HeaderDLQMessage   = "Embed-Dlq-Message"
 	HeaderDLQJobID     = "Embed-Dlq-Job-Id"
 	HeaderDLQDelivered = "Embed-Dlq-Delivered"
+	// HeaderDLQSize and HeaderDLQSHA256 are the size in bytes and the
+	// SHA-256 (hex) of the job's body as it arrived.
+	HeaderDLQSize   = "Embed-Dlq-Size"
+	HeaderDLQSHA256 = "Embed-Dlq-Sha256"
+	// HeaderDLQExcerpt is "true" on the letter of a job that can never
+	// succeed whose body or headers were cut to an excerpt
+	// ([consumer.DLQExcerptBytes]): it cannot be replayed.
+	HeaderDLQExcerpt = "Embed-Dlq-Excerpt"
 )
 
 // publishTimeout bounds a publish whose context has no deadline: a core
@@ -35,6 +43,12 @@ const publishTimeout = 10 * time.Second
 // ErrNotConfirmed means a result or dead letter was sent but the server did
 // not confirm it; the consumer NAKs the job so it runs again.
 var ErrNotConfirmed = errors.New("publish not confirmed")
+
+// ErrReplyLost means the answer to a request could not be delivered
+// because the connection it arrived on was lost: the server refuses the
+// answer after a reconnect, as the right to answer ended with the old
+// connection. It is transient, never [consumer.ErrPublishDenied].
+var ErrReplyLost = fmt.Errorf("%w: request reply lost to a reconnect", ErrNotConfirmed)
 
 // Publisher sends the consumer's results and dead letters; it implements
 // [consumer.Publisher].
@@ -162,8 +176,9 @@ func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, head
 	h := make(nats.Header, len(header)+4)
 	for k, v := range header {
 		// The job's dedupe id and stream expectations would make the DLQ
-		// stream drop or refuse the copy.
-		if strings.HasPrefix(strings.ToLower(k), "nats-") {
+		// stream drop or refuse the copy; the letter's own headers are
+		// ours alone, never the producer's.
+		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") || strings.HasPrefix(lk, "embed-dlq-") {
 			continue
 		}
 		h[k] = v
@@ -176,6 +191,13 @@ func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, head
 	h.Set(HeaderDLQMessage, dl.Message)
 	h.Set(HeaderDLQJobID, dl.JobID)
 	h.Set(HeaderDLQDelivered, strconv.FormatUint(dl.NumDelivered, 10))
+	if dl.BodySHA256 != "" {
+		h.Set(HeaderDLQSize, strconv.Itoa(dl.BodySize))
+		h.Set(HeaderDLQSHA256, dl.BodySHA256)
+	}
+	if dl.Excerpt {
+		h.Set(HeaderDLQExcerpt, "true")
+	}
 	m := &nats.Msg{Subject: p.dlqBase + subjectToken(code), Header: h, Data: data}
 	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(p.dlqName)}
 	// One dead letter per job and reason, even if the TERM is lost and the

@@ -66,6 +66,8 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 	if queue == "" {
 		queue = ServiceQueueGroup
 	}
+	// The tracker notes reconnects from now on (see requestDelivery).
+	deniedTracker(nc)
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        ServiceName,
 		Version:     semver(o.Version),

@@ -28,6 +28,11 @@ const (
 	// HeaderErrorCode is set on results that carry a job-level error, to
 	// the error's [Code].
 	HeaderErrorCode = "Embed-Error-Code"
+	// HeaderReplay marks a job replayed from the dead-letter stream
+	// (`jetembed dlq replay`), with the letter's id: its result gets a
+	// dedupe id of its own, so the results stream does not drop it as a
+	// repeat of the result (an error) the first run stored.
+	HeaderReplay = "Embed-Replay"
 )
 
 // JobHeader returns the headers a producer sends with a job encoded with

@@ -141,3 +141,53 @@ func TestProvisionCommandDryRunAndDowngrade(t *testing.T) {
 		t.Fatalf("allowed downgrade: exit %d: %s\n%s", code, errOut, out)
 	}
 }
+
+// TestProvisionCommandStreamCaps is part of reproduction 4 of issue 21: the
+// results and dead-letter streams were created with max_bytes -1, so
+// producers could fill the servers' storage through them. provision now
+// caps both by default (4 GiB, 1 GiB), updates a deployment made without
+// caps, and takes --results-max-bytes / --dlq-max-bytes.
+func TestProvisionCommandStreamCaps(t *testing.T) {
+	s := natstest.RunServer(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	nc := natstest.Connect(t, s.ClientURL())
+	js, _ := natsjs.New(nc)
+	caps := func() (results, dlq int64) {
+		t.Helper()
+		for _, st := range []struct {
+			name string
+			to   *int64
+		}{{"EMBED_RESULTS", &results}, {"EMBED_DLQ", &dlq}} {
+			info, err := js.Stream(ctx, st.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			*st.to = info.CachedInfo().Config.MaxBytes
+		}
+		return results, dlq
+	}
+	// A deployment provisioned before the caps.
+	if code, _, errOut := runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--results-max-bytes", "-1", "--dlq-max-bytes", "-1"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if r, d := caps(); r != -1 || d != -1 {
+		t.Fatalf("uncapped: %d, %d", r, d)
+	}
+	code, out, errOut := runCmd(t, ctx, "provision", "--nats", s.ClientURL())
+	if code != 0 || !strings.Contains(out, "MaxBytes -1 -> 4294967296") || !strings.Contains(out, "MaxBytes -1 -> 1073741824") {
+		t.Fatalf("default caps: exit %d, %s\n%s", code, errOut, out)
+	}
+	if r, d := caps(); r != 4<<30 || d != 1<<30 {
+		t.Errorf("default caps: results %d, dlq %d", r, d)
+	}
+	if code, _, errOut := runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--results-max-bytes", "1048576", "--dlq-max-bytes", "524288"); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if r, d := caps(); r != 1<<20 || d != 512<<10 {
+		t.Errorf("flag caps: results %d, dlq %d", r, d)
+	}
+	if code, _, errOut := runCmd(t, ctx, "provision", "--dlq-max-bytes", "-7"); code != 2 {
+		t.Errorf("--dlq-max-bytes -7: exit %d, want 2: %s", code, errOut)
+	}
+}

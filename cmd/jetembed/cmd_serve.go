@@ -161,7 +161,9 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	}
 	stopFleet := sync.OnceFunc(stop)
 	defer stopFleet()
-	w, err := jetstream.StartWorker(ctx, nc, c.worker(log, metrics, emb, e.ModelID()))
+	wc := c.worker(log, metrics, emb, e.ModelID())
+	wc.Consumer.MaxResultBytes = c.resultLimit(e)
+	w, err := jetstream.StartWorker(ctx, nc, wc)
 	if errors.Is(err, consumer.ErrConfig) {
 		return false, fmt.Errorf("%w: %w", errUsage, err)
 	} else if err != nil {
@@ -182,7 +184,7 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	if first {
 		log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", c.JetStream.Jobs.Name,
 			"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version,
-			"memory_budget", c.Engine.budgetNote, "malloc", mallocenv.Mode())
+			"memory_budget", c.Engine.budgetNote, "malloc", mallocenv.Mode(), "max_result_bytes", wc.Consumer.MaxResultBytes)
 	} else {
 		log.Info("serving again on a new connection", "nats", jetstream.RedactURL(nc.ConnectedUrl()))
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/jetstream"
@@ -31,6 +32,7 @@ type serveFlags struct {
 	heartbeat      *time.Duration
 	provision      *string
 	blobs          *bool
+	maxResult      *int
 	printConfig    *bool
 	replyAllow     *string
 	maxReplyBytes  *int
@@ -54,6 +56,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
 		provision:      fs.String("provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is jetembed provision"),
 		blobs:          fs.Bool("blobs", true, "store results over the server's max payload in the blobs bucket and reply with a reference (false: reply result_too_large)"),
+		maxResult:      fs.Int("max-result-bytes", 0, "largest encoded result of one job, in bytes; a job over it fails result_too_large, refused before it runs when its dense and ColBERT vectors alone exceed it (0: auto, the larger of 32 MiB and 8 texts of the model's max tokens with dense and ColBERT; -1: none)"),
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
 		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
 		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
@@ -75,6 +78,9 @@ type serveConfig struct {
 	Replies schema.ReplyPolicy
 	// Blobs stores results over the max payload in EMBED_BLOBS.
 	Blobs bool
+	// MaxResultBytes is --max-result-bytes: 0 auto ([serveConfig.resultLimit]),
+	// -1 none.
+	MaxResultBytes int
 
 	Patience, Grace, Heartbeat                      time.Duration
 	GatherTokens, InFlightTokens, InteractiveTokens int
@@ -108,7 +114,10 @@ func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *eng
 		Patience: *sf.patience, Grace: *sf.grace, Heartbeat: *sf.heartbeat,
 		GatherTokens: *sf.gatherTokens, InFlightTokens: *sf.inFlightTokens, InteractiveTokens: *sf.interactive, PrefetchMax: *sf.prefetchMax,
 		PrefetchBytes: *sf.prefetchBytes,
-		HTTP:          *sf.http, LogFormat: *sf.logFormat, Blobs: *sf.blobs, API: sf.api}
+		HTTP:          *sf.http, LogFormat: *sf.logFormat, Blobs: *sf.blobs, MaxResultBytes: *sf.maxResult, API: sf.api}
+	if c.MaxResultBytes < -1 {
+		return c, fmt.Errorf("%w: --max-result-bytes %d: want -1 (none), 0 (auto) or a size in bytes", errUsage, c.MaxResultBytes)
+	}
 	if err := c.LogLevel.UnmarshalText([]byte(*sf.logLevel)); err != nil {
 		return c, fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
 	}
@@ -159,4 +168,25 @@ func parseServe(fs *flagSet, args []string, io stdio, pf *provisionFlags, ef *en
 	}
 	c, err = sf.config(jetstream.Options{}, cfg, ef, ff)
 	return cfg, c, false, err
+}
+
+// autoResultFloor is the least --max-result-bytes=0 allows: dense and
+// sparse results of any job within the job limits fit it.
+const autoResultFloor = 32 << 20
+
+// resultLimit is the per-job result cap for an engine e, in bytes (0: none):
+// --max-result-bytes, or for 0 the larger of [autoResultFloor] and eight
+// texts of e's max tokens with dense and ColBERT vectors (256 MiB on
+// BGE-M3 at 8192 tokens: a job of 1024 such texts would be 2 GiB).
+func (c serveConfig) resultLimit(e interface {
+	OutputBytes(tokens int, o engine.Output) int64
+	MaxTokens() int
+}) int64 {
+	switch {
+	case c.MaxResultBytes > 0:
+		return int64(c.MaxResultBytes)
+	case c.MaxResultBytes < 0:
+		return 0
+	}
+	return max(autoResultFloor, 8*e.OutputBytes(e.MaxTokens(), engine.Dense|engine.ColBERT))
 }

@@ -67,6 +67,7 @@ type provisionFlags struct {
 	jobsMaxAge, resultsMaxAge, dlqMaxAge  *time.Duration
 	blobsMaxAge                           *time.Duration
 	jobsMaxBytes, blobsMaxBytes           *int
+	resultsMaxBytes, dlqMaxBytes          *int
 	dedupe                                *time.Duration
 	noAdvisories                          *bool
 	tuning                                *tuningFlags // nil without tuning flags
@@ -96,9 +97,13 @@ func addProvisionFlags(fs *flagSet, tuning bool) *provisionFlags {
 		jobsMaxAge:    fs.Duration("jobs-max-age", d.Jobs.MaxAge, "drop queued jobs older than this (0: never)"),
 		jobsMaxBytes:  fs.Int("jobs-max-bytes", int(d.Jobs.MaxBytes), "size cap of the jobs stream in bytes; a full queue refuses new jobs (-1: none)"),
 		resultsMaxAge: fs.Duration("results-max-age", d.Results.MaxAge, "keep results this long"),
-		dlqMaxAge:     fs.Duration("dlq-max-age", d.DLQ.MaxAge, "keep dead letters this long"),
-		dedupe:        fs.Duration("dedupe-window", d.Jobs.Duplicates, "window in which a repeated job or result id is dropped"),
-		noAdvisories:  fs.Bool("no-dlq-advisories", false, "do not capture max-delivery advisories in the dead-letter stream"),
+		resultsMaxBytes: fs.Int("results-max-bytes", int(d.Results.MaxBytes),
+			"size cap of the results stream in bytes; when full the oldest results are dropped (-1: none)"),
+		dlqMaxAge: fs.Duration("dlq-max-age", d.DLQ.MaxAge, "keep dead letters this long"),
+		dlqMaxBytes: fs.Int("dlq-max-bytes", int(d.DLQ.MaxBytes),
+			"size cap of the dead-letter stream in bytes; when full the oldest letters are dropped (-1: none)"),
+		dedupe:       fs.Duration("dedupe-window", d.Jobs.Duplicates, "window in which a repeated job or result id is dropped"),
+		noAdvisories: fs.Bool("no-dlq-advisories", false, "do not capture max-delivery advisories in the dead-letter stream"),
 	}
 	if tuning {
 		f.tuning = &tuningFlags{
@@ -120,6 +125,7 @@ func (f *provisionFlags) config() (jetstream.Config, error) {
 	c.Jobs.Name, c.Results.Name, c.DLQ.Name = *f.jobs, *f.results, *f.dlq
 	c.Jobs.MaxAge, c.Results.MaxAge, c.DLQ.MaxAge = *f.jobsMaxAge, *f.resultsMaxAge, *f.dlqMaxAge
 	c.Jobs.MaxBytes = int64(*f.jobsMaxBytes)
+	c.Results.MaxBytes, c.DLQ.MaxBytes = int64(*f.resultsMaxBytes), int64(*f.dlqMaxBytes)
 	c.Jobs.Duplicates, c.Results.Duplicates = *f.dedupe, *f.dedupe
 	c.CaptureMaxDeliveries = !*f.noAdvisories
 	c.Consumer.Name = *f.consumer

@@ -46,6 +46,9 @@ func Init(opts LibraryOptions) (Library, error) {
 			}
 		}
 		ort.SetSharedLibraryPath(p)
+		if err := telemetryOff(); err != nil {
+			return Library{}, err
+		}
 		if err := ort.InitializeEnvironment(ort.WithLogLevelError()); err != nil {
 			tried = append(tried, fmt.Sprintf("%s (%v)", p, err))
 			continue
@@ -55,8 +58,30 @@ func Init(opts LibraryOptions) (Library, error) {
 			_ = ort.DestroyEnvironment()
 			return Library{}, fmt.Errorf("%s: %w", p, err)
 		}
+		// Belt and braces: the C API's switch, for builds that send
+		// events through the environment.
+		if err := ort.DisableTelemetry(); err != nil {
+			_ = ort.DestroyEnvironment()
+			return Library{}, fmt.Errorf("%s: %w", p, err)
+		}
 		env.lib = &lib
 		return lib, nil
 	}
 	return Library{}, notFound(tried)
+}
+
+// telemetryOff sets [EnvTelemetryOff] in the process environment before
+// the library creates its environment, whatever it held: the Linux builds
+// of ONNX Runtime 1.30 start their telemetry when the environment is
+// created (a device id and an event database under
+// $HOME/.cache/Microsoft/DeveloperTools/.onnxruntime, an empty
+// /tmp/mat-debug-<pid>.log, uploads to a Microsoft collector), before the
+// C API's DisableTelemetryEvents can be called; only this variable stops
+// it. With cgo, os.Setenv also sets the C environment the library reads.
+// Child processes inherit it.
+func telemetryOff() error {
+	if err := os.Setenv(EnvTelemetryOff, "1"); err != nil {
+		return fmt.Errorf("onnx runtime: cannot turn telemetry off: %w", err)
+	}
+	return nil
 }

@@ -13,6 +13,11 @@ import (
 // shared library (the Makefile exports it for tests).
 const EnvLibrary = "JETEMBED_ORT_LIB"
 
+// EnvTelemetryOff is the variable ONNX Runtime reads to keep its
+// telemetry off; [Init] sets it to 1 in every process that loads the
+// library.
+const EnvTelemetryOff = "ORT_DISABLE_TELEMETRY"
+
 // depsLibrary is where `make deps` puts the library, relative to the
 // repository root.
 var depsLibrary = filepath.Join(".deps", "onnxruntime", systemLibrary())

@@ -108,6 +108,9 @@ func (c *Consumer) runJob(ctx context.Context, j *job) {
 		if j.interactive {
 			runCtx = engine.WithInteractive(runCtx)
 		}
+		if c.cfg.MaxResultBytes > 0 {
+			runCtx = engine.WithOutputLimit(runCtx, c.cfg.MaxResultBytes)
+		}
 		// Session runs and their busy time are the engine's to record
 		// (engine.Metrics): an Embed call spans queueing and sessions.
 		embs, rep, err = c.embed(runCtx, texts)

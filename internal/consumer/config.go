@@ -75,6 +75,11 @@ type Config struct {
 	// Blobs stores results over the publisher's max payload (see
 	// [PayloadLimiter]); nil answers them result_too_large instead.
 	Blobs BlobStore
+	// MaxResultBytes caps one job's encoded result: a job over it fails
+	// result_too_large (DLQ, TERM), refused by the engine before it runs
+	// when its dense and ColBERT vectors alone exceed it
+	// ([engine.WithOutputLimit]), else once encoded. 0 or less: no cap.
+	MaxResultBytes int64
 	// Now is the clock; default time.Now. Tests move it.
 	Now func() time.Time
 }

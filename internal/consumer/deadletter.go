@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"slices"
 	"strings"
 
 	"github.com/jetembed/jetembed/schema"
@@ -25,6 +26,8 @@ func deadLetterID(code string, j *job) string {
 	field(j.id)
 	field(j.d.Reply)
 	field(header(j.d.Header, schema.HeaderReply))
+	// A replayed job that fails again is a new letter.
+	field(header(j.d.Header, schema.HeaderReplay))
 	h.Write(j.d.Data)
 	return "dlq-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
@@ -69,4 +72,72 @@ func (c *Consumer) boundHeader(h map[string][]string) map[string][]string {
 		return h
 	}
 	return out
+}
+
+// DLQExcerptBytes is how much of a job that can never succeed its dead
+// letter keeps: of the body, and of the headers together. A flood of
+// large malformed jobs must not fill the DLQ with copies of themselves.
+const DLQExcerptBytes = 4 << 10
+
+// excerptOnly reports whether the dead letter of code keeps an excerpt: the
+// job itself is refused (bad input, a reply the policy refuses, a result
+// over the limits), so no replay of the same bytes could succeed. The
+// others (retries exhausted, a result not published or denied) keep the
+// whole job, to be replayed.
+func excerptOnly(code string) bool {
+	switch c := schema.Code(code); {
+	case badInput(c), c == schema.CodeBadReply, c == schema.CodeResultTooLarge:
+		return true
+	}
+	return false
+}
+
+// letterBody returns what a job's dead letter keeps of its body and
+// headers, filling dl's body facts: everything, or for an excerpt-only
+// code the first DLQExcerptBytes of the body and of the headers (the
+// subject the job came on first, then the others by name).
+func (c *Consumer) letterBody(dl *DeadLetter, j *job) (map[string][]string, []byte) {
+	sum := sha256.Sum256(j.d.Data)
+	dl.BodySize, dl.BodySHA256 = len(j.d.Data), hex.EncodeToString(sum[:])
+	h, data := c.boundHeader(j.d.Header), j.d.Data
+	if !excerptOnly(dl.Code) {
+		return h, data
+	}
+	if len(data) > DLQExcerptBytes {
+		data, dl.Excerpt = data[:DLQExcerptBytes], true
+	}
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		// The subject the job came on first (its key is the
+		// publisher's: jetstream.HeaderSubject, Embed-Subject).
+		if sa, sb := strings.EqualFold(a, "Embed-Subject"), strings.EqualFold(b, "Embed-Subject"); sa != sb {
+			if sa {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a, b)
+	})
+	out := make(map[string][]string, len(h))
+	room := DLQExcerptBytes
+	for _, k := range keys {
+		for _, v := range h[k] {
+			need := len(k) + len(v)
+			if need > room {
+				dl.Excerpt = true
+				if room <= len(k) {
+					room = 0
+					break
+				}
+				v = strings.ToValidUTF8(v[:room-len(k)], "")
+				need = room
+			}
+			out[k] = append(out[k], v)
+			room -= need
+		}
+	}
+	return out, data
 }

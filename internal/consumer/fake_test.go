@@ -89,8 +89,10 @@ type fakePub struct {
 	mu      sync.Mutex
 	results []published
 	dlq     []DeadLetter
-	// dlqHeaders are the headers of each dead letter, as dlq.
+	// dlqHeaders and dlqData are the headers and body of each dead
+	// letter, as dlq.
 	dlqHeaders []map[string][]string
+	dlqData    [][]byte
 	events     []string // "result" and "dlq", in order
 	fail       func(subject string) error
 	failDLQ    error
@@ -129,6 +131,7 @@ func (p *fakePub) PublishDLQ(ctx context.Context, reason DeadLetter, header map[
 	defer p.mu.Unlock()
 	p.dlq = append(p.dlq, reason)
 	p.dlqHeaders = append(p.dlqHeaders, header)
+	p.dlqData = append(p.dlqData, slices.Clone(data))
 	p.events = append(p.events, "dlq")
 	return nil
 }

@@ -63,6 +63,13 @@ type DeadLetter struct {
 	Code         string
 	Message      string
 	NumDelivered uint64
+	// BodySize and BodySHA256 (hex) describe the job's body as it
+	// arrived; Excerpt is set when the copy keeps only its first
+	// [DLQExcerptBytes] (and its headers cut to as many), for a job that
+	// can never succeed: such a letter cannot be replayed.
+	BodySize   int
+	BodySHA256 string
+	Excerpt    bool
 }
 
 // Embedder is what the loop needs of the engine: *engine.Engine satisfies

@@ -1,6 +1,8 @@
 package consumer
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"net/textproto"
 	"strings"
 	"sync"
@@ -161,6 +163,20 @@ func (j *job) heartbeat(now time.Time, every time.Duration) bool {
 	}
 	j.lastTouch = now
 	return j.d.Msg.InProgress() == nil
+}
+
+// resultMsgID is the Nats-Msg-Id and blob name of the job's result:
+// [schema.ResultMsgID] of its reply and id, with, for a replayed job
+// ([schema.HeaderReplay]), a hash of the replay's id appended, so the
+// results stream keeps the replay's result beside the one the first run
+// stored (within the duplicate window it would be dropped).
+func (j *job) resultMsgID() string {
+	id := schema.ResultMsgID(j.replySubject(), j.id)
+	if r := header(j.d.Header, schema.HeaderReplay); r != "" && id != "" {
+		sum := sha256.Sum256([]byte(r))
+		id += "-" + hex.EncodeToString(sum[:8])
+	}
+	return id
 }
 
 // replySubject is where the job's result goes: the resolved reply, or a

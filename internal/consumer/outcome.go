@@ -80,7 +80,8 @@ func badInput(code schema.Code) bool {
 //
 //   - success: publish res, ACK.
 //   - bad_reply: no result (the reply may not receive one), DLQ, TERM.
-//   - bad input: error result, DLQ, TERM. A request-reply job too gets its
+//   - bad input, or a result over the result limit: error result, DLQ,
+//     TERM. A request-reply job too gets its
 //     DLQ copy (it has no message to TERM): DESIGN.md says no bad job is
 //     silent, and the DLQ is where operators look for the producer that
 //     sends them, whichever way it came.
@@ -115,7 +116,8 @@ func (c *Consumer) decide(j *job, res *schema.Result, err error) outcome {
 	case se.Code == schema.CodeBadReply:
 		// Nowhere to send a result: the dead letter is the only trace.
 		out.verdict, out.dlq = verdictTerm, true
-	case badInput(se.Code):
+	case badInput(se.Code) || se.Code == schema.CodeResultTooLarge:
+		// result_too_large: the same job makes the same result again.
 		out.verdict, out.dlq = verdictTerm, true
 		out.result = schema.ErrorResult(j.id, se)
 	case se.Code == schema.CodeDeadlineExceeded:

@@ -149,3 +149,24 @@ func TestAckError(t *testing.T) {
 	}
 	waitFor(t, func() bool { return strings.Contains(r.log.String(), "message not settled") })
 }
+
+// TestRequestAnswerLost: an answer that cannot be sent (the connection it
+// was owed on is gone) is counted and logged, never dead-lettered, even
+// when the consumer's MaxDeliver is 1: a request has no redelivery, and
+// its caller, unanswered, asks again.
+func TestRequestAnswerLost(t *testing.T) {
+	r := newRig(t, Config{MaxDeliver: 1}, nil, nil)
+	j := schema.NewJob("lost", "text")
+	d, m := delivery(t, j, schema.EncodingJSON, 1)
+	d.Respond = func(map[string][]string, []byte) error { return errInjected }
+	if err := r.c.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	m.wait(t)
+	if dlq := r.pub.DLQ(); len(dlq) != 0 {
+		t.Errorf("dead letters %+v, want none", dlq)
+	}
+	if r.met.get("nak publish_failed") != 1 {
+		t.Errorf("metrics %v", r.met)
+	}
+}

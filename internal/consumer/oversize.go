@@ -31,11 +31,6 @@ type BlobStore interface {
 // (Nats-Msg-Id, the expected stream, trace context).
 const headerRoom = 512
 
-// blobName is the object name of a job's result: its Nats-Msg-Id, a hash of
-// the job's identity (reply subject and id), so a redelivery overwrites its
-// own blob and two producers using one id never share one.
-func blobName(reply, id string) string { return schema.ResultMsgID(reply, id) }
-
 // msgSize is the size NATS counts against max_payload: the header block
 // (NATS/1.0, one line per value, a blank line) and the body.
 func msgSize(h map[string][]string, data []byte) int64 {
@@ -65,7 +60,10 @@ func (c *Consumer) payloadLimit() int64 {
 func (c *Consumer) oversized(ctx context.Context, j *job, out outcome, res *schema.Result, h map[string][]string, data []byte, limit int64) (outcome, []byte, bool) {
 	size := msgSize(h, data) + headerRoom
 	if c.cfg.Blobs != nil {
-		blob, err := c.cfg.Blobs.PutBlob(ctx, blobName(j.replySubject(), j.id), h, data)
+		// Named like the result's Nats-Msg-Id, a hash of the job's
+		// identity: a redelivery overwrites its own blob, and two
+		// producers using one id never share one.
+		blob, err := c.cfg.Blobs.PutBlob(ctx, j.resultMsgID(), h, data)
 		if err != nil {
 			c.cfg.Logger.Warn("result blob not stored", "job", j.id, "bytes", len(data), "delivered", j.d.NumDelivered, "err", err)
 			return c.publishFailed(j, out, err), nil, false
@@ -84,7 +82,16 @@ func (c *Consumer) oversized(ctx context.Context, j *job, out outcome, res *sche
 		se.Message += " (result blobs are off)"
 	}
 	c.cfg.Logger.Warn("result too large", "job", j.id, "bytes", size, "max_payload", limit)
-	out = outcome{verdict: verdictTerm, dlq: true, code: se.Code, reason: string(se.Code), err: se,
+	return c.refuseResult(ctx, j, res, h, se, limit)
+}
+
+// refuseResult fails a job whose result is too large (se, result_too_large:
+// over the server's max payload without blobs, or over
+// [Config.MaxResultBytes]): DLQ, TERM, and the error result for sending,
+// encoded, unless even that does not fit limit (the payload limit, 0 when
+// unknown). ok is false when nothing is to be sent.
+func (c *Consumer) refuseResult(ctx context.Context, j *job, res *schema.Result, h map[string][]string, se *schema.Error, limit int64) (outcome, []byte, bool) {
+	out := outcome{verdict: verdictTerm, dlq: true, code: se.Code, reason: string(se.Code), err: se,
 		result: schema.ErrorResult(j.id, se)}
 	if out = c.deadLetter(ctx, j, out); out.result == nil {
 		return out, nil, false
@@ -92,7 +99,7 @@ func (c *Consumer) oversized(ctx context.Context, j *job, out outcome, res *sche
 	out.result.Model, out.result.Meta = c.model, res.Meta
 	out.result.EchoMeta(j.wire)
 	sd, err := schema.EncodeResult(out.result, j.enc)
-	if err != nil || msgSize(h, sd)+headerRoom > limit {
+	if err != nil || limit > 0 && msgSize(h, sd)+headerRoom > limit {
 		// Even the error does not fit (a huge meta): the DLQ holds it.
 		return out, nil, false
 	}
@@ -101,8 +108,9 @@ func (c *Consumer) oversized(ctx context.Context, j *job, out outcome, res *sche
 
 // publishFailed turns an outcome whose result could not be sent into a NAK,
 // or on the final delivery (or when the server denied the publish) into a
-// dead letter and a TERM. Only a successful outcome changes: a TERM or NAK
-// already decided stays.
+// dead letter and a TERM. A request's lost answer is only counted (NAKed:
+// there is no message), since its caller retries. Only a successful
+// outcome changes: a TERM or NAK already decided stays.
 func (c *Consumer) publishFailed(j *job, out outcome, err error) outcome {
 	if out.verdict != verdictAck {
 		return out
@@ -112,6 +120,10 @@ func (c *Consumer) publishFailed(j *job, out outcome, err error) outcome {
 	case errors.Is(err, ErrPublishDenied):
 		out.reason = ReasonPublishDenied
 		out.verdict, out.dlq = verdictTerm, true
+	case j.d.Respond != nil:
+		// A request has no message to give back and no redelivery: the
+		// requester, unanswered, asks again. Nothing to dead-letter.
+		out.verdict = verdictNak
 	case c.finalDelivery(j.d.NumDelivered):
 		// No redelivery follows: keep the job in the DLQ rather than lose it.
 		out.verdict, out.dlq = verdictTerm, true

@@ -80,7 +80,7 @@ func TestResultTooLargeToBlob(t *testing.T) {
 				t.Fatalf("calls %v, want [ack]", got)
 			}
 			res, p := r.resultFor(t, "big")
-			name := blobName(j.Reply, j.ID)
+			name := schema.ResultMsgID(j.Reply, j.ID)
 			if res.Blob == nil || res.Blob.Name != name || len(res.Items) != 0 || res.Error != nil {
 				t.Fatalf("result %+v, want a blob reference to %s", res, name)
 			}

@@ -62,7 +62,8 @@ func (c *Consumer) deadLetter(ctx context.Context, j *job, out outcome) outcome 
 		dl.Code, dl.Message = ReasonPublishDenied, "the server denied the result's publish to "+j.replySubject()
 	}
 	dl.JobID, dl.MsgID = c.boundID(j.id), deadLetterID(dl.Code, j)
-	err := c.pub.PublishDLQ(ctx, dl, c.boundHeader(j.d.Header), j.d.Data)
+	h, data := c.letterBody(&dl, j)
+	err := c.pub.PublishDLQ(ctx, dl, h, data)
 	if err == nil {
 		return out
 	}
@@ -104,7 +105,21 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 		res = out.result
 	}
 	h := schema.ResultHeader(res, j.reply, j.enc)
+	if id := j.resultMsgID(); id != "" && j.reply != "" {
+		h[schema.HeaderMsgID] = []string{id}
+	}
 	telemetry.InjectHeaders(ctx, h)
+	if most := c.cfg.MaxResultBytes; most > 0 && int64(len(data)) > most && out.code == "" {
+		// The engine refuses what it can foresee (WithOutputLimit); this
+		// is the encoded size: JSON, sparse vectors, meta.
+		se := schema.Errorf(schema.CodeResultTooLarge, "result of %d bytes exceeds the result limit of %d bytes", len(data), most)
+		c.cfg.Logger.Warn("result too large", "job", j.id, "bytes", len(data), "max_result_bytes", most)
+		var send bool
+		if out, data, send = c.refuseResult(ctx, j, res, h, se, c.payloadLimit()); !send {
+			return out
+		}
+		h[schema.HeaderErrorCode] = []string{string(out.code)}
+	}
 	if limit := c.payloadLimit(); limit > 0 && msgSize(h, data)+headerRoom > limit {
 		var send bool
 		if out, data, send = c.oversized(ctx, j, out, res, h, data, limit); !send {
@@ -119,7 +134,7 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 	case j.d.Respond != nil:
 		err = j.d.Respond(h, data)
 	case j.reply != "":
-		err = c.pub.PublishResult(ctx, j.reply, schema.ResultMsgID(j.reply, j.id), h, data)
+		err = c.pub.PublishResult(ctx, j.reply, j.resultMsgID(), h, data)
 	default:
 		if c.noReplyWarned.CompareAndSwap(false, true) {
 			c.cfg.Logger.Warn("job has no reply subject: result discarded (logged once)", "job", j.id)

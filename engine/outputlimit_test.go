@@ -1,0 +1,82 @@
+package engine_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/ort"
+	"github.com/jetembed/jetembed/schema"
+)
+
+type countingRunner struct {
+	engine.Runner
+	runs *atomic.Int64
+}
+
+func (r countingRunner) Run(ctx context.Context, in engine.RunInput) (engine.RunOutput, error) {
+	r.runs.Add(1)
+	return r.Runner.Run(ctx, in)
+}
+
+// TestOutputLimit: OutputBytes is exactly the dense and ColBERT values an
+// Embed call returns, on both export layouts; under WithOutputLimit a call
+// whose vectors fit runs, and one a byte over is refused result_too_large
+// before any session runs (the amplification of issue 21: a small job
+// asking for a huge ColBERT result costs no compute).
+func TestOutputLimit(t *testing.T) {
+	initORT(t)
+	for _, name := range []string{"tiny-hidden", "tiny-heads"} {
+		t.Run(name, func(t *testing.T) {
+			m := openModel(t, name)
+			var runs atomic.Int64
+			e, err := engine.New(context.Background(), engine.Config{MaxTokens: 64}, wordTok, m, func(int) (engine.Runner, error) {
+				r, err := ort.Open(m, ort.Provider{IntraOpThreads: 1})
+				return countingRunner{r, &runs}, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer e.Close()
+			texts := []engine.Text{
+				{Text: sentence(10, 1), Outputs: all},
+				{Text: sentence(200, 2), Outputs: engine.ColBERT, Truncate: true}, // cut to 64 tokens
+				{Text: sentence(3, 3)},                                            // dense, the default
+				{Text: sentence(5, 4), Outputs: engine.Sparse},
+			}
+			embs, _, err := e.Embed(context.Background(), texts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want int64
+			for i, emb := range embs {
+				got := int64(len(emb.Dense)+len(emb.ColBERT)) * 4
+				n := emb.Tokens
+				if emb.Truncated {
+					n = e.MaxTokens()
+				}
+				if est := e.OutputBytes(n, texts[i].Outputs); est != got {
+					t.Errorf("text %d (%d tokens): OutputBytes %d, the vectors take %d", i, n, est, got)
+				}
+				want += got
+			}
+			before := runs.Load()
+			if _, _, err := e.Embed(engine.WithOutputLimit(context.Background(), want), texts); err != nil {
+				t.Errorf("at the limit: %v", err)
+			}
+			if runs.Load() == before {
+				t.Error("no session ran at the limit")
+			}
+			before = runs.Load()
+			_, _, err = e.Embed(engine.WithOutputLimit(context.Background(), want-1), texts)
+			if !errors.Is(err, &schema.Error{Code: schema.CodeResultTooLarge}) {
+				t.Errorf("a byte over the limit: %v, want result_too_large", err)
+			}
+			if runs.Load() != before {
+				t.Errorf("%d session runs for a refused call", runs.Load()-before)
+			}
+		})
+	}
+}
