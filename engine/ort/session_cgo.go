@@ -22,6 +22,7 @@ type Session struct {
 	dim     int // hidden size
 	outputs int
 	cpu     bool // runs count for the idle trim of the C heap
+	plan    AttentionPlan
 }
 
 var _ engine.Runner = (*Session)(nil)
@@ -29,7 +30,9 @@ var _ engine.Runner = (*Session)(nil)
 // Open creates a session for m on provider p. It calls [Init] with default
 // [LibraryOptions] if the library is not loaded yet. A provider that cannot
 // be registered (a CUDA request on a CPU-only build, a missing GPU) is an
-// error wrapping [ErrProvider], never a silent CPU fallback.
+// error wrapping [ErrProvider], never a silent CPU fallback. The session
+// computes attention as the model's [AttentionPlan] says (decided by the
+// first Open, or [PlanAttention], for the process).
 func Open(m *model.Model, p Provider) (*Session, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -37,6 +40,32 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 	if _, err := Init(LibraryOptions{}); err != nil {
 		return nil, err
 	}
+	plan, err := PlanAttention(m, p)
+	if err != nil {
+		return nil, err
+	}
+	var s *Session
+	if plan.Fused {
+		s, err = openFused(m, p)
+	} else {
+		s, err = openGraph(m, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.plan = plan
+	return s, nil
+}
+
+// openGraph opens m's graph as exported.
+func openGraph(m *model.Model, p Provider) (*Session, error) {
+	return newSession(m, p, func(so *ort.SessionOptions, outputs []string) (*ort.DynamicAdvancedSession, error) {
+		return ort.NewDynamicAdvancedSession(m.ONNXPath, []string{model.InputIDs, model.InputMask}, outputs, so)
+	})
+}
+
+// newSession creates the session create makes with p's options.
+func newSession(m *model.Model, p Provider, create func(*ort.SessionOptions, []string) (*ort.DynamicAdvancedSession, error)) (*Session, error) {
 	so, err := sessionOptions(p)
 	if err != nil {
 		return nil, err
@@ -46,8 +75,7 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 	if outputs == nil {
 		return nil, fmt.Errorf("ort: %s: layout %v has no outputs", m.ONNXPath, m.Layout)
 	}
-	sess, err := ort.NewDynamicAdvancedSession(m.ONNXPath,
-		[]string{model.InputIDs, model.InputMask}, outputs, so)
+	sess, err := create(so, outputs)
 	if err != nil {
 		return nil, fmt.Errorf("ort: open %s on %v: %w", m.ONNXPath, p, err)
 	}
@@ -258,6 +286,9 @@ func headsOutput(out engine.RunOutput, sparse, colbert ort.Value, batch, seq int
 	out.ColBERTLen, out.ColBERTDim = int(shape[1]), int(shape[2])
 	return out, nil
 }
+
+// Attention reports how the session computes attention.
+func (s *Session) Attention() AttentionPlan { return s.plan }
 
 // Close frees the native session. It is idempotent.
 func (s *Session) Close() error {

@@ -1,0 +1,631 @@
+package model
+
+import "math"
+
+// The attention matcher needs a few numbers the graph computes rather than
+// stores: a Reshape's target shape built from Shape/Gather/Concat, or the
+// scale SDPA exports derive from the head size
+// (1/sqrt(Cast(Shape(q)[-1]))). graphIndex evaluates such small values
+// partially: an element that depends on a dynamic axis (batch, sequence)
+// is unknown, the others are computed.
+
+// graphIndex is the node graph of an onnxFile with what the matcher asks
+// of it.
+type graphIndex struct {
+	f         *onnxFile
+	producer  map[string]int
+	consumers map[string][]int
+	inits     map[string]*pbTensor
+	inputs    map[string]valueInfo
+	opset     int64 // of the ai.onnx domain
+	memo      map[string]*cval
+	shapeMemo map[string][]int64
+}
+
+// cval is a partially known constant: a tensor of dims whose elements are
+// vals where known[i].
+type cval struct {
+	dims  []int64
+	vals  []float64
+	known []bool
+	float bool
+}
+
+func (c *cval) allKnown() bool {
+	for _, k := range c.known {
+		if !k {
+			return false
+		}
+	}
+	return true
+}
+
+// scalar returns the value of a one-element tensor.
+func (c *cval) scalar() (float64, bool) {
+	if len(c.vals) != 1 || !c.known[0] {
+		return 0, false
+	}
+	return c.vals[0], true
+}
+
+func newIndex(f *onnxFile) *graphIndex {
+	g := &graphIndex{
+		f: f, producer: map[string]int{}, consumers: map[string][]int{},
+		inits: map[string]*pbTensor{}, inputs: map[string]valueInfo{},
+		opset: f.opsets[""], memo: map[string]*cval{}, shapeMemo: map[string][]int64{},
+	}
+	if v, ok := f.opsets["ai.onnx"]; ok && g.opset == 0 {
+		g.opset = v
+	}
+	for _, t := range f.inits {
+		g.inits[t.name] = t
+	}
+	for _, in := range f.inputs {
+		g.inputs[in.name] = in
+	}
+	for i, nd := range f.nodes {
+		for _, out := range nd.outputs {
+			if out != "" {
+				g.producer[out] = i
+			}
+		}
+		for _, in := range nd.inputs {
+			if in != "" {
+				g.consumers[in] = append(g.consumers[in], i)
+			}
+		}
+	}
+	return g
+}
+
+// node returns the node producing name in the default domain, if any.
+func (g *graphIndex) node(name string) *pbNode {
+	i, ok := g.producer[name]
+	if !ok {
+		return nil
+	}
+	nd := g.f.nodes[i]
+	if nd.domain != "" && nd.domain != "ai.onnx" {
+		return nil
+	}
+	return nd
+}
+
+func (nd *pbNode) attr(name string) (pbAttr, bool) {
+	for _, a := range nd.attrs {
+		if a.name == name {
+			return a, true
+		}
+	}
+	return pbAttr{}, false
+}
+
+func (nd *pbNode) intAttr(name string, def int64) int64 {
+	if a, ok := nd.attr(name); ok {
+		return a.i
+	}
+	return def
+}
+
+func (nd *pbNode) input(i int) string {
+	if i < len(nd.inputs) {
+		return nd.inputs[i]
+	}
+	return ""
+}
+
+// eval evaluates name, or reports false when nothing of it is known.
+func (g *graphIndex) eval(name string) (*cval, bool) {
+	if name == "" {
+		return nil, false
+	}
+	if c, ok := g.memo[name]; ok {
+		return c, c != nil
+	}
+	g.memo[name] = nil // cycles (invalid graphs) end here
+	c := g.evalUncached(name)
+	g.memo[name] = c
+	return c, c != nil
+}
+
+func (g *graphIndex) evalUncached(name string) *cval {
+	if t, ok := g.inits[name]; ok {
+		return tensorVal(t)
+	}
+	nd := g.node(name)
+	if nd == nil {
+		return nil
+	}
+	switch nd.op {
+	case "Constant":
+		return constantVal(nd)
+	case "Identity":
+		c, _ := g.eval(nd.input(0))
+		return c
+	case "Cast":
+		c, ok := g.eval(nd.input(0))
+		if !ok {
+			return nil
+		}
+		out := *c
+		out.vals = append([]float64(nil), c.vals...)
+		switch to := nd.intAttr("to", 0); to {
+		case dtFloat, dtDouble, dtFloat16:
+			out.float = true
+			if to == dtFloat {
+				for i, v := range out.vals {
+					out.vals[i] = float64(float32(v))
+				}
+			}
+		default:
+			out.float = false
+			for i, v := range out.vals {
+				out.vals[i] = math.Trunc(v)
+			}
+		}
+		return &out
+	case "Shape":
+		dims, ok := g.shapeOf(nd.input(0))
+		if !ok {
+			return nil
+		}
+		r := int64(len(dims))
+		start, end := nd.intAttr("start", 0), nd.intAttr("end", r)
+		start, end = clampRange(start, r), clampRange(end, r)
+		c := &cval{dims: []int64{max(end-start, 0)}}
+		for i := start; i < end; i++ {
+			c.vals = append(c.vals, float64(dims[i]))
+			c.known = append(c.known, dims[i] >= 0)
+		}
+		return c
+	case "Gather":
+		return g.evalGather(nd)
+	case "Slice":
+		return g.evalSlice(nd)
+	case "Concat":
+		c := &cval{}
+		var n int64
+		for _, in := range nd.inputs {
+			v, ok := g.eval(in)
+			if !ok {
+				// An unknown part of known length still lets the others count.
+				dims, ok := g.shapeOf(in)
+				if !ok || len(dims) != 1 || dims[0] < 0 {
+					return nil
+				}
+				for range dims[0] {
+					c.vals, c.known = append(c.vals, 0), append(c.known, false)
+				}
+				n += dims[0]
+				continue
+			}
+			if len(v.dims) > 1 {
+				return nil
+			}
+			c.vals, c.known = append(c.vals, v.vals...), append(c.known, v.known...)
+			c.float = c.float || v.float
+			n += int64(len(v.vals))
+		}
+		c.dims = []int64{n}
+		return c
+	case "Unsqueeze", "Squeeze", "Reshape", "Flatten":
+		c, ok := g.eval(nd.input(0))
+		if !ok {
+			return nil
+		}
+		out := *c
+		if len(c.vals) == 1 {
+			out.dims = []int64{1}
+			if nd.op == "Squeeze" {
+				out.dims = nil
+			}
+		} else {
+			out.dims = []int64{int64(len(c.vals))}
+		}
+		return &out
+	case "Sqrt", "Reciprocal", "Neg", "Abs", "Floor", "Ceil", "Exp", "Log":
+		c, ok := g.eval(nd.input(0))
+		if !ok {
+			return nil
+		}
+		out := *c
+		out.vals = make([]float64, len(c.vals))
+		for i, v := range c.vals {
+			out.vals[i] = unary(nd.op, v)
+		}
+		return &out
+	case "Add", "Sub", "Mul", "Div", "Pow":
+		a, ok1 := g.eval(nd.input(0))
+		b, ok2 := g.eval(nd.input(1))
+		if !ok1 || !ok2 {
+			return nil
+		}
+		return binaryOp(nd.op, a, b)
+	}
+	return nil
+}
+
+func clampRange(i, r int64) int64 {
+	if i < 0 {
+		i += r
+	}
+	return min(max(i, 0), r)
+}
+
+func unary(op string, v float64) float64 {
+	switch op {
+	case "Sqrt":
+		return math.Sqrt(v)
+	case "Reciprocal":
+		return 1 / v
+	case "Neg":
+		return -v
+	case "Abs":
+		return math.Abs(v)
+	case "Floor":
+		return math.Floor(v)
+	case "Ceil":
+		return math.Ceil(v)
+	case "Exp":
+		return math.Exp(v)
+	case "Log":
+		return math.Log(v)
+	}
+	return math.NaN()
+}
+
+// binaryOp applies op elementwise where the operands have the same number
+// of elements or one has a single element.
+func binaryOp(op string, a, b *cval) *cval {
+	n := max(len(a.vals), len(b.vals))
+	if (len(a.vals) != n && len(a.vals) != 1) || (len(b.vals) != n && len(b.vals) != 1) {
+		return nil
+	}
+	out := &cval{dims: a.dims, float: a.float || b.float}
+	if len(b.vals) == n && len(b.dims) >= len(a.dims) {
+		out.dims = b.dims
+	}
+	for i := range n {
+		x, y := a.vals[min(i, len(a.vals)-1)], b.vals[min(i, len(b.vals)-1)]
+		k := a.known[min(i, len(a.known)-1)] && b.known[min(i, len(b.known)-1)]
+		var v float64
+		switch op {
+		case "Add":
+			v = x + y
+		case "Sub":
+			v = x - y
+		case "Mul":
+			v = x * y
+		case "Div":
+			if out.float {
+				v = x / y
+			} else if y != 0 {
+				v = math.Trunc(x / y)
+			} else {
+				k = false
+			}
+		case "Pow":
+			v = math.Pow(x, y)
+		}
+		out.vals, out.known = append(out.vals, v), append(out.known, k)
+	}
+	return out
+}
+
+func tensorVal(t *pbTensor) *cval {
+	vals, ok := t.values()
+	if !ok {
+		return nil
+	}
+	c := &cval{dims: t.dims, vals: vals, known: make([]bool, len(vals))}
+	for i := range c.known {
+		c.known[i] = true
+	}
+	c.float = t.dtype == dtFloat || t.dtype == dtDouble || t.dtype == dtFloat16
+	return c
+}
+
+func constantVal(nd *pbNode) *cval {
+	for _, a := range nd.attrs {
+		var c *cval
+		switch a.name {
+		case "value":
+			if a.t != nil {
+				c = tensorVal(a.t)
+			}
+		case "value_float":
+			c = &cval{vals: []float64{float64(a.f)}, float: true}
+		case "value_floats":
+			c = &cval{dims: []int64{int64(len(a.floats))}, float: true}
+			for _, v := range a.floats {
+				c.vals = append(c.vals, float64(v))
+			}
+		case "value_int":
+			c = &cval{vals: []float64{float64(a.i)}}
+		case "value_ints":
+			c = &cval{dims: []int64{int64(len(a.ints))}}
+			for _, v := range a.ints {
+				c.vals = append(c.vals, float64(v))
+			}
+		}
+		if c != nil {
+			if c.known == nil {
+				c.known = make([]bool, len(c.vals))
+				for i := range c.known {
+					c.known[i] = true
+				}
+			}
+			return c
+		}
+	}
+	return nil
+}
+
+func (g *graphIndex) evalGather(nd *pbNode) *cval {
+	if nd.intAttr("axis", 0) != 0 {
+		return nil
+	}
+	idx, ok := g.eval(nd.input(1))
+	if !ok || !idx.allKnown() {
+		return nil
+	}
+	data, ok := g.eval(nd.input(0))
+	if !ok {
+		// An element of a shape that is not known (a dynamic axis) is
+		// still an element: its count lets a Concat place the others.
+		return &cval{dims: idx.dims, vals: make([]float64, len(idx.vals)), known: make([]bool, len(idx.vals))}
+	}
+	if len(data.dims) > 1 {
+		return nil
+	}
+	out := &cval{dims: idx.dims, float: data.float}
+	for _, iv := range idx.vals {
+		i := int(iv)
+		if i < 0 {
+			i += len(data.vals)
+		}
+		if i < 0 || i >= len(data.vals) {
+			return nil
+		}
+		out.vals, out.known = append(out.vals, data.vals[i]), append(out.known, data.known[i])
+	}
+	return out
+}
+
+func (g *graphIndex) evalSlice(nd *pbNode) *cval {
+	data, ok := g.eval(nd.input(0))
+	if !ok || len(data.dims) > 1 {
+		return nil
+	}
+	var starts, ends, axes, steps []float64
+	if g.opset >= 10 {
+		for i, dst := range []*[]float64{&starts, &ends, &axes, &steps} {
+			if nd.input(i+1) == "" {
+				continue
+			}
+			c, ok := g.eval(nd.input(i + 1))
+			if !ok || !c.allKnown() {
+				return nil
+			}
+			*dst = c.vals
+		}
+	} else {
+		for _, p := range []struct {
+			name string
+			dst  *[]float64
+		}{{"starts", &starts}, {"ends", &ends}, {"axes", &axes}} {
+			if a, ok := nd.attr(p.name); ok {
+				for _, v := range a.ints {
+					*p.dst = append(*p.dst, float64(v))
+				}
+			}
+		}
+	}
+	if len(starts) != 1 || len(ends) != 1 || (len(axes) == 1 && axes[0] != 0 && axes[0] != -1) || len(axes) > 1 {
+		return nil
+	}
+	step := int64(1)
+	if len(steps) == 1 {
+		step = int64(steps[0])
+	}
+	if step != 1 {
+		return nil
+	}
+	n := int64(len(data.vals))
+	lo, hi := clampIndex(starts[0], n), clampIndex(ends[0], n)
+	out := &cval{float: data.float}
+	for i := lo; i < hi; i++ {
+		out.vals, out.known = append(out.vals, data.vals[i]), append(out.known, data.known[i])
+	}
+	out.dims = []int64{int64(len(out.vals))}
+	return out
+}
+
+func clampIndex(v float64, n int64) int64 {
+	if v >= float64(math.MaxInt64)/2 {
+		return n
+	}
+	i := int64(v)
+	if i < 0 {
+		i += n
+	}
+	return min(max(i, 0), n)
+}
+
+// shapeOf returns name's dims (-1 where unknown) and whether its rank is
+// known.
+func (g *graphIndex) shapeOf(name string) ([]int64, bool) {
+	if d, ok := g.shapeMemo[name]; ok {
+		return d, d != nil
+	}
+	g.shapeMemo[name] = nil
+	d := g.shapeUncached(name)
+	g.shapeMemo[name] = d
+	return d, d != nil
+}
+
+func (g *graphIndex) shapeUncached(name string) []int64 {
+	if t, ok := g.inits[name]; ok {
+		return append([]int64{}, t.dims...)
+	}
+	if vi, ok := g.f.valueInfo[name]; ok && vi.hasShape {
+		return append([]int64{}, vi.dims...)
+	}
+	nd := g.node(name)
+	if nd == nil {
+		return nil
+	}
+	if len(nd.outputs) == 0 || nd.outputs[0] != name {
+		return nil
+	}
+	switch nd.op {
+	case "Constant":
+		if c := constantVal(nd); c != nil {
+			return append([]int64{}, c.dims...)
+		}
+	case "Reshape":
+		sh, ok := g.eval(nd.input(1))
+		if !ok || len(sh.dims) != 1 {
+			return nil
+		}
+		in, inOK := g.shapeOf(nd.input(0))
+		out := make([]int64, len(sh.vals))
+		for i, v := range sh.vals {
+			switch {
+			case !sh.known[i] || v < 0:
+				out[i] = -1
+			case v == 0 && nd.intAttr("allowzero", 0) == 0:
+				out[i] = -1
+				if inOK && i < len(in) {
+					out[i] = in[i]
+				}
+			default:
+				out[i] = int64(v)
+			}
+		}
+		return out
+	case "Transpose":
+		in, ok := g.shapeOf(nd.input(0))
+		if !ok {
+			return nil
+		}
+		perm := transposePerm(nd, len(in))
+		if perm == nil {
+			return nil
+		}
+		out := make([]int64, len(in))
+		for i, p := range perm {
+			out[i] = in[p]
+		}
+		return out
+	case "Cast", "Identity", "Dropout", "Sqrt", "Neg", "Relu", "Softmax", "Erf", "Tanh", "Sigmoid", "LayerNormalization":
+		return g.shapeCopy(nd.input(0))
+	case "Add", "Sub", "Mul", "Div", "Pow", "Where":
+		ins := nd.inputs
+		if nd.op == "Where" {
+			ins = ins[1:]
+		}
+		var best []int64
+		for _, in := range ins {
+			d, ok := g.shapeOf(in)
+			if !ok {
+				if c, ok := g.eval(in); ok && len(c.vals) == 1 {
+					continue // a scalar broadcasts
+				}
+				return nil
+			}
+			if numel(d) == 1 && len(d) <= 1 {
+				continue
+			}
+			if best == nil || len(d) > len(best) {
+				best = d
+			}
+		}
+		return best
+	case "MatMul":
+		a, okA := g.shapeOf(nd.input(0))
+		b, okB := g.shapeOf(nd.input(1))
+		if !okA || !okB || len(a) < 2 || len(b) < 2 {
+			return nil
+		}
+		out := append([]int64{}, a[:len(a)-1]...)
+		if len(b) > len(a) {
+			out = append(append([]int64{}, b[:len(b)-2]...), a[len(a)-2])
+		}
+		return append(out, b[len(b)-1])
+	}
+	return nil
+}
+
+func (g *graphIndex) shapeCopy(name string) []int64 {
+	d, ok := g.shapeOf(name)
+	if !ok {
+		return nil
+	}
+	return append([]int64{}, d...)
+}
+
+// transposePerm returns a Transpose's permutation for a rank-r input.
+func transposePerm(nd *pbNode, r int) []int64 {
+	a, ok := nd.attr("perm")
+	if !ok {
+		if r < 0 {
+			return nil
+		}
+		p := make([]int64, r)
+		for i := range p {
+			p[i] = int64(r - 1 - i)
+		}
+		return p
+	}
+	if r >= 0 && len(a.ints) != r {
+		return nil
+	}
+	return a.ints
+}
+
+// lastDim is the size of name's last axis when some producer states it:
+// a MatMul by a 2-D weight, through Add of a bias and Casts.
+func (g *graphIndex) lastDim(name string) int64 {
+	if d, ok := g.shapeOf(name); ok && len(d) > 0 && d[len(d)-1] > 0 {
+		return d[len(d)-1]
+	}
+	nd := g.node(name)
+	if nd == nil {
+		return -1
+	}
+	switch nd.op {
+	case "Add", "Mul", "Sub", "Div":
+		for _, in := range nd.inputs {
+			if d := g.lastDim(in); d > 0 {
+				return d
+			}
+		}
+	case "Cast", "Identity":
+		return g.lastDim(nd.input(0))
+	case "MatMul":
+		if w, ok := g.shapeOf(nd.input(1)); ok && len(w) == 2 && w[1] > 0 {
+			return w[1]
+		}
+		if w := g.weightDims(nd.input(1)); len(w) == 2 {
+			return w[1]
+		}
+	}
+	return -1
+}
+
+// weightDims are the dims of an initializer reached through Casts (the
+// float16 weights of a model that computes in float32).
+func (g *graphIndex) weightDims(name string) []int64 {
+	for range 4 {
+		if t, ok := g.inits[name]; ok {
+			return t.dims
+		}
+		nd := g.node(name)
+		if nd == nil || (nd.op != "Cast" && nd.op != "Identity") {
+			return nil
+		}
+		name = nd.input(0)
+	}
+	return nil
+}
