@@ -190,7 +190,7 @@ func (g *graphIndex) evalUncached(name string) *cval {
 			if !ok {
 				// An unknown part of known length still lets the others count.
 				dims, ok := g.shapeOf(in)
-				if !ok || len(dims) != 1 || dims[0] < 0 {
+				if !ok || len(dims) != 1 || dims[0] < 0 || dims[0] > maxShapeRank {
 					return nil
 				}
 				for range dims[0] {
@@ -244,6 +244,10 @@ func (g *graphIndex) evalUncached(name string) *cval {
 	}
 	return nil
 }
+
+// maxShapeRank bounds the shape vectors the evaluator builds from a
+// file's claims.
+const maxShapeRank = 64
 
 func clampRange(i, r int64) int64 {
 	if i < 0 {

@@ -205,6 +205,8 @@ func (g *graphIndex) paddingMask(m string) blockMiss {
 		switch nd.op {
 		case "MatMul", "Gemm", "Softmax", "LayerNormalization":
 			return missf("the mask depends on a %s", nd.op)
+		case "Shape", "Size":
+			continue // a shape is no data: [B, 1, S, S] masks take S from input_ids
 		}
 		stack = append(stack, nd.inputs...)
 	}

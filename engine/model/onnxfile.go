@@ -626,7 +626,7 @@ func decodeTensorType(b []byte, vi *valueInfo) error {
 func numel(dims []int64) int64 {
 	n := int64(1)
 	for _, d := range dims {
-		if d < 0 {
+		if d < 0 || (d > 0 && n > (1<<50)/d) {
 			return -1
 		}
 		n *= d
