@@ -36,7 +36,7 @@ func ParseAttention(s string) (Attention, error) {
 	case AttentionFused, AttentionGraph:
 		return a, nil
 	}
-	return "", fmt.Errorf("%w: attention %q (want auto, fused or graph)", ErrProvider, s)
+	return "", fmt.Errorf("attention %q (want auto, fused or graph)", s)
 }
 
 func (a Attention) orAuto() Attention {
