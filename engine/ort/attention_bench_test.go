@@ -29,10 +29,10 @@ import (
 // blocks and the peak RSS growth over the RSS before the runs. It is
 // skipped unless -attention.model is given.
 var (
-	classModel  = flag.String("attention.model", "", "model directory of the attention classes benchmark (empty: skipped)")
-	classShapes = flag.String("attention.shapes", "1x512,1x2048,1x5700,1x8192,4x2048", "BxS shapes; rows of a batch are padded, row r holding S-r*S/8 tokens")
+	classModel   = flag.String("attention.model", "", "model directory of the attention classes benchmark (empty: skipped)")
+	classShapes  = flag.String("attention.shapes", "1x512,1x2048,1x5700,1x8192,4x2048", "BxS shapes; rows of a batch are padded, row r holding S-r*S/8 tokens")
 	classThreads = flag.Int("attention.threads", 1, "intra-op threads")
-	classM3     = flag.Bool("attention.m3", false, "also one attention layer at BGE-M3's size (hidden 1024, 16 heads) at 1x8192")
+	classM3      = flag.Bool("attention.m3", false, "also one attention layer at BGE-M3's size (hidden 1024, 16 heads) at 1x8192")
 )
 
 const classChildEnv = "JETEMBED_TEST_ATTENTION_CHILD"
@@ -211,7 +211,7 @@ func attentionShare(path string) (float64, error) {
 		TS   int64 `json:"ts"`
 		Dur  int64 `json:"dur"`
 		Args struct {
-			OpName string                          `json:"op_name"`
+			OpName string                       `json:"op_name"`
 			Output []map[string]json.RawMessage `json:"output_type_shape"`
 		}
 	}
