@@ -149,7 +149,7 @@ func classChild(t *testing.T, spec string) {
 	}
 	_, err = s.Run(context.Background(), input(1, 16, []int{16}))
 	must(t, err)
-	before := statusKiB(t, "VmRSS")
+	before := resetPeak(t)
 	// Two runs, the faster counts (the first of a shape allocates what
 	// the second reuses); the profile's share is the last run's.
 	for i := range 2 {
