@@ -183,6 +183,7 @@ type attnSpec struct {
 	maskFrom    string // "mask" (attention_mask), "bias" (a learned [1,2,1,16] bias), "none"
 	probsOut    bool   // the probabilities are a graph output too
 	noMaskInput bool
+	fp16        bool // the block computes in float16 (weights and activations)
 }
 
 func (s attnSpec) write(t *testing.T) string {
@@ -191,13 +192,18 @@ func (s attnSpec) write(t *testing.T) string {
 		g.inputs = g.inputs[:1]
 	}
 	x := g.op("Gather", nil, g.floats([]int64{10, 8}, 80), InputIDs)
+	weight := func() string { return g.floats([]int64{8, 8}, 64) }
+	if s.fp16 {
+		x = g.op("Cast", []pbAttr{intA("to", dtFloat16)}, x)
+		weight = func() string { return g.tensor(dtFloat16, []int64{8, 8}, make([]byte, 128)) }
+	}
 	split := g.ints(0, 0, 2, 4)
 	heads := func(w string, perm ...int64) string {
 		return g.op("Transpose", permA(perm...), g.op("Reshape", nil, g.op("MatMul", nil, x, w), split))
 	}
-	q := heads(g.floats([]int64{8, 8}, 64), 0, 2, 1, 3)
-	k := heads(g.floats([]int64{8, 8}, 64), s.keyPerm...)
-	v := heads(g.floats([]int64{8, 8}, 64), 0, 2, 1, 3)
+	q := heads(weight(), 0, 2, 1, 3)
+	k := heads(weight(), s.keyPerm...)
+	v := heads(weight(), 0, 2, 1, 3)
 	scores := g.op("Div", nil, g.op("MatMul", nil, q, k), g.tensor(dtFloat, nil, binary.LittleEndian.AppendUint32(nil, math.Float32bits(2))))
 	switch s.maskFrom {
 	case "mask":
@@ -303,6 +309,57 @@ func TestRewriteAttentionMisses(t *testing.T) {
 			t.Errorf("unmasked block got a padding column (%s)", nd.op)
 		}
 	}
+}
+
+// TestRewriteAttentionFloat16: a block that computes in float16 (an
+// export converted with its inputs and outputs kept float32) runs
+// MultiHeadAttention in float32, the only type of the CPU kernel, between
+// Casts.
+func TestRewriteAttentionFloat16(t *testing.T) {
+	s := attnSpec{softmaxAxis: -1, keyPerm: []int64{0, 2, 3, 1}, maskFrom: "none", fp16: true}
+	rw, err := RewriteAttention(s.write(t), AttentionCPU)
+	if err != nil || rw.Fused != 1 {
+		t.Fatalf("%v, %+v", err, rw)
+	}
+	f := reread(t, rw)
+	checkWellFormed(t, f)
+	producer := map[string]*pbNode{}
+	for _, nd := range f.nodes {
+		for _, o := range nd.outputs {
+			producer[o] = nd
+		}
+	}
+	castTo := func(name string) int64 {
+		for range 3 { // through the Reshape to [B, S, N·d]
+			nd := producer[name]
+			if nd == nil {
+				return -1
+			}
+			if nd.op == "Cast" {
+				return nd.intAttr("to", -1)
+			}
+			name = nd.input(0)
+		}
+		return -1
+	}
+	for _, nd := range f.nodes {
+		if nd.op != "MultiHeadAttention" {
+			continue
+		}
+		for i, in := range nd.inputs[:3] {
+			if to := castTo(in); to != dtFloat {
+				t.Errorf("MultiHeadAttention input %d is not cast to float (cast to %d)", i, to)
+			}
+		}
+		for _, c := range f.nodes {
+			if c.op == "Cast" && c.input(0) == nd.outputs[0] && c.intAttr("to", -1) == dtFloat16 {
+				return
+			}
+		}
+		t.Error("MultiHeadAttention's output is not cast back to float16")
+		return
+	}
+	t.Error("no MultiHeadAttention node")
 }
 
 // TestRewriteAttentionHostile: a damaged model.onnx is an error, never a
