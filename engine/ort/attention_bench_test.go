@@ -182,17 +182,17 @@ func newProfiled(m *model.Model, p Provider, fused bool, prefix string) (*Sessio
 			return nil, err
 		}
 	}
-	return newSession(m, p, func(so *ort.SessionOptions, outputs []string) (*ort.DynamicAdvancedSession, error) {
+	return newSession(m, p, func(so *ort.SessionOptions, inputs, outputs []string) (*ort.DynamicAdvancedSession, error) {
 		if err := so.EnableProfiling(prefix); err != nil {
 			return nil, err
 		}
 		if rw == nil {
-			return ort.NewDynamicAdvancedSession(m.ONNXPath, []string{model.InputIDs, model.InputMask}, outputs, so)
+			return ort.NewDynamicAdvancedSession(m.ONNXPath, inputs, outputs, so)
 		}
 		if err := so.AddSessionConfigEntry(folderKey, rw.DataDir); err != nil {
 			return nil, err
 		}
-		return ort.NewDynamicAdvancedSessionWithONNXData(rw.ONNX, []string{model.InputIDs, model.InputMask}, outputs, so)
+		return ort.NewDynamicAdvancedSessionWithONNXData(rw.ONNX, inputs, outputs, so)
 	})
 }
 

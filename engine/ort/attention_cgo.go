@@ -147,11 +147,11 @@ func openFused(m *model.Model, p Provider) (*Session, error) {
 }
 
 func openRewrite(m *model.Model, p Provider, rw *model.AttentionRewrite) (*Session, error) {
-	s, err := newSession(m, p, func(so *ort.SessionOptions, outputs []string) (*ort.DynamicAdvancedSession, error) {
+	s, err := newSession(m, p, func(so *ort.SessionOptions, inputs, outputs []string) (*ort.DynamicAdvancedSession, error) {
 		if err := so.AddSessionConfigEntry(folderKey, rw.DataDir); err != nil {
 			return nil, err
 		}
-		return ort.NewDynamicAdvancedSessionWithONNXData(rw.ONNX, []string{model.InputIDs, model.InputMask}, outputs, so)
+		return ort.NewDynamicAdvancedSessionWithONNXData(rw.ONNX, inputs, outputs, so)
 	})
 	if len(rw.ONNX) > 32<<20 {
 		// The model's inline weights were copied for ONNX Runtime, which

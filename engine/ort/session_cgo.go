@@ -59,13 +59,14 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 
 // openGraph opens m's graph as exported.
 func openGraph(m *model.Model, p Provider) (*Session, error) {
-	return newSession(m, p, func(so *ort.SessionOptions, outputs []string) (*ort.DynamicAdvancedSession, error) {
-		return ort.NewDynamicAdvancedSession(m.ONNXPath, []string{model.InputIDs, model.InputMask}, outputs, so)
+	return newSession(m, p, func(so *ort.SessionOptions, inputs, outputs []string) (*ort.DynamicAdvancedSession, error) {
+		return ort.NewDynamicAdvancedSession(m.ONNXPath, inputs, outputs, so)
 	})
 }
 
-// newSession creates the session create makes with p's options.
-func newSession(m *model.Model, p Provider, create func(*ort.SessionOptions, []string) (*ort.DynamicAdvancedSession, error)) (*Session, error) {
+// newSession creates the session create makes with p's options, for the
+// graph inputs and outputs the session feeds and reads.
+func newSession(m *model.Model, p Provider, create func(so *ort.SessionOptions, inputs, outputs []string) (*ort.DynamicAdvancedSession, error)) (*Session, error) {
 	so, err := sessionOptions(p)
 	if err != nil {
 		return nil, err
@@ -75,7 +76,7 @@ func newSession(m *model.Model, p Provider, create func(*ort.SessionOptions, []s
 	if outputs == nil {
 		return nil, fmt.Errorf("ort: %s: layout %v has no outputs", m.ONNXPath, m.Layout)
 	}
-	sess, err := create(so, outputs)
+	sess, err := create(so, []string{model.InputIDs, model.InputMask}, outputs)
 	if err != nil {
 		return nil, fmt.Errorf("ort: open %s on %v: %w", m.ONNXPath, p, err)
 	}
