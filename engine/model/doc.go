@@ -4,6 +4,9 @@
 // with a message naming the file instead of at the first request.
 //
 // It is pure Go: the graph's inputs and outputs are read from model.onnx's
-// protobuf without ONNX Runtime. It may import internal/safetensors and the
+// protobuf without ONNX Runtime. [RewriteAttention] rewrites the same
+// protobuf at load: the graph's attention blocks become ONNX Runtime's
+// MultiHeadAttention, so the heads x S x S scores are never materialized;
+// engine/ort runs it, after a canary against the graph. It may import internal/safetensors and the
 // standard library; it imports no other project package.
 package model
