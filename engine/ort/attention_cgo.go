@@ -33,6 +33,15 @@ var rewrite = model.RewriteAttention
 var plans struct {
 	mu sync.Mutex
 	m  map[planKey]AttentionPlan
+	// spare is the canary's rewritten session, kept for the first Open of
+	// the same model and provider: a model of gigabytes then loads twice
+	// at start (the graph for the canary, the rewrite), not three times.
+	spare map[planKey]spareSession
+}
+
+type spareSession struct {
+	p Provider
+	s *Session
 }
 
 type planKey struct {
@@ -56,26 +65,58 @@ func PlanAttention(m *model.Model, p Provider) (AttentionPlan, error) {
 	if _, err := Init(LibraryOptions{}); err != nil {
 		return AttentionPlan{}, err
 	}
-	key := planKey{path: m.ONNXPath, sha: m.SHA256, kind: p.kind(), device: p.DeviceID, attention: p.Attention.orAuto()}
+	key := p.planKey(m)
 	plans.mu.Lock()
 	defer plans.mu.Unlock()
 	if plan, ok := plans.m[key]; ok {
 		return plan, nil
 	}
-	plan := planAttention(m, p)
+	plan, spare := planAttention(m, p)
 	if plans.m == nil {
 		plans.m = map[planKey]AttentionPlan{}
+		plans.spare = map[planKey]spareSession{}
 	}
 	plans.m[key] = plan
+	if spare != nil {
+		plans.spare[key] = spareSession{p: p, s: spare}
+	}
 	return plan, nil
 }
 
-func planAttention(m *model.Model, p Provider) AttentionPlan {
+func (p Provider) planKey(m *model.Model) planKey {
+	return planKey{path: m.ONNXPath, sha: m.SHA256, kind: p.kind(), device: p.DeviceID, attention: p.Attention.orAuto()}
+}
+
+// takeSpare returns the canary's session for m on exactly p, once.
+func takeSpare(m *model.Model, p Provider) *Session {
+	plans.mu.Lock()
+	defer plans.mu.Unlock()
+	key := p.planKey(m)
+	sp, ok := plans.spare[key]
+	if !ok || sp.p != p {
+		return nil
+	}
+	delete(plans.spare, key)
+	return sp.s
+}
+
+// planAttention decides the plan; with a fused one it returns the
+// canary's rewritten session too.
+func planAttention(m *model.Model, p Provider) (AttentionPlan, *Session) {
+	plan, s := decideAttention(m, p)
+	if !plan.Fused && s != nil {
+		s.Close()
+		s = nil
+	}
+	return plan, s
+}
+
+func decideAttention(m *model.Model, p Provider) (AttentionPlan, *Session) {
 	req := p.Attention.orAuto()
 	plan := AttentionPlan{Requested: req}
-	graph := func(warn bool, format string, args ...any) AttentionPlan {
+	graph := func(warn bool, format string, args ...any) (AttentionPlan, *Session) {
 		plan.Fused, plan.Warn, plan.Note = false, warn, fmt.Sprintf(format, args...)
-		return plan
+		return plan, nil
 	}
 	kind := p.kind()
 	switch {
@@ -112,12 +153,13 @@ func planAttention(m *model.Model, p Provider) AttentionPlan {
 	case err != nil:
 		return graph(true, "the graph as exported: the rewrite failed: %v", err)
 	}
-	diff, err := canary(m, p, rw)
+	diff, fused, err := canary(m, p, rw)
 	plan.CanaryDiff = diff
 	switch {
 	case err != nil:
 		return graph(true, "the graph as exported: the rewritten graph failed its canary run: %v", err)
 	case math.IsNaN(diff) || diff > CanaryTolerance:
+		fused.Close()
 		return graph(true, "the graph as exported: the rewritten graph's canary differs from the graph's by %.3g (over %g), so the rewrite is dropped", diff, CanaryTolerance)
 	}
 	plan.Fused = true
@@ -130,11 +172,14 @@ func planAttention(m *model.Model, p Provider) AttentionPlan {
 		plan.Warn = true
 		plan.Note += fmt.Sprintf("; but flash is off (%s): the fused blocks still hold heads x S x S scores", flashOff)
 	}
-	return plan
+	return plan, fused
 }
 
-// openFused opens m's rewritten graph.
+// openFused opens m's rewritten graph, or takes the canary's.
 func openFused(m *model.Model, p Provider) (*Session, error) {
+	if s := takeSpare(m, p); s != nil {
+		return s, nil
+	}
 	target := model.AttentionCPU
 	if p.kind() == CUDA {
 		target = model.AttentionCUDA
@@ -164,14 +209,17 @@ func openRewrite(m *model.Model, p Provider, rw *model.AttentionRewrite) (*Sessi
 
 // canary runs the same inputs through m's graph and through the rewrite
 // (one session at a time, so the weights are in memory once) and returns
-// the largest difference of their outputs at real tokens.
-func canary(m *model.Model, p Provider, rw *model.AttentionRewrite) (float64, error) {
+// the largest difference of their outputs at real tokens, and the
+// rewrite's session (the caller closes it).
+func canary(m *model.Model, p Provider, rw *model.AttentionRewrite) (float64, *Session, error) {
 	inputs := canaryInputs(m.Config)
-	run := func(s *Session, err error) ([]engine.RunOutput, error) {
+	run := func(s *Session, err error, keep bool) ([]engine.RunOutput, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer s.Close()
+		if !keep {
+			defer s.Close()
+		}
 		var outs []engine.RunOutput
 		for _, in := range inputs {
 			out, err := s.Run(context.Background(), in)
@@ -182,19 +230,24 @@ func canary(m *model.Model, p Provider, rw *model.AttentionRewrite) (float64, er
 		}
 		return outs, nil
 	}
-	want, err := run(openGraph(m, p))
+	graph, err := openGraph(m, p)
+	want, err := run(graph, err, false)
 	if err != nil {
-		return 0, fmt.Errorf("graph: %w", err)
+		return 0, nil, fmt.Errorf("graph: %w", err)
 	}
-	got, err := run(openRewrite(m, p, rw))
+	fused, err := openRewrite(m, p, rw)
+	got, err := run(fused, err, true)
 	if err != nil {
-		return 0, err
+		if fused != nil {
+			fused.Close()
+		}
+		return 0, nil, err
 	}
 	worst := 0.0
 	for i, in := range inputs {
 		worst = math.Max(worst, outputDiff(want[i], got[i], in))
 	}
-	return worst, nil
+	return worst, fused, nil
 }
 
 // canaryInputs are a chunk of one text and a padded chunk of three, of

@@ -27,7 +27,10 @@ func resetPlans(t *testing.T) {
 	t.Helper()
 	clear := func() {
 		plans.mu.Lock()
-		plans.m = nil
+		for _, sp := range plans.spare {
+			sp.s.Close()
+		}
+		plans.m, plans.spare = nil, nil
 		plans.mu.Unlock()
 	}
 	clear()
@@ -229,6 +232,19 @@ func TestAttentionPlan(t *testing.T) {
 		pl := plan(t, Provider{})
 		if !pl.Fused || pl.Warn || pl.Requested != AttentionAuto || pl.FusedBlocks != 2 || pl.CanaryDiff > CanaryTolerance {
 			t.Errorf("plan %+v", pl)
+		}
+		// The first session is the canary's; a second is opened anew.
+		plans.mu.Lock()
+		spare := plans.spare[Provider{}.planKey(m)].s
+		plans.mu.Unlock()
+		first, err := Open(m, Provider{})
+		must(t, err)
+		defer first.Close()
+		second, err := Open(m, Provider{})
+		must(t, err)
+		defer second.Close()
+		if spare == nil || first != spare || second == spare || !second.Attention().Fused {
+			t.Errorf("spare %p, sessions %p and %p", spare, first, second)
 		}
 	})
 	t.Run("graph", func(t *testing.T) {
