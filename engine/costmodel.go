@@ -78,10 +78,11 @@ func newCostModelFor(c model.Config, a Attention) *costModel {
 		// No scores: the flash kernel's scratch is a few hundred KB a
 		// thread whatever the length. A token holds more than in the
 		// graph's count: q/k with their padding column, the kernel's
-		// head-major copies of q/k/v, the GELU's temporaries (measured:
-		// ~50 KB a token on the small model, 1024 to 8192 tokens, batch
-		// 1 and 2).
-		m.memA, m.memB = 4*(12*h+5*in), 0
+		// head-major copies of q/k/v, the GELU's temporaries, and what
+		// the allocator keeps between them (measured: peak growth of 50
+		// to 90 KB a token on the small model, h 384 and i 1536, at 1024
+		// to 8192 tokens, batch 1 and 2; this counts 74).
+		m.memA, m.memB = 4*(16*h+8*in), 0
 	}
 	m.setPrior()
 	return m

@@ -4,9 +4,9 @@
 #
 # 1. Per length class, graph vs fused: engine/ort's TestAttentionClasses
 #    runs each shape in a child process of its own (one session, 1 thread
-#    by default): the faster of two runs, the share of the run ONNX
-#    Runtime's profiler puts in the attention blocks, and the peak RSS
-#    growth of the runs. ATTN_SHAPES picks the shapes (batch > 1 is
+#    by default): the faster of two runs, their peak RSS growth, and the
+#    share of a third run ONNX Runtime's profiler puts in the attention
+#    blocks. ATTN_SHAPES picks the shapes (batch > 1 is
 #    padded); ATTN_M3=1 (the default) adds one attention layer at BGE-M3's
 #    size (hidden 1024, 16 heads) at 8192 tokens, whose graph form needs
 #    about 8 GiB.
@@ -71,7 +71,7 @@ done
 
 echo "### Attention: the fused form against the graph"
 echo
-echo "Per length class (\`scripts/bench-attention.sh\`: engine/ort's \`TestAttentionClasses\`, one child process per cell, one session on ${ATTN_THREADS:-1} thread, the faster of two runs; the attention share is the part of the run ONNX Runtime's profiler puts in MultiHeadAttention and the nodes with four-axis outputs: head split, scores, softmax, context; the peak RSS growth is over the RSS before the runs). Model \`$(basename "$model")\`; a padded batch holds rows of S - r·S/8 tokens."
+echo "Per length class (\`scripts/bench-attention.sh\`: engine/ort's \`TestAttentionClasses\`, one child process per cell, one session on ${ATTN_THREADS:-1} thread, the faster of two runs and their peak RSS growth over the RSS before them; the attention share is the part of a third, profiled, run that ONNX Runtime's profiler puts in MultiHeadAttention and the nodes with four-axis outputs: head split, scores, softmax, context). Model \`$(basename "$model")\`; a padded batch holds rows of S - r·S/8 tokens."
 echo
 grep '^|' "$work/classes"
 echo
