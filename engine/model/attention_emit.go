@@ -231,7 +231,7 @@ func (e *emitter) ifPadded(q, k, v string, attrs []pbAttr) string {
 		out := e.fresh(name)
 		mha := &pbNode{inputs: inputs, outputs: []string{out}, name: out, op: "MultiHeadAttention", domain: mhaDomain, attrs: attrs}
 		var g []byte
-		g = protowire.AppendTag(g, graphNode, protowire.BytesType)
+		g = protowire.AppendTag(g, fieldNode, protowire.BytesType)
 		g = protowire.AppendBytes(g, mha.encode())
 		g = appendStr(g, 2, name)
 		var vi []byte // ValueInfoProto: name, type float tensor

@@ -233,12 +233,12 @@ func (s attnSpec) write(t *testing.T) string {
 func (g *miniGraph) save(t *testing.T) string {
 	var gb []byte
 	for _, nd := range g.nodes {
-		gb = protowire.AppendTag(gb, graphNode, protowire.BytesType)
+		gb = protowire.AppendTag(gb, fieldNode, protowire.BytesType)
 		gb = protowire.AppendBytes(gb, nd.encode())
 	}
 	gb = appendStr(gb, 2, "mini")
 	for _, it := range g.inits {
-		gb = protowire.AppendTag(gb, graphInitializer, protowire.BytesType)
+		gb = protowire.AppendTag(gb, fieldInitializer, protowire.BytesType)
 		gb = protowire.AppendBytes(gb, it.encode())
 	}
 	vi := func(num protowire.Number, name string) {
@@ -259,7 +259,7 @@ func (g *miniGraph) save(t *testing.T) string {
 	var op []byte
 	op = protowire.AppendTag(op, 2, protowire.VarintType)
 	op = protowire.AppendVarint(op, 17)
-	b = protowire.AppendTag(b, modelOpset, protowire.BytesType)
+	b = protowire.AppendTag(b, fieldOpset, protowire.BytesType)
 	b = protowire.AppendBytes(b, op)
 	p := filepath.Join(t.TempDir(), "mini.onnx")
 	if err := os.WriteFile(p, b, 0o644); err != nil {

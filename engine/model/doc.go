@@ -7,6 +7,8 @@
 // protobuf without ONNX Runtime. [RewriteAttention] rewrites the same
 // protobuf at load: the graph's attention blocks become ONNX Runtime's
 // MultiHeadAttention, so the heads x S x S scores are never materialized;
-// engine/ort runs it, after a canary against the graph. It may import internal/safetensors and the
-// standard library; it imports no other project package.
+// engine/ort runs it, after a canary against the graph.
+//
+// It may import internal/safetensors and the standard library; it imports
+// no other project package.
 package model

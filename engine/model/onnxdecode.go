@@ -8,8 +8,8 @@ import (
 	"google.golang.org/protobuf/encoding/protowire"
 )
 
-// eachField calls fn for every field of the message b.
-func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error) error {
+// pbFields calls fn for every field of the message b.
+func pbFields(b []byte, fn func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error) error {
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)
 		if n < 0 {
@@ -44,7 +44,7 @@ func eachField(b []byte, fn func(num protowire.Number, typ protowire.Type, v []b
 }
 
 func decodeOpset(b []byte) (domain string, version int64, err error) {
-	err = eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error {
+	err = pbFields(b, func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			domain = string(v)
@@ -58,7 +58,7 @@ func decodeOpset(b []byte) (domain string, version int64, err error) {
 
 func decodeNode(b []byte) (*pbNode, error) {
 	nd := &pbNode{raw: b}
-	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+	err := pbFields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		if typ != protowire.BytesType {
 			return nil
 		}
@@ -88,7 +88,7 @@ func decodeNode(b []byte) (*pbNode, error) {
 
 func decodeAttr(b []byte) (pbAttr, error) {
 	var a pbAttr
-	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error {
+	err := pbFields(b, func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			a.name = string(v)
@@ -134,8 +134,8 @@ func decodeAttr(b []byte) (pbAttr, error) {
 // nested subgraphs included.
 func subgraphInputs(b []byte) ([]string, error) {
 	var out []string
-	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
-		if num != graphNode || typ != protowire.BytesType {
+	err := pbFields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+		if num != fieldNode || typ != protowire.BytesType {
 			return nil
 		}
 		nd, err := decodeNode(v)
@@ -184,7 +184,7 @@ func appendFloats(out []float32, typ protowire.Type, v []byte, u uint64) ([]floa
 
 func decodeTensor(b []byte) (*pbTensor, error) {
 	t := &pbTensor{}
-	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error {
+	err := pbFields(b, func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error {
 		if typ == protowire.BytesType {
 			return t.decodeField(num, typ, v)
 		}
@@ -256,12 +256,12 @@ func (t *pbTensor) decodeScalar(num protowire.Number, typ protowire.Type, u uint
 
 func decodeValueInfo(b []byte) (valueInfo, error) {
 	var vi valueInfo
-	err := eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+	err := pbFields(b, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 		switch {
 		case num == 1 && typ == protowire.BytesType:
 			vi.name = string(v)
 		case num == 2 && typ == protowire.BytesType:
-			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+			return pbFields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 				if num != 1 || typ != protowire.BytesType { // TypeProto.tensor_type
 					return nil
 				}
@@ -274,18 +274,18 @@ func decodeValueInfo(b []byte) (valueInfo, error) {
 }
 
 func decodeTensorType(b []byte, vi *valueInfo) error {
-	return eachField(b, func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error {
+	return pbFields(b, func(num protowire.Number, typ protowire.Type, v []byte, u uint64) error {
 		switch {
 		case num == 1 && typ == protowire.VarintType:
 			vi.elem = int32(u)
 		case num == 2 && typ == protowire.BytesType:
 			vi.hasShape = true
-			return eachField(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
+			return pbFields(v, func(num protowire.Number, typ protowire.Type, v []byte, _ uint64) error {
 				if num != 1 || typ != protowire.BytesType {
 					return nil
 				}
 				d := int64(-1)
-				err := eachField(v, func(num protowire.Number, typ protowire.Type, _ []byte, u uint64) error {
+				err := pbFields(v, func(num protowire.Number, typ protowire.Type, _ []byte, u uint64) error {
 					if num == 1 && typ == protowire.VarintType {
 						d = int64(u)
 					}

@@ -23,7 +23,7 @@ func (f *onnxFile) encodeModel(nodes []*pbNode, keep func(*pbTensor) bool, extra
 	var graph []span // file fields of the graph, in order
 	var graphNew []byte
 	for _, nd := range nodes {
-		graphNew = protowire.AppendTag(graphNew, graphNode, protowire.BytesType)
+		graphNew = protowire.AppendTag(graphNew, fieldNode, protowire.BytesType)
 		graphNew = protowire.AppendBytes(graphNew, nd.encode())
 	}
 	for _, t := range f.inits {
@@ -33,7 +33,7 @@ func (f *onnxFile) encodeModel(nodes []*pbNode, keep func(*pbTensor) bool, extra
 	}
 	graph = append(graph, f.graphRest...)
 	for _, t := range extra {
-		graphNew = protowire.AppendTag(graphNew, graphInitializer, protowire.BytesType)
+		graphNew = protowire.AppendTag(graphNew, fieldInitializer, protowire.BytesType)
 		graphNew = protowire.AppendBytes(graphNew, t.encode())
 	}
 	graphLen := int64(len(graphNew)) + spansLen(graph)
@@ -53,7 +53,7 @@ func (f *onnxFile) encodeModel(nodes []*pbNode, keep func(*pbTensor) bool, extra
 		}
 		o = protowire.AppendTag(o, 2, protowire.VarintType)
 		o = protowire.AppendVarint(o, uint64(opsets[d]))
-		opsetBytes = protowire.AppendTag(opsetBytes, modelOpset, protowire.BytesType)
+		opsetBytes = protowire.AppendTag(opsetBytes, fieldOpset, protowire.BytesType)
 		opsetBytes = protowire.AppendBytes(opsetBytes, o)
 	}
 	graphTag := protowire.AppendTag(nil, modelGraph, protowire.BytesType)

@@ -127,7 +127,7 @@ func readONNXFile(path string) (*onnxFile, error) {
 		case num == modelGraph && typ == protowire.BytesType:
 			found = true
 			return f.readGraph(r, n)
-		case num == modelOpset && typ == protowire.BytesType:
+		case num == fieldOpset && typ == protowire.BytesType:
 			b, err := r.bytes(n)
 			if err != nil {
 				return err
@@ -157,10 +157,10 @@ func readONNXFile(path string) (*onnxFile, error) {
 
 // Field numbers of onnx.proto beyond those of graph.go.
 const (
-	modelOpset       = 8
-	graphNode        = 1
-	graphInitializer = 5
-	graphValueInfo   = 13
+	fieldOpset       = 8
+	fieldNode        = 1
+	fieldInitializer = 5
+	fieldValueInfo   = 13
 )
 
 func (f *onnxFile) readGraph(r *pbReader, size int64) error {
@@ -170,7 +170,7 @@ func (f *onnxFile) readGraph(r *pbReader, size int64) error {
 			return nil
 		}
 		switch num {
-		case graphNode:
+		case fieldNode:
 			if n > maxNodeSize {
 				return fmt.Errorf("a node of %d bytes", n)
 			}
@@ -184,7 +184,7 @@ func (f *onnxFile) readGraph(r *pbReader, size int64) error {
 			}
 			f.nodes = append(f.nodes, nd)
 			return nil
-		case graphInitializer:
+		case fieldInitializer:
 			t, err := readTensor(r, n)
 			if err != nil {
 				return fmt.Errorf("initializer: %w", err)
@@ -192,7 +192,7 @@ func (f *onnxFile) readGraph(r *pbReader, size int64) error {
 			t.field = at
 			f.inits = append(f.inits, t)
 			return nil
-		case graphInput, graphOutput, graphValueInfo:
+		case graphInput, graphOutput, fieldValueInfo:
 			if n > maxValueInfoSize {
 				return fmt.Errorf("value info of %d bytes", n)
 			}
