@@ -20,7 +20,7 @@ DEADCODE ?= $(TOOLS)/deadcode-$(DEADCODE_VERSION)
 TEST_TIMEOUT ?= 14m
 FUZZTIME ?= 50000x
 
-.PHONY: all deps build run test test-short bench bench-fleet lint deadcode fuzz vet-tags docker docker-cuda clean
+.PHONY: all deps build run test test-short bench bench-fleet lint deadcode fuzz vet-tags docker docker-cuda clean torch-fixtures
 
 all: build
 
@@ -52,6 +52,12 @@ bench-fleet: deps
 
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)
+
+# Regenerate the torch-made test models (testdata/models/torch-m3*) and the
+# .pt reader's test files; installs python3-torch and python3-onnx with
+# apt-get when it can, else skips with a message.
+torch-fixtures:
+	./scripts/gen-torch-fixtures.sh
 
 lint: $(STATICCHECK)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }

@@ -81,3 +81,11 @@ if command -v npm >/dev/null && ! grep -qs "\"version\": \"$OPENAI_NODE_VERSION\
   cp "$root/scripts/openai-node/package.json" "$root/scripts/openai-node/package-lock.json" "$openai_dir/"
   (cd "$openai_dir" && npm ci --silent --ignore-scripts --no-audit --no-fund >/dev/null)
 fi
+
+# Python torch and onnx, for scripts/gen-torch-fixtures.sh (make
+# torch-fixtures) and the test that checks the committed torch-made models
+# against it. Not installed here (they are large, and this script runs in
+# image builds): `make torch-fixtures` installs them with apt-get.
+if ! "${PYTHON:-/usr/bin/python3}" -c 'import importlib.util as u, sys; sys.exit(not (u.find_spec("torch") and u.find_spec("onnx")))' 2>/dev/null; then
+  echo "deps: no python3-torch/python3-onnx: the torch fixture check is skipped (make torch-fixtures installs them)" >&2
+fi

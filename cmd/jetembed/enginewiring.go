@@ -19,7 +19,8 @@ import (
 // packs, guards and warms.
 type engineFlags struct {
 	modelDir, modelSHA  *string
-	noVerify            *bool
+	modelFile           *string
+	noVerify, verify    *bool
 	ortLib, provider    *string
 	device              *int
 	sessions, threads   *int
@@ -64,9 +65,11 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 	}
 	return &engineFlags{
 		warn:            fs.Output(),
-		modelDir:        fs.String("model", "", "model directory (model.onnx, tokenizer.json, config.json, manifest.json, head weights)"),
-		modelSHA:        fs.String("model-sha256", "", "pin: fail unless model.onnx has this sha256"),
-		noVerify:        fs.Bool("no-verify", false, "skip checking the files against manifest.json"),
+		modelDir:        fs.String("model", "", "the model: a directory (a jetembed model, or a Hugging Face snapshot such as BAAI/bge-m3's as downloaded), or a repo id org/name[@revision] found in the local Hugging Face cache (never downloaded)"),
+		modelFile:       fs.String("model-file", "", modelFileUsage),
+		modelSHA:        fs.String("model-sha256", "", "pin: fail unless the model's digest (in its id: the sha256 of the graph file followed by its external data) starts with this"),
+		verify:          fs.Bool("verify", false, "require manifest.json and that it pins every file jetembed reads (jetembed model lock writes it)"),
+		noVerify:        fs.Bool("no-verify", false, "skip manifest.json even when the model has one (by default the files it lists are checked)"),
 		ortLib:          fs.String("ort-lib", "", "ONNX Runtime shared library (default: JETEMBED_ORT_LIB, then .deps, then the system loader)"),
 		provider:        fs.String("provider", "cpu", "execution provider: cpu, cuda or tensorrt (GPU providers never fall back to CPU)"),
 		device:          fs.Int("device", 0, "first GPU ordinal; session i runs on device+i"),
@@ -215,10 +218,15 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 	if _, err := ort.Init(ort.LibraryOptions{Path: *f.ortLib}); err != nil {
 		return nil, nil, err
 	}
-	m, err := model.Open(*f.modelDir, model.Options{SHA256: *f.modelSHA, VerifyManifest: !*f.noVerify})
+	opts, err := f.modelOptions()
 	if err != nil {
 		return nil, nil, err
 	}
+	m, err := model.Open(*f.modelDir, opts)
+	if err != nil {
+		return nil, nil, err
+	}
+	fmt.Fprintf(f.warn, "jetembed: %s\n", modelLine(m))
 	tok, err := tokenizer.Load(m.TokenizerPath)
 	if err != nil {
 		return nil, nil, err
@@ -272,6 +280,47 @@ func (f *engineFlags) planAttention(m *model.Model, prov ort.Provider, cfg *engi
 	}
 	fmt.Fprintf(f.warn, "%s%s\n", prefix, plan)
 	return nil
+}
+
+// modelOptions are the model flags as [model.Options].
+func (f *engineFlags) modelOptions() (model.Options, error) {
+	if *f.verify && *f.noVerify {
+		return model.Options{}, fmt.Errorf("%w: --verify and --no-verify contradict each other", errUsage)
+	}
+	return model.Options{SHA256: *f.modelSHA, File: *f.modelFile, VerifyManifest: *f.verify, CheckManifest: !*f.noVerify}, nil
+}
+
+// modelLine is what a command prints about its model at start: its id,
+// where it came from and the digest of every file it read.
+func modelLine(m *model.Model) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "model %s from %s", m.ID, m.Dir)
+	if m.Source.RepoID != "" {
+		fmt.Fprintf(&b, " (%s", m.Source.RepoID)
+		if m.Source.Revision != "" {
+			fmt.Fprintf(&b, "@%s", m.Source.Revision)
+		}
+		if m.Source.Commit != "" {
+			fmt.Fprintf(&b, ", snapshot %s", m.Source.Commit)
+		}
+		b.WriteString(")")
+	}
+	fmt.Fprintf(&b, ", %s layout; manifest %s", m.Layout, m.Manifest)
+	switch m.Manifest {
+	case model.ManifestAbsent:
+		b.WriteString(" (jetembed model lock writes one, --verify requires it)")
+	case model.ManifestChecked:
+		b.WriteString(" (the files it lists match)")
+	}
+	b.WriteString("; sha256")
+	for i, fl := range m.Files {
+		sep := ","
+		if i == 0 {
+			sep = ""
+		}
+		fmt.Fprintf(&b, "%s %s %s", sep, fl.Path, fl.SHA256)
+	}
+	return b.String()
 }
 
 // testRunner, when set (by tests only), wraps every session's runner: the

@@ -93,3 +93,34 @@ func orDefault(p *int, def int) int {
 	}
 	return *p
 }
+
+// paddingOffset are the model types whose position ids start after the
+// padding id and skip padding (transformers' create_position_ids_from_input_ids).
+var paddingOffset = map[string]bool{
+	"": true, "xlm-roberta": true, "xlm-roberta-xl": true, "roberta": true,
+	"camembert": true, "data2vec-text": true, "mpnet": true,
+}
+
+// PositionIDs fills dst with the position ids of a graph that takes them
+// as an input, for ids (batch x seq, row-major, padded with PadID): for
+// the XLM-R family, as transformers' create_position_ids_from_input_ids
+// computes them (PadID + 1 + the index among the row's non-pad tokens,
+// PadID at padding); for other model types (BERT) 0..seq-1 on every row.
+func (c Config) PositionIDs(dst, ids []int64, seq int) {
+	pad := int64(c.PadID)
+	offset := paddingOffset[c.ModelType]
+	for r := 0; r+seq <= len(ids); r += seq {
+		n := int64(0)
+		for i, id := range ids[r : r+seq] {
+			switch {
+			case !offset:
+				dst[r+i] = int64(i)
+			case id == pad:
+				dst[r+i] = pad
+			default:
+				n++
+				dst[r+i] = pad + n
+			}
+		}
+	}
+}

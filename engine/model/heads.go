@@ -2,16 +2,23 @@ package model
 
 import (
 	"fmt"
+	"path/filepath"
 	"slices"
 
 	"github.com/jetembed/jetembed/internal/safetensors"
+	"github.com/jetembed/jetembed/internal/torchpt"
 )
 
 // Head weight files of the hidden-state layout (BGE-M3's torch.nn.Linear
-// heads, saved as "weight" and "bias").
+// heads, saved as "weight" and "bias"): safetensors, or the torch.save
+// files of the BAAI/bge-m3 repository, read in Go (see internal/torchpt).
+// When both are there the safetensors file is used: it holds no pickle.
 const (
-	SparseFile  = "sparse_linear.safetensors"
-	ColBERTFile = "colbert_linear.safetensors"
+	SparseFile    = "sparse_linear.safetensors"
+	ColBERTFile   = "colbert_linear.safetensors"
+	SparseTorch   = "sparse_linear.pt"
+	ColBERTTorch  = "colbert_linear.pt"
+	maxHeadsBytes = 1 << 30 // a ColBERT head of 16k x 16k floats
 )
 
 // SparseLinear is BGE-M3's sparse head, Linear(H, 1): a token's weight is
@@ -51,7 +58,7 @@ func readColBERT(path string, hidden int) (ColBERTLinear, error) {
 // readLinear reads a Linear(hidden, out) layer: weight [out, hidden] and
 // bias [out].
 func readLinear(path string, hidden int) (w, b safetensors.Tensor, err error) {
-	ts, err := safetensors.ReadFile(path)
+	ts, err := readTensors(path)
 	if err != nil {
 		return w, b, fmt.Errorf("%w: %w", ErrInvalid, err)
 	}
@@ -67,6 +74,22 @@ func readLinear(path string, hidden int) (w, b safetensors.Tensor, err error) {
 		return w, b, fmt.Errorf("%w: %s: bias shape %v, want [%d]", ErrInvalid, path, b.Shape, w.Shape[0])
 	}
 	return w, b, nil
+}
+
+// readTensors reads a safetensors or a torch.save (.pt, .bin) file.
+func readTensors(path string) (map[string]safetensors.Tensor, error) {
+	if filepath.Ext(path) == ".safetensors" {
+		return safetensors.ReadFile(path)
+	}
+	pt, err := torchpt.ReadFile(path, torchpt.Limits{MaxBytes: maxHeadsBytes})
+	if err != nil {
+		return nil, err
+	}
+	ts := make(map[string]safetensors.Tensor, len(pt))
+	for n, t := range pt {
+		ts[n] = safetensors.Tensor{Shape: t.Shape, Data: t.Data}
+	}
+	return ts, nil
 }
 
 func tensorNames(ts map[string]safetensors.Tensor) []string {

@@ -16,14 +16,19 @@ const (
 	LayoutHeads
 )
 
-// The graph interface of the model directory contract.
+// The graph interface of the model directory contract. A graph must take
+// input_ids and attention_mask; it may also take token_type_ids (fed
+// zeros) and position_ids (fed as XLM-R computes them, see
+// [Config.PositionIDs]).
 const (
-	InputIDs      = "input_ids"
-	InputMask     = "attention_mask"
-	OutputHidden  = "last_hidden_state"
-	OutputDense   = "dense_vecs"
-	OutputSparse  = "sparse_vecs"
-	OutputColBERT = "colbert_vecs"
+	InputIDs       = "input_ids"
+	InputMask      = "attention_mask"
+	InputTokenType = "token_type_ids"
+	InputPositions = "position_ids"
+	OutputHidden   = "last_hidden_state"
+	OutputDense    = "dense_vecs"
+	OutputSparse   = "sparse_vecs"
+	OutputColBERT  = "colbert_vecs"
 )
 
 // String returns "hidden" or "heads", the names manifest.json uses.
@@ -59,18 +64,62 @@ func parseLayout(s string) (Layout, bool) {
 	return 0, false
 }
 
-// Graph is the interface of an ONNX graph: its input and output names.
+// Graph is the interface of an ONNX graph: the inputs it must be fed
+// (initializers listed as inputs left out), its outputs, their element
+// types, and the external data files its weights are in.
 type Graph struct {
 	Inputs, Outputs []string
+	// Types are the ONNX element types of the inputs and outputs (absent:
+	// not declared, taken as int64 inputs and float32 outputs).
+	Types map[string]ElemType
+	// External are the external data locations the initializers name,
+	// relative to the graph's directory, in order of first use.
+	External []string
 }
 
-// Layout reports which export layout g's outputs form. A hidden-state
-// export that also has the three heads counts as heads: the graph already
-// does the work.
+// ElemType is an ONNX TensorProto.DataType.
+type ElemType int32
+
+// The element types jetembed feeds and reads.
+const (
+	ElemFloat   ElemType = 1
+	ElemInt32   ElemType = 6
+	ElemInt64   ElemType = 7
+	ElemFloat16 ElemType = 10
+)
+
+func (t ElemType) String() string {
+	switch t {
+	case ElemFloat:
+		return "float32"
+	case ElemInt32:
+		return "int32"
+	case ElemInt64:
+		return "int64"
+	case ElemFloat16:
+		return "float16"
+	}
+	return fmt.Sprintf("type %d", int32(t))
+}
+
+// feedable are the inputs jetembed knows how to fill.
+var feedable = []string{InputIDs, InputMask, InputTokenType, InputPositions}
+
+// Layout reports which export layout g's outputs form, after checking its
+// inputs are ones jetembed can feed. A hidden-state export that also has
+// the three heads counts as heads: the graph already does the work.
 func (g Graph) Layout() (Layout, error) {
 	for _, in := range []string{InputIDs, InputMask} {
 		if !slices.Contains(g.Inputs, in) {
 			return 0, fmt.Errorf("%w: no input %q (inputs %v)", ErrLayout, in, g.Inputs)
+		}
+	}
+	for _, in := range g.Inputs {
+		if !slices.Contains(feedable, in) {
+			return 0, fmt.Errorf("%w: input %q (inputs %v): jetembed feeds only %v", ErrLayout, in, g.Inputs, feedable)
+		}
+		if t, ok := g.Types[in]; ok && t != ElemInt64 && t != ElemInt32 {
+			return 0, fmt.Errorf("%w: input %q is %v, want int64 or int32", ErrLayout, in, t)
 		}
 	}
 	has := func(names ...string) bool {
@@ -81,11 +130,20 @@ func (g Graph) Layout() (Layout, error) {
 		}
 		return true
 	}
+	var l Layout
 	switch {
 	case has(LayoutHeads.Outputs()...):
-		return LayoutHeads, nil
+		l = LayoutHeads
 	case has(LayoutHidden.Outputs()...):
-		return LayoutHidden, nil
+		l = LayoutHidden
+	}
+	for _, out := range l.Outputs() {
+		if t, ok := g.Types[out]; ok && t != ElemFloat {
+			return 0, fmt.Errorf("%w: output %q is %v, want float32 (use a float32 export, or one that casts its outputs back, as model_fp16.onnx files made with keep_io_types do)", ErrLayout, out, t)
+		}
+	}
+	if l != 0 {
+		return l, nil
 	}
 	return 0, fmt.Errorf("%w: outputs %v are neither %v (hidden) nor %v (heads)",
 		ErrLayout, g.Outputs, LayoutHidden.Outputs(), LayoutHeads.Outputs())

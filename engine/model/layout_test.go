@@ -58,9 +58,14 @@ func TestReadGraphBoth(t *testing.T) {
 // graph (as inline initializers are) to exercise the seeking path.
 func TestReadGraphSkipsLargeFields(t *testing.T) {
 	big := make([]byte, 3<<20)
+	var tensor []byte // TensorProto: name, inline raw_data
+	tensor = protowire.AppendTag(tensor, 8, protowire.BytesType)
+	tensor = protowire.AppendString(tensor, "w")
+	tensor = protowire.AppendTag(tensor, 9, protowire.BytesType)
+	tensor = protowire.AppendBytes(tensor, big)
 	var graph []byte
 	graph = protowire.AppendTag(graph, 5, protowire.BytesType) // initializer
-	graph = protowire.AppendBytes(graph, big)
+	graph = protowire.AppendBytes(graph, tensor)
 	for num, name := range map[protowire.Number]string{11: "input_ids", 12: "last_hidden_state"} {
 		vi := protowire.AppendTag(nil, 1, protowire.BytesType)
 		vi = protowire.AppendString(vi, name)

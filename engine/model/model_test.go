@@ -122,14 +122,14 @@ func TestOpenBroken(t *testing.T) {
 		{"missing model", modeltest.Tiny, model.DefaultOptions(), remove("model.onnx"), model.ErrMissingFile, "model.onnx"},
 		{"missing sparse head", modeltest.Tiny, model.Options{}, remove("sparse_linear.safetensors"), model.ErrMissingFile, "sparse_linear.safetensors"},
 		{"missing colbert head", modeltest.Tiny, model.Options{}, remove("colbert_linear.safetensors"), model.ErrMissingFile, "colbert_linear.safetensors"},
-		{"missing manifest", modeltest.Tiny, model.DefaultOptions(), remove("manifest.json"), model.ErrMissingFile, "manifest.json"},
+		{"missing manifest", modeltest.Tiny, model.Options{VerifyManifest: true}, remove("manifest.json"), model.ErrMissingFile, "manifest.json"},
 		{"tampered tokenizer", modeltest.Tiny, model.DefaultOptions(), write("tokenizer.json", "{}"), model.ErrChecksum, "tokenizer.json"},
 		{"missing external data", modeltest.Tiny, model.DefaultOptions(), func(t *testing.T, dir string) {
 			write("model.onnx_data", "weights")(t, dir)
 			must(t, modeltest.WriteManifest(dir, "tiny", "hidden"))
 			remove("model.onnx_data")(t, dir)
 		}, model.ErrMissingFile, "model.onnx_data"},
-		{"manifest omits a file", modeltest.Tiny, model.DefaultOptions(), func(t *testing.T, dir string) {
+		{"manifest omits a file", modeltest.Tiny, model.Options{VerifyManifest: true}, func(t *testing.T, dir string) {
 			remove("colbert_linear.safetensors")(t, dir)
 			must(t, modeltest.WriteManifest(dir, "tiny", "hidden"))
 			writeHead(t, dir, "colbert_linear.safetensors", []int{6, 8}, 6)

@@ -94,9 +94,17 @@ func (p Profile) validate() error {
 	return nil
 }
 
-// shapes is the value of trt_profile_*_shapes: every graph input at s.
-func (s Shape) shapes() string {
-	return model.InputIDs + ":" + s.String() + "," + model.InputMask + ":" + s.String()
+// shapes is the value of trt_profile_*_shapes: every graph input at s
+// (input_ids and attention_mask when inputs is empty).
+func (s Shape) shapes(inputs []string) string {
+	if len(inputs) == 0 {
+		inputs = []string{model.InputIDs, model.InputMask}
+	}
+	parts := make([]string, len(inputs))
+	for i, in := range inputs {
+		parts[i] = in + ":" + s.String()
+	}
+	return strings.Join(parts, ",")
 }
 
 func (p Provider) kind() Kind {
@@ -162,8 +170,8 @@ func (p Provider) cudaOptions() map[string]string {
 }
 
 // tensorRTOptions are the TensorRT provider's key/value options
-// (OrtTensorRTProviderOptionsV2 names).
-func (p Provider) tensorRTOptions() map[string]string {
+// (OrtTensorRTProviderOptionsV2 names); a profile spans the graph's inputs.
+func (p Provider) tensorRTOptions(inputs ...string) map[string]string {
 	o := map[string]string{"device_id": strconv.Itoa(p.DeviceID)}
 	if p.EngineCacheDir != "" {
 		o["trt_engine_cache_enable"] = "1"
@@ -180,9 +188,9 @@ func (p Provider) tensorRTOptions() map[string]string {
 		o["trt_max_workspace_size"] = strconv.FormatInt(p.MaxWorkspaceBytes, 10)
 	}
 	if p.Profile != nil {
-		o["trt_profile_min_shapes"] = p.Profile.Min.shapes()
-		o["trt_profile_opt_shapes"] = p.Profile.Opt.shapes()
-		o["trt_profile_max_shapes"] = p.Profile.Max.shapes()
+		o["trt_profile_min_shapes"] = p.Profile.Min.shapes(inputs)
+		o["trt_profile_opt_shapes"] = p.Profile.Opt.shapes(inputs)
+		o["trt_profile_max_shapes"] = p.Profile.Max.shapes(inputs)
 	}
 	if p.BuilderOptimizationLevel > 0 {
 		o["trt_builder_optimization_level"] = strconv.Itoa(p.BuilderOptimizationLevel)

@@ -52,6 +52,11 @@ func TestTensorRTOptions(t *testing.T) {
 	if got := (Provider{Kind: TensorRT}).tensorRTOptions(); !maps.Equal(got, map[string]string{"device_id": "0"}) {
 		t.Errorf("defaults: %v", got)
 	}
+	// A BERT-family graph's profile spans its token type and position inputs too.
+	got := p.tensorRTOptions("input_ids", "attention_mask", "token_type_ids", "position_ids")["trt_profile_max_shapes"]
+	if want := "input_ids:16x512,attention_mask:16x512,token_type_ids:16x512,position_ids:16x512"; got != want {
+		t.Errorf("profile of four inputs: %s, want %s", got, want)
+	}
 	if err := p.Validate(); err != nil {
 		t.Errorf("valid provider: %v", err)
 	}

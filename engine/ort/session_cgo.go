@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -23,6 +24,16 @@ type Session struct {
 	outputs int
 	cpu     bool // runs count for the idle trim of the C heap
 	plan    AttentionPlan
+	// inputs are the graph's inputs in feed order: input_ids and
+	// attention_mask, and token_type_ids or position_ids if it takes them.
+	inputs []string
+	int32s map[string]bool // inputs declared int32 rather than int64
+	config model.Config    // position ids follow its model type and pad id
+	// feeds are the buffers of the inputs made here (token types,
+	// positions, int32 copies), reused from run to run: ORT reads them
+	// only during a run, and a session runs one chunk at a time.
+	feeds   map[string][]int64
+	feeds32 map[string][]int32
 }
 
 var _ engine.Runner = (*Session)(nil)
@@ -67,7 +78,13 @@ func openGraph(m *model.Model, p Provider) (*Session, error) {
 // newSession creates the session create makes with p's options, for the
 // graph inputs and outputs the session feeds and reads.
 func newSession(m *model.Model, p Provider, create func(so *ort.SessionOptions, inputs, outputs []string) (*ort.DynamicAdvancedSession, error)) (*Session, error) {
-	so, err := sessionOptions(p)
+	inputs := []string{model.InputIDs, model.InputMask}
+	for _, in := range m.Graph.Inputs {
+		if !slices.Contains(inputs, in) {
+			inputs = append(inputs, in)
+		}
+	}
+	so, err := sessionOptions(p, inputs)
 	if err != nil {
 		return nil, err
 	}
@@ -76,7 +93,7 @@ func newSession(m *model.Model, p Provider, create func(so *ort.SessionOptions, 
 	if outputs == nil {
 		return nil, fmt.Errorf("ort: %s: layout %v has no outputs", m.ONNXPath, m.Layout)
 	}
-	sess, err := create(so, []string{model.InputIDs, model.InputMask}, outputs)
+	sess, err := create(so, inputs, outputs)
 	if err != nil {
 		return nil, fmt.Errorf("ort: open %s on %v: %w", m.ONNXPath, p, err)
 	}
@@ -84,7 +101,11 @@ func newSession(m *model.Model, p Provider, create func(so *ort.SessionOptions, 
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("ort: run options: %w", err), sess.Destroy())
 	}
-	s := &Session{sess: sess, runOpts: ro, layout: m.Layout, dim: m.Config.HiddenSize, outputs: len(outputs), cpu: p.kind() == CPU}
+	s := &Session{sess: sess, runOpts: ro, layout: m.Layout, dim: m.Config.HiddenSize, outputs: len(outputs), cpu: p.kind() == CPU,
+		inputs: inputs, int32s: map[string]bool{}, config: m.Config, feeds: map[string][]int64{}, feeds32: map[string][]int32{}}
+	for _, in := range inputs {
+		s.int32s[in] = m.Graph.Types[in] == model.ElemInt32
+	}
 	if s.cpu {
 		// Loading freed memory too (the graph's parse, initializers): it
 		// goes back with the idle trim, a second after the last session
@@ -95,18 +116,18 @@ func newSession(m *model.Model, p Provider, create func(so *ort.SessionOptions, 
 	return s, nil
 }
 
-func sessionOptions(p Provider) (*ort.SessionOptions, error) {
+func sessionOptions(p Provider, inputs []string) (*ort.SessionOptions, error) {
 	so, err := ort.NewSessionOptions()
 	if err != nil {
 		return nil, fmt.Errorf("ort: session options: %w", err)
 	}
-	if err := configure(so, p); err != nil {
+	if err := configure(so, p, inputs); err != nil {
 		return nil, errors.Join(err, so.Destroy())
 	}
 	return so, nil
 }
 
-func configure(so *ort.SessionOptions, p Provider) error {
+func configure(so *ort.SessionOptions, p Provider, inputs []string) error {
 	if p.IntraOpThreads > 0 {
 		if err := so.SetIntraOpNumThreads(p.IntraOpThreads); err != nil {
 			return fmt.Errorf("ort: intra-op threads: %w", err)
@@ -127,7 +148,7 @@ func configure(so *ort.SessionOptions, p Provider) error {
 	}
 	switch p.kind() {
 	case TensorRT:
-		if err := appendTensorRT(so, p); err != nil {
+		if err := appendTensorRT(so, p, inputs); err != nil {
 			return err
 		}
 		// CUDA takes the nodes TensorRT rejects; without it they would
@@ -157,14 +178,14 @@ func appendCUDA(so *ort.SessionOptions, p Provider) error {
 	return nil
 }
 
-func appendTensorRT(so *ort.SessionOptions, p Provider) error {
+func appendTensorRT(so *ort.SessionOptions, p Provider, inputs []string) error {
 	fail := func(err error) error { return fmt.Errorf("%w: tensorrt (device %d): %w", ErrProvider, p.DeviceID, err) }
 	o, err := ort.NewTensorRTProviderOptions()
 	if err != nil {
 		return fail(err)
 	}
 	defer o.Destroy()
-	if err := o.Update(p.tensorRTOptions()); err != nil {
+	if err := o.Update(p.tensorRTOptions(inputs...)); err != nil {
 		return fail(err)
 	}
 	if err := so.AppendExecutionProviderTensorRT(o); err != nil {
@@ -191,7 +212,8 @@ func (s *Session) Run(ctx context.Context, in engine.RunInput) (out engine.RunOu
 	b, sq := int64(in.Batch), int64(in.Seq)
 	// The tensors wrap the caller's slices and Go-allocated outputs: ONNX
 	// Runtime reads and writes them in place, without copies.
-	values := make([]ort.Value, 2+s.outputs)
+	nin := len(s.inputs)
+	values := make([]ort.Value, nin+s.outputs)
 	defer func() {
 		for _, v := range values {
 			if v != nil {
@@ -199,22 +221,21 @@ func (s *Session) Run(ctx context.Context, in engine.RunInput) (out engine.RunOu
 			}
 		}
 	}()
-	if values[0], err = ort.NewTensor(ort.NewShape(b, sq), in.IDs); err != nil {
-		return out, fmt.Errorf("ort: input_ids tensor: %w", err)
-	}
-	if values[1], err = ort.NewTensor(ort.NewShape(b, sq), in.Mask); err != nil {
-		return out, fmt.Errorf("ort: attention_mask tensor: %w", err)
+	for i, name := range s.inputs {
+		if values[i], err = s.input(name, in); err != nil {
+			return out, fmt.Errorf("ort: %s tensor: %w", name, err)
+		}
 	}
 	out.Dim = s.dim
 	switch s.layout {
 	case model.LayoutHidden:
 		out.Hidden = make([]float32, in.Batch*in.Seq*s.dim)
-		if values[2], err = ort.NewTensor(ort.NewShape(b, sq, int64(s.dim)), out.Hidden); err != nil {
+		if values[nin], err = ort.NewTensor(ort.NewShape(b, sq, int64(s.dim)), out.Hidden); err != nil {
 			return out, fmt.Errorf("ort: %s tensor: %w", model.OutputHidden, err)
 		}
 	case model.LayoutHeads:
 		out.Dense = make([]float32, in.Batch*s.dim)
-		if values[2], err = ort.NewTensor(ort.NewShape(b, int64(s.dim)), out.Dense); err != nil {
+		if values[nin], err = ort.NewTensor(ort.NewShape(b, int64(s.dim)), out.Dense); err != nil {
 			return out, fmt.Errorf("ort: %s tensor: %w", model.OutputDense, err)
 		}
 		// sparse_vecs and colbert_vecs are left to ORT to allocate: their
@@ -224,15 +245,56 @@ func (s *Session) Run(ctx context.Context, in engine.RunInput) (out engine.RunOu
 		cpuRuns.begin()
 		defer cpuRuns.end()
 	}
-	if err := s.run(ctx, values[:2], values[2:]); err != nil {
+	if err := s.run(ctx, values[:nin], values[nin:]); err != nil {
 		return engine.RunOutput{}, err
 	}
 	if s.layout == model.LayoutHeads {
-		if out, err = headsOutput(out, values[3], values[4], in.Batch, in.Seq); err != nil {
+		if out, err = headsOutput(out, values[nin+1], values[nin+2], in.Batch, in.Seq); err != nil {
 			return engine.RunOutput{}, err
 		}
 	}
 	return out, nil
+}
+
+// input is the tensor of one graph input for a chunk: the ids and the
+// mask as given; token types all zero (one segment); position ids as the
+// model type computes them. The ids and the mask are wrapped, not copied,
+// unless the graph declares int32.
+func (s *Session) input(name string, in engine.RunInput) (ort.Value, error) {
+	shape := ort.NewShape(int64(in.Batch), int64(in.Seq))
+	var v []int64
+	switch name {
+	case model.InputIDs:
+		v = in.IDs
+	case model.InputMask:
+		v = in.Mask
+	case model.InputTokenType:
+		v = grow(s.feeds, name, len(in.IDs))
+		clear(v)
+	case model.InputPositions:
+		v = grow(s.feeds, name, len(in.IDs))
+		s.config.PositionIDs(v, in.IDs, in.Seq)
+	default:
+		return nil, fmt.Errorf("%w: the graph input %q has no feed", ErrInput, name)
+	}
+	if s.int32s[name] {
+		v32 := grow(s.feeds32, name, len(v))
+		for i, x := range v {
+			v32[i] = int32(x)
+		}
+		return ort.NewTensor(shape, v32)
+	}
+	return ort.NewTensor(shape, v)
+}
+
+// grow returns bufs[name] resized to n, reallocated only to grow.
+func grow[T int32 | int64](bufs map[string][]T, name string, n int) []T {
+	b := bufs[name]
+	if cap(b) < n {
+		b = make([]T, n)
+	}
+	bufs[name] = b[:n]
+	return b[:n]
 }
 
 // run calls ORT with ctx wired to the terminate flag.

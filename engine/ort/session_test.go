@@ -230,3 +230,39 @@ func maxDiff(a, b []float32) float64 {
 	}
 	return d
 }
+
+// TestSessionFeedsDeclaredInputs: a graph that takes token_type_ids and
+// position_ids, declared int32 or int64, is fed zeros and XLM-R's
+// padding-offset positions (pad + 1 + index, pad at padding).
+func TestSessionFeedsDeclaredInputs(t *testing.T) {
+	initORT(t)
+	for _, int32s := range []bool{false, true} {
+		s := modeltest.Tiny
+		s.Int32, s.TokenTypes, s.Positions = int32s, true, true
+		dir := t.TempDir()
+		must(t, modeltest.Write(dir, s))
+		m, err := model.Open(dir, model.DefaultOptions())
+		must(t, err)
+		if got := strings.Join(m.Graph.Inputs, ","); got != "input_ids,attention_mask,token_type_ids,position_ids" {
+			t.Fatalf("inputs %s", got)
+		}
+		sess, err := Open(m, Provider{IntraOpThreads: 1})
+		must(t, err)
+		defer sess.Close()
+		in := input(3, 9, []int{9, 4, 1})
+		out, err := sess.Run(context.Background(), in)
+		if err != nil {
+			t.Fatalf("int32 %v: %v", int32s, err)
+		}
+		for k := range in.IDs {
+			pos := int64(1) // the pad id, at padding
+			if in.Mask[k] == 1 {
+				pos = int64(k%9) + 2
+			}
+			want := s.HiddenStateAt(in.IDs[k], in.Mask[k], pos)
+			if d := maxDiff(out.Hidden[k*s.Hidden:(k+1)*s.Hidden], want); d > 1e-5 {
+				t.Fatalf("int32 %v, position %d: off by %g", int32s, k, d)
+			}
+		}
+	}
+}

@@ -13,9 +13,13 @@ import (
 // colbert_vecs are not masked (no normalization of all-zero rows).
 func (s Spec) ONNX() []byte {
 	g := &graph{}
+	elem := int64(onnxInt64)
+	if s.Int32 {
+		elem = onnxInt32
+	}
 	g.inputs = []pb{
-		valueInfo(model.InputIDs, onnxInt64, "batch", "seq"),
-		valueInfo(model.InputMask, onnxInt64, "batch", "seq"),
+		valueInfo(model.InputIDs, elem, "batch", "seq"),
+		valueInfo(model.InputMask, elem, "batch", "seq"),
 	}
 	h64 := int64(s.Hidden)
 	g.initializers = []pb{
@@ -28,6 +32,18 @@ func (s Spec) ONNX() []byte {
 	mask := g.add("Cast", []string{model.InputMask}, "mask_f", intAttr("to", onnxFloat))
 	x := g.add("Mul", []string{ids, "id_scale"}, "ids_scaled")
 	x = g.add("Add", []string{x, mask}, "x")
+	if s.TokenTypes {
+		g.inputs = append(g.inputs, valueInfo(model.InputTokenType, elem, "batch", "seq"))
+		tt := g.add("Cast", []string{model.InputTokenType}, "tt_f", intAttr("to", onnxFloat))
+		x = g.add("Add", []string{x, tt}, "x_tt")
+	}
+	if s.Positions {
+		g.inputs = append(g.inputs, valueInfo(model.InputPositions, elem, "batch", "seq"))
+		g.initializers = append(g.initializers, floatTensor("pos_scale", nil, []float32{0.001}))
+		pos := g.add("Cast", []string{model.InputPositions}, "pos_f", intAttr("to", onnxFloat))
+		pos = g.add("Mul", []string{pos, "pos_scale"}, "pos_scaled")
+		x = g.add("Add", []string{x, pos}, "x_pos")
+	}
 	x = g.add("Unsqueeze", []string{x, "last_axis"}, "x3")
 	x = g.add("Mul", []string{x, "w"}, "xw")
 	x = g.add("Add", []string{x, "b"}, "xwb")

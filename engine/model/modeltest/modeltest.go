@@ -31,6 +31,12 @@ type Spec struct {
 	// to make runs slow (cancellation tests). [Spec.HiddenState] and the
 	// heads are only reproducible with Layers == 0.
 	Layers int
+	// Int32 declares the inputs int32 instead of int64.
+	Int32 bool
+	// TokenTypes and Positions add the BERT-family inputs token_type_ids
+	// (added to x as they are) and position_ids (x += position/1000), so a
+	// wrong feed shows in [Spec.HiddenStateAt].
+	TokenTypes, Positions bool
 }
 
 // Tiny is a small hidden-state model; set Layout for the other one.
@@ -65,6 +71,18 @@ func ramp(n int, start, step float32) []float32 {
 // sin((id/100 + mask) * w + b), element-wise over H.
 func (s Spec) HiddenState(id, mask int64) []float32 {
 	x := float32(id)*0.01 + float32(mask)
+	w, b := s.hiddenW(), s.hiddenB()
+	out := make([]float32, s.Hidden)
+	for i := range out {
+		out[i] = float32(math.Sin(float64(x*w[i] + b[i])))
+	}
+	return out
+}
+
+// HiddenStateAt is [Spec.HiddenState] of a graph with Positions (and
+// TokenTypes fed zeros): sin((id/100 + mask + pos/1000) * w + b).
+func (s Spec) HiddenStateAt(id, mask, pos int64) []float32 {
+	x := float32(id)*0.01 + float32(mask) + float32(pos)*0.001
 	w, b := s.hiddenW(), s.hiddenB()
 	out := make([]float32, s.Hidden)
 	for i := range out {

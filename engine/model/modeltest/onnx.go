@@ -14,6 +14,7 @@ import (
 const (
 	onnxFloat = 1 // TensorProto.DataType FLOAT
 	onnxInt64 = 7 // TensorProto.DataType INT64
+	onnxInt32 = 6 // TensorProto.DataType INT32
 
 	attrInt = 2
 )
