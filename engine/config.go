@@ -43,6 +43,9 @@ type Config struct {
 	// interactive text waits at most about one chunk per session; 0
 	// means the default of 100 ms, negative no cap.
 	MaxChunkLatency time.Duration
+	// Attention is the attention form the runners use; it sets the
+	// memory model's B*S^2 term (the zero value, the graph's, keeps it).
+	Attention Attention
 	// MemoryBudget bounds the modelled workspace (bytes) of the chunks
 	// and warm-up shapes of all sessions together: each session's chunk
 	// stays within MemoryBudget / Sessions. A text that does not fit alone
@@ -97,6 +100,27 @@ type Config struct {
 	// bos, eos and pad: the unk id, default XLM-R's 3. FlagEmbedding drops
 	// exactly these four, not other special tokens such as <mask>.
 	SparseSkip []int32
+}
+
+// Attention is how the sessions compute attention, as far as the memory
+// model cares ([Config.Attention]).
+type Attention int
+
+const (
+	// AttentionGraph is the exported graph's attention: every layer holds
+	// heads x S x S scores, so a chunk's workspace grows with B*S^2.
+	AttentionGraph Attention = iota
+	// AttentionFused is attention without the scores (engine/ort's fused
+	// form, ONNX Runtime's flash kernel): the workspace grows with B*S,
+	// so the memory budget admits longer texts and batches of long ones.
+	AttentionFused
+)
+
+func (a Attention) String() string {
+	if a == AttentionFused {
+		return "fused"
+	}
+	return "graph"
 }
 
 // Shape is a padded chunk shape.

@@ -48,7 +48,10 @@ const priorWeight = 0.02
 // count).
 const decay = 0.995
 
-func newCostModel(c model.Config) *costModel {
+func newCostModel(c model.Config) *costModel { return newCostModelFor(c, AttentionGraph) }
+
+// newCostModelFor is the prior for sessions whose attention is a.
+func newCostModelFor(c model.Config, a Attention) *costModel {
 	// model.Open fills these; a hand-made Config may not.
 	h := float64(max(c.HiddenSize, 1))
 	l, in, heads := float64(c.Layers), float64(c.Intermediate), float64(c.Heads)
@@ -70,6 +73,16 @@ func newCostModel(c model.Config) *costModel {
 		// (scores, scaled and masked, softmax) a head and position pair.
 		memA: 4 * (8*h + 2*in),
 		memB: 16 * heads,
+	}
+	if a == AttentionFused {
+		// No scores: the flash kernel's scratch is a few hundred KB a
+		// thread whatever the length. A token holds more than in the
+		// graph's count: q/k with their padding column, the kernel's
+		// head-major copies of q/k/v, the GELU's temporaries, and what
+		// the allocator keeps between them (measured: peak growth of 50
+		// to 90 KB a token on the small model, h 384 and i 1536, at 1024
+		// to 8192 tokens, batch 1 and 2; this counts 74).
+		m.memA, m.memB = 4*(16*h+8*in), 0
 	}
 	m.setPrior()
 	return m

@@ -8,16 +8,20 @@
 # whole suite in one `jetembed bench` run and writes BENCHMARKS.md with the
 # results, the machine and the exact command.
 #
-# Then two whole-process runs: scripts/bench-embed.sh (`jetembed embed` vs
-# transformers.js on the mixed multilingual corpus: wall, CPU time, peak
-# RSS; skipped without node) and scripts/bench-memory.sh (the memory goal
-# of a `jetembed dev` process under a flood of 8k-token texts). make bench
-# fails when the memory goal is missed, after writing the file.
+# Then the attention rewrite's figures: scripts/bench-attention.sh (per
+# length class, graph vs fused: run time, attention share, peak RSS; one
+# layer at BGE-M3's size; the 7.6k-token `embed --sessions 1 --threads 1`
+# goal). Then two whole-process runs: scripts/bench-embed.sh (`jetembed
+# embed` vs transformers.js on the mixed multilingual corpus: wall, CPU
+# time, peak RSS; skipped without node) and scripts/bench-memory.sh (the
+# memory goal of a `jetembed dev` process under a flood of 8k-token
+# texts). make bench fails when the memory goal is missed, after writing
+# the file.
 #
 # Environment: BENCH_TEXTS, BENCH_PEER_TEXTS, BENCH_REQUESTS, BENCH_SESSIONS,
 # BENCH_THREADS size the run; BENCH_OUT is the file written (BENCHMARKS.md);
-# EMBED_* (scripts/bench-embed.sh) and MEM_* (scripts/bench-memory.sh) size
-# the whole-process runs.
+# EMBED_* (scripts/bench-embed.sh), ATTN_* (scripts/bench-attention.sh)
+# and MEM_* (scripts/bench-memory.sh) size the whole-process runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -60,6 +64,8 @@ printable=${printable//$root\//}
 echo "bench: $printable"
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 table=$("${cmd[@]}")
+echo "bench: attention, fused vs graph (scripts/bench-attention.sh)"
+attention_section=$(scripts/bench-attention.sh "$bin" "$model") || attention_section="bench-attention.sh failed; see its output above."
 embed_section=
 if [ ${#peer_args[@]} -gt 0 ]; then
   echo "bench: whole-process jetembed embed vs transformers.js (scripts/bench-embed.sh)"
@@ -93,6 +99,8 @@ dirty=$(git diff --quiet HEAD -- . ":(exclude)$out" 2>/dev/null || echo ' (with 
   echo '```'
   echo
   echo "$table"
+  echo
+  echo "$attention_section"
   if [ -n "$embed_section" ]; then
     echo
     echo "$embed_section"

@@ -64,7 +64,7 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer e.Close()
-	fmt.Fprintf(io.err, "jetembed: memory budget %s; malloc %s\n", ef.budgetNote, mallocenv.Mode())
+	fmt.Fprintf(io.err, "jetembed: memory budget %s; attention %s; malloc %s\n", ef.budgetNote, ef.attentionNote, mallocenv.Mode())
 	return embedStream(ctx, e, in, *batch, want, !*noTruncate, total, io)
 }
 

@@ -55,6 +55,8 @@ func runGenmodel(_ context.Context, args []string, io stdio) error {
 	size := fs.String("size", "tiny", "model size: tiny (hidden 32, 2 layers) or small (MiniLM size: hidden 384, 6 layers)")
 	layout := fs.String("layout", "hidden", "export layout: hidden (last_hidden_state + head safetensors) or heads (dense/sparse/colbert outputs)")
 	fp16 := fs.Bool("fp16", false, "store the weights as float16 (compute and outputs stay float32)")
+	pattern := fs.String("attention-pattern", "generator", "how the layers write attention, for testing the attention rewrite: generator, eager (Hugging Face eager as torch.onnx.export writes it) or sdpa (torch's scaled_dot_product_attention export); same vectors")
+	external := fs.Bool("external-data", false, "write the weights to model.onnx_data beside model.onnx, as exports over 2 GB are")
 	seed := fs.Int("seed", 42, "seed of the random weights; same flags give byte-identical files")
 	tokenizer := fs.String("tokenizer", "", "tokenizer.json to copy into the model directory; its vocabulary sets vocab_size (default: the repository's "+defaultTokenizer+", found above the working directory or the binary)")
 	out := fs.String("out", "", "model directory to write (created if missing)")
@@ -87,7 +89,15 @@ func runGenmodel(_ context.Context, args []string, io stdio) error {
 	if err != nil {
 		return fmt.Errorf("read tokenizer: %w", err)
 	}
-	c := onnxgen.Config{Size: s, Layout: l, FP16: *fp16, Seed: uint64(*seed)}
+	a := onnxgen.Attention(*pattern)
+	switch a {
+	case "generator":
+		a = onnxgen.AttentionGenerator
+	case onnxgen.AttentionEager, onnxgen.AttentionSDPA:
+	default:
+		return fmt.Errorf("%w: --attention-pattern %q (want generator, eager or sdpa)", errUsage, *pattern)
+	}
+	c := onnxgen.Config{Size: s, Layout: l, FP16: *fp16, Seed: uint64(*seed), Attention: a, ExternalData: *external}
 	if err := onnxgen.WriteDir(*out, c, tok); err != nil {
 		return err
 	}

@@ -184,7 +184,7 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	if first {
 		log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", c.JetStream.Jobs.Name,
 			"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version,
-			"memory_budget", c.Engine.budgetNote, "malloc", mallocenv.Mode(), "max_result_bytes", wc.Consumer.MaxResultBytes)
+			"memory_budget", c.Engine.budgetNote, "attention", c.Engine.attentionNote, "malloc", mallocenv.Mode(), "max_result_bytes", wc.Consumer.MaxResultBytes)
 	} else {
 		log.Info("serving again on a new connection", "nats", jetstream.RedactURL(nc.ConnectedUrl()))
 	}

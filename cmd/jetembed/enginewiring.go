@@ -47,9 +47,12 @@ type engineFlags struct {
 	cudaArena           *string
 	trtWorkspaceMiB     *int
 	trtProfile          *bool
+	attention           *string
 
-	// budgetNote says how the memory budget was chosen (set by config).
-	budgetNote string
+	// budgetNote says how the memory budget was chosen (set by config);
+	// attentionNote how attention runs (set by open).
+	budgetNote    string
+	attentionNote string
 }
 
 // addEngineFlags defines the engine flags on fs. warm says whether the
@@ -95,6 +98,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		cudaArena:       fs.String("cuda-arena", "", "CUDA arena growth: kNextPowerOfTwo (ORT's default) or kSameAsRequested (less waste with many shapes)"),
 		trtWorkspaceMiB: fs.Int("trt-workspace", 0, "TensorRT: builder workspace cap in MiB (0: TensorRT's default)"),
 		trtProfile:      fs.Bool("trt-profile", false, "TensorRT: one engine whose optimization profile spans the warm-up grid (min: smallest shape, opt and max: largest) instead of an engine per shape; chunks outside the grid then fail, so keep --max-batch and --max-tokens inside it"),
+		attention:       fs.String("attention", "auto", "how attention runs: fused (the model's attention blocks rewritten at load into ONNX Runtime's MultiHeadAttention, which never holds the heads x S x S scores; kept only if a canary run agrees with the graph within 1e-4), graph (as exported), or auto (fused on cpu when ORT's flash kernel can run there, graph on cuda and tensorrt; tensorrt refuses fused)"),
 	}
 }
 
@@ -108,6 +112,10 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 	if *f.trtProfile && p.Kind != ort.TensorRT {
 		return cfg, p, fmt.Errorf("%w: --trt-profile needs --provider tensorrt", errUsage)
 	}
+	var err error
+	if p.Attention, err = ort.ParseAttention(*f.attention); err != nil {
+		return cfg, p, fmt.Errorf("%w: --attention: %w", errUsage, err)
+	}
 	if err := p.Validate(); err != nil {
 		return cfg, p, fmt.Errorf("%w: --provider: %w", errUsage, err)
 	}
@@ -118,7 +126,6 @@ func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
 		BreakerThreshold: *f.breaker, MaxChunkLatency: *f.maxChunkLatency,
 	}
 	cfg.Probe = *f.probe == "true" || *f.probe == "auto" && !cpu
-	var err error
 	if cfg.MemoryBudget, f.budgetNote, err = memoryBudget(*f.memoryBudget, cpu); err != nil {
 		return cfg, p, err
 	}
@@ -232,6 +239,9 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 			return nil, nil, fmt.Errorf("%w: --trt-profile: %w", errUsage, err)
 		}
 	}
+	if err := f.planAttention(m, prov, &cfg); err != nil {
+		return nil, nil, err
+	}
 	e, err := engine.New(ctx, cfg, engine.TokenizerFunc(tok.EncodeIDs), m, func(session int) (engine.Runner, error) {
 		p := prov
 		if p.Kind == ort.CUDA || p.Kind == ort.TensorRT {
@@ -250,6 +260,26 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 		fmt.Fprintf(f.warn, "jetembed: warning: %v (--warmup-strict=off: serving without it)\n", err)
 	}
 	return e, m, nil
+}
+
+// planAttention decides how the sessions compute attention (the rewrite
+// and its canary run once, here, before the engine sizes its memory
+// model) and says so on stderr.
+func (f *engineFlags) planAttention(m *model.Model, prov ort.Provider, cfg *engine.Config) error {
+	plan, err := ort.PlanAttention(m, prov)
+	if err != nil {
+		return err
+	}
+	if plan.Fused {
+		cfg.Attention = engine.AttentionFused
+	}
+	f.attentionNote = cfg.Attention.String()
+	prefix := "jetembed: "
+	if plan.Warn {
+		prefix = "jetembed: warning: "
+	}
+	fmt.Fprintf(f.warn, "%s%s\n", prefix, plan)
+	return nil
 }
 
 // modelOptions are the model flags as [model.Options].

@@ -32,7 +32,7 @@ func TestEngineFlagsProvider(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := ort.Provider{Kind: ort.TensorRT, DeviceID: 1, GPUMemLimit: 2 << 30, ArenaExtendStrategy: "kSameAsRequested",
-		EngineCacheDir: "/cache", TimingCacheDir: "/cache", FP16: true, MaxWorkspaceBytes: 512 << 20}
+		EngineCacheDir: "/cache", TimingCacheDir: "/cache", FP16: true, MaxWorkspaceBytes: 512 << 20, Attention: ort.AttentionAuto}
 	if p != want {
 		t.Errorf("provider %+v\nwant     %+v", p, want)
 	}

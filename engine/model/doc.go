@@ -7,7 +7,11 @@
 // files), or a repo id resolved offline in the local Hugging Face cache.
 //
 // It is pure Go: the graph's interface is read from the ONNX protobuf
-// without ONNX Runtime, and .pt heads without Python. It may import
-// internal/safetensors, internal/torchpt and the standard library; it
-// imports no other project package.
+// without ONNX Runtime, and .pt heads without Python. [RewriteAttention]
+// rewrites the same protobuf at load: the graph's attention blocks become
+// ONNX Runtime's MultiHeadAttention, so the heads x S x S scores are never
+// materialized; engine/ort runs it, after a canary against the graph.
+//
+// It may import internal/safetensors, internal/torchpt and the standard
+// library; it imports no other project package.
 package model

@@ -1,7 +1,9 @@
 // Package ort runs jetembed's ONNX graphs with ONNX Runtime: it finds and
 // loads the shared library ([Init]), builds execution provider options
 // (CPU, CUDA, TensorRT; [Provider]) and opens a [Session] per model that
-// implements engine.Runner.
+// implements engine.Runner. [PlanAttention] decides once per model whether
+// sessions run the model's graph or its attention rewrite
+// ([Provider.Attention]; the flash kernel's conditions, a canary run).
 //
 // It is the one place of the project with ONNX Runtime cgo. The cgo files
 // are built only with cgo; without it a twin returns [ErrNoCgo], so pure-Go

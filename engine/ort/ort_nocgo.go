@@ -33,3 +33,14 @@ func (*Session) Run(context.Context, engine.RunInput) (engine.RunOutput, error) 
 
 // Close does nothing.
 func (*Session) Close() error { return nil }
+
+// PlanAttention reports [ErrNoCgo] after checking p.
+func PlanAttention(_ *model.Model, p Provider) (AttentionPlan, error) {
+	if err := p.Validate(); err != nil {
+		return AttentionPlan{}, err
+	}
+	return AttentionPlan{}, ErrNoCgo
+}
+
+// Attention reports the zero plan.
+func (*Session) Attention() AttentionPlan { return AttentionPlan{} }

@@ -55,6 +55,10 @@ type Provider struct {
 	// BuilderOptimizationLevel is TensorRT's 0-5 builder effort; 0 keeps
 	// ORT's default (3).
 	BuilderOptimizationLevel int
+
+	// Attention is how sessions compute attention; empty means
+	// [AttentionAuto].
+	Attention Attention
 }
 
 // Shape is a (batch, sequence) input shape.
@@ -132,6 +136,12 @@ func (p Provider) Validate() error {
 		return fail("max workspace %d is negative", p.MaxWorkspaceBytes)
 	case p.BuilderOptimizationLevel < 0 || p.BuilderOptimizationLevel > 5:
 		return fail("builder optimization level %d is outside 0-5", p.BuilderOptimizationLevel)
+	}
+	switch a := p.Attention.orAuto(); {
+	case a != AttentionAuto && a != AttentionFused && a != AttentionGraph:
+		return fail("attention %q (want auto, fused or graph)", p.Attention)
+	case a == AttentionFused && k == TensorRT:
+		return fail("attention fused: TensorRT fuses attention itself (use auto or graph)")
 	}
 	switch p.ArenaExtendStrategy {
 	case "", "kNextPowerOfTwo", "kSameAsRequested":

@@ -23,6 +23,7 @@ type Session struct {
 	dim     int // hidden size
 	outputs int
 	cpu     bool // runs count for the idle trim of the C heap
+	plan    AttentionPlan
 	// inputs are the graph's inputs in feed order: input_ids and
 	// attention_mask, and token_type_ids or position_ids if it takes them.
 	inputs []string
@@ -40,7 +41,9 @@ var _ engine.Runner = (*Session)(nil)
 // Open creates a session for m on provider p. It calls [Init] with default
 // [LibraryOptions] if the library is not loaded yet. A provider that cannot
 // be registered (a CUDA request on a CPU-only build, a missing GPU) is an
-// error wrapping [ErrProvider], never a silent CPU fallback.
+// error wrapping [ErrProvider], never a silent CPU fallback. The session
+// computes attention as the model's [AttentionPlan] says (decided by the
+// first Open, or [PlanAttention], for the process).
 func Open(m *model.Model, p Provider) (*Session, error) {
 	if err := p.Validate(); err != nil {
 		return nil, err
@@ -48,6 +51,33 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 	if _, err := Init(LibraryOptions{}); err != nil {
 		return nil, err
 	}
+	plan, err := PlanAttention(m, p)
+	if err != nil {
+		return nil, err
+	}
+	var s *Session
+	if plan.Fused {
+		s, err = openFused(m, p)
+	} else {
+		s, err = openGraph(m, p)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.plan = plan
+	return s, nil
+}
+
+// openGraph opens m's graph as exported.
+func openGraph(m *model.Model, p Provider) (*Session, error) {
+	return newSession(m, p, func(so *ort.SessionOptions, inputs, outputs []string) (*ort.DynamicAdvancedSession, error) {
+		return ort.NewDynamicAdvancedSession(m.ONNXPath, inputs, outputs, so)
+	})
+}
+
+// newSession creates the session create makes with p's options, for the
+// graph inputs and outputs the session feeds and reads.
+func newSession(m *model.Model, p Provider, create func(so *ort.SessionOptions, inputs, outputs []string) (*ort.DynamicAdvancedSession, error)) (*Session, error) {
 	inputs := []string{model.InputIDs, model.InputMask}
 	for _, in := range m.Graph.Inputs {
 		if !slices.Contains(inputs, in) {
@@ -63,7 +93,7 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 	if outputs == nil {
 		return nil, fmt.Errorf("ort: %s: layout %v has no outputs", m.ONNXPath, m.Layout)
 	}
-	sess, err := ort.NewDynamicAdvancedSession(m.ONNXPath, inputs, outputs, so)
+	sess, err := create(so, inputs, outputs)
 	if err != nil {
 		return nil, fmt.Errorf("ort: open %s on %v: %w", m.ONNXPath, p, err)
 	}
@@ -319,6 +349,9 @@ func headsOutput(out engine.RunOutput, sparse, colbert ort.Value, batch, seq int
 	out.ColBERTLen, out.ColBERTDim = int(shape[1]), int(shape[2])
 	return out, nil
 }
+
+// Attention reports how the session computes attention.
+func (s *Session) Attention() AttentionPlan { return s.plan }
 
 // Close frees the native session. It is idempotent.
 func (s *Session) Close() error {

@@ -51,9 +51,18 @@ func (s *stack) engineConfig() engine.Config {
 	return engine.Config{Sessions: s.sessions, PadExact: true, NoWarmup: true}
 }
 
-// openEngine opens the engine on real ONNX Runtime sessions.
+// openEngine opens the engine on real ONNX Runtime sessions, its memory
+// model following their attention form as serve's does.
 func (s *stack) openEngine(ctx context.Context) (*engine.Engine, error) {
-	return engine.New(ctx, s.engineConfig(), engine.TokenizerFunc(s.tok.EncodeIDs), s.m, func(int) (engine.Runner, error) {
+	cfg := s.engineConfig()
+	plan, err := ort.PlanAttention(s.m, s.provider)
+	if err != nil {
+		return nil, err
+	}
+	if plan.Fused {
+		cfg.Attention = engine.AttentionFused
+	}
+	return engine.New(ctx, cfg, engine.TokenizerFunc(s.tok.EncodeIDs), s.m, func(int) (engine.Runner, error) {
 		return ort.Open(s.m, s.provider)
 	})
 }

@@ -12,6 +12,7 @@ type builder struct {
 	g    graph
 	n    int
 	fp16 bool // store float weights as float16 and Cast them up
+	attn Attention
 }
 
 func (b *builder) fresh(prefix string) string {
@@ -41,14 +42,14 @@ func (b *builder) weight(name string, dims []int64, data []float32) string {
 		for _, v := range data {
 			raw = binary.LittleEndian.AppendUint32(raw, math.Float32bits(v))
 		}
-		b.g.inits = append(b.g.inits, tensor{name: name, dims: dims, dtype: dtFloat, raw: raw})
+		b.g.inits = append(b.g.inits, tensor{name: name, dims: dims, dtype: dtFloat, raw: raw, extOffset: -1})
 		return name
 	}
 	raw := make([]byte, 0, 2*len(data))
 	for _, v := range data {
 		raw = binary.LittleEndian.AppendUint16(raw, floatToHalf(v))
 	}
-	b.g.inits = append(b.g.inits, tensor{name: name + "_fp16", dims: dims, dtype: dtFloat16, raw: raw})
+	b.g.inits = append(b.g.inits, tensor{name: name + "_fp16", dims: dims, dtype: dtFloat16, raw: raw, extOffset: -1})
 	return b.opTo(name, "Cast", []attribute{intAttr("to", dtFloat)}, name+"_fp16")
 }
 
@@ -57,7 +58,7 @@ func (b *builder) weight(name string, dims []int64, data []float32) string {
 func (b *builder) scalar(v float32) string {
 	name := b.fresh("const")
 	raw := binary.LittleEndian.AppendUint32(nil, math.Float32bits(v))
-	b.g.inits = append(b.g.inits, tensor{name: name, dtype: dtFloat, raw: raw})
+	b.g.inits = append(b.g.inits, tensor{name: name, dtype: dtFloat, raw: raw, extOffset: -1})
 	return name
 }
 
@@ -68,7 +69,7 @@ func (b *builder) ints(scalar bool, v ...int64) string {
 	for _, x := range v {
 		raw = binary.LittleEndian.AppendUint64(raw, uint64(x))
 	}
-	t := tensor{name: name, dtype: dtInt64, raw: raw}
+	t := tensor{name: name, dtype: dtInt64, raw: raw, extOffset: -1}
 	if !scalar {
 		t.dims = []int64{int64(len(v))}
 	}

@@ -107,6 +107,11 @@ func WriteDir(dir string, c Config, tokenizerJSON []byte) error {
 		"model.onnx":     m.ONNX,
 		"tokenizer.json": tokenizerJSON,
 	}
+	if m.Data != nil {
+		files[ExternalDataFile] = m.Data
+	} else if err := os.Remove(filepath.Join(dir, ExternalDataFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
 	cfg, err := json.MarshalIndent(hfConfig{
 		ModelType: "xlm-roberta", HiddenSize: c.Size.Hidden, NumHiddenLayers: c.Size.Layers,
 		NumAttentionHeads: c.Size.Heads, IntermediateSize: c.Size.Intermediate,

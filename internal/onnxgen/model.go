@@ -71,6 +71,13 @@ type Config struct {
 	FP16      bool
 	Seed      uint64
 	VocabSize int
+	// Attention is the pattern the layers' attention is written in; the
+	// zero value is the generator's own. The others compute the same
+	// vectors.
+	Attention Attention
+	// ExternalData writes the weights to model.onnx_data beside a small
+	// model.onnx, the layout of exports over 2 GB (BGE-M3 in float32).
+	ExternalData bool
 }
 
 func (c Config) validate() error {
@@ -86,6 +93,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: max positions %d", ErrConfig, s.MaxPositions)
 	case c.VocabSize <= PadID:
 		return fmt.Errorf("%w: vocab size %d", ErrConfig, c.VocabSize)
+	case !c.Attention.valid():
+		return fmt.Errorf("%w: attention %q (want eager, sdpa or empty)", ErrConfig, c.Attention)
 	}
 	return nil
 }
@@ -94,7 +103,9 @@ func (c Config) validate() error {
 // head weights in the torch layout of BGE-M3's sparse_linear and
 // colbert_linear (weight [out, in], bias [out]).
 type Model struct {
-	ONNX                       []byte
+	ONNX []byte
+	// Data is the external data file's content, with [Config.ExternalData].
+	Data                       []byte
 	SparseWeight, SparseBias   []float32
 	ColBERTWeight, ColBERTBias []float32
 }
@@ -110,7 +121,7 @@ func Build(c Config) (*Model, error) {
 			roundHalf(v)
 		}
 	}
-	b := &builder{fp16: c.FP16, g: graph{name: "jetembed_genmodel"}}
+	b := &builder{fp16: c.FP16, attn: c.Attention, g: graph{name: "jetembed_genmodel"}}
 	hidden := b.encoder(c.Size, c.VocabSize, w)
 	h := int64(c.Size.Hidden)
 	batchSeq := []dim{{param: "batch"}, {param: "sequence"}}
@@ -131,8 +142,16 @@ func Build(c Config) (*Model, error) {
 	}
 	doc := fmt.Sprintf("jetembed genmodel: XLM-R style encoder, random weights; hidden=%d layers=%d heads=%d intermediate=%d vocab=%d positions=%d layout=%s fp16=%t seed=%d",
 		c.Size.Hidden, c.Size.Layers, c.Size.Heads, c.Size.Intermediate, c.VocabSize, c.Size.MaxPositions, c.Layout, c.FP16, c.Seed)
+	if c.Attention != AttentionGenerator {
+		doc += " attention=" + string(c.Attention)
+	}
+	var data []byte
+	if c.ExternalData {
+		data = externalData(&b.g)
+	}
 	return &Model{
 		ONNX:          encodeModel(&b.g, "jetembed-genmodel", doc),
+		Data:          data,
 		SparseWeight:  w.sparseW,
 		SparseBias:    w.sparseB,
 		ColBERTWeight: w.colbertW,
@@ -156,10 +175,7 @@ func (b *builder) encoder(s Size, vocab int, w *weights) string {
 	x := b.op("Add", nil, b.op("Add", nil, word, posEmb), b.weight("embeddings.token_type_embeddings.weight", []int64{h}, w.tokType))
 	x = b.layerNorm(x, b.weight("embeddings.LayerNorm.weight", []int64{h}, w.embLNg), b.weight("embeddings.LayerNorm.bias", []int64{h}, w.embLNb), layerNormEps)
 
-	// Additive mask [batch, 1, 1, seq]: 0 for real keys, maskedScore for padding.
-	maskF := b.op("Cast", []attribute{intAttr("to", dtFloat)}, "attention_mask")
-	addMask := b.op("Mul", nil, b.op("Sub", nil, b.scalar(1), maskF), b.scalar(maskedScore))
-	addMask = b.op("Unsqueeze", nil, addMask, b.ints(false, 1, 2))
+	addMask := b.mask(b.attn)
 
 	for i, l := range w.layers {
 		x = b.layer(s, fmt.Sprintf("encoder.layer.%d.", i), x, addMask, l)
@@ -174,18 +190,26 @@ func (b *builder) layer(s Size, prefix, x, addMask string, l layerWeights) strin
 	wt := func(name string, dims []int64, v []float32) string { return b.weight(prefix+name, dims, v) }
 	hh, hv := []int64{h, h}, []int64{h}
 
-	split := b.ints(false, 0, 0, a, d) // Reshape: 0 copies batch and seq
-	heads := func(t string, perm ...int64) string {
-		return b.op("Transpose", []attribute{intsAttr("perm", perm...)}, b.op("Reshape", nil, t, split))
-	}
-	q := heads(b.linear(x, wt("attention.self.query.weight", hh, l.q), wt("attention.self.query.bias", hv, l.qb)), 0, 2, 1, 3)
-	k := heads(b.linear(x, wt("attention.self.key.weight", hh, l.k), wt("attention.self.key.bias", hv, l.kb)), 0, 2, 3, 1)
-	v := heads(b.linear(x, wt("attention.self.value.weight", hh, l.v), wt("attention.self.value.bias", hv, l.vb)), 0, 2, 1, 3)
+	var ctx string
+	if b.attn == AttentionGenerator {
+		split := b.ints(false, 0, 0, a, d) // Reshape: 0 copies batch and seq
+		heads := func(t string, perm ...int64) string {
+			return b.op("Transpose", []attribute{intsAttr("perm", perm...)}, b.op("Reshape", nil, t, split))
+		}
+		q := heads(b.linear(x, wt("attention.self.query.weight", hh, l.q), wt("attention.self.query.bias", hv, l.qb)), 0, 2, 1, 3)
+		k := heads(b.linear(x, wt("attention.self.key.weight", hh, l.k), wt("attention.self.key.bias", hv, l.kb)), 0, 2, 3, 1)
+		v := heads(b.linear(x, wt("attention.self.value.weight", hh, l.v), wt("attention.self.value.bias", hv, l.vb)), 0, 2, 1, 3)
 
-	scores := b.op("Mul", nil, b.op("MatMul", nil, q, k), b.scalar(float32(1/math.Sqrt(float64(d)))))
-	probs := b.op("Softmax", []attribute{intAttr("axis", -1)}, b.op("Add", nil, scores, addMask))
-	ctx := b.op("Transpose", []attribute{intsAttr("perm", 0, 2, 1, 3)}, b.op("MatMul", nil, probs, v))
-	ctx = b.op("Reshape", nil, ctx, b.ints(false, 0, 0, h))
+		scores := b.op("Mul", nil, b.op("MatMul", nil, q, k), b.scalar(float32(1/math.Sqrt(float64(d)))))
+		probs := b.op("Softmax", []attribute{intAttr("axis", -1)}, b.op("Add", nil, scores, addMask))
+		ctx = b.op("Transpose", []attribute{intsAttr("perm", 0, 2, 1, 3)}, b.op("MatMul", nil, probs, v))
+		ctx = b.op("Reshape", nil, ctx, b.ints(false, 0, 0, h))
+	} else {
+		q := b.linear(x, wt("attention.self.query.weight", hh, l.q), wt("attention.self.query.bias", hv, l.qb))
+		k := b.linear(x, wt("attention.self.key.weight", hh, l.k), wt("attention.self.key.bias", hv, l.kb))
+		v := b.linear(x, wt("attention.self.value.weight", hh, l.v), wt("attention.self.value.bias", hv, l.vb))
+		ctx = b.attention(b.attn, s, q, k, v, addMask)
+	}
 	attn := b.linear(ctx, wt("attention.output.dense.weight", hh, l.o), wt("attention.output.dense.bias", hv, l.ob))
 	x = b.layerNorm(b.op("Add", nil, x, attn), wt("attention.output.LayerNorm.weight", hv, l.ln1g), wt("attention.output.LayerNorm.bias", hv, l.ln1b), layerNormEps)
 

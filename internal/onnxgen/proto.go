@@ -2,6 +2,7 @@ package onnxgen
 
 import (
 	"math"
+	"strconv"
 
 	"google.golang.org/protobuf/encoding/protowire"
 )
@@ -34,6 +35,9 @@ type tensor struct {
 	dims  []int64
 	dtype int
 	raw   []byte
+	// extOffset >= 0 stores raw in the external data file at that offset
+	// instead of inline (see externalize).
+	extOffset int64
 }
 
 // attribute is one node attribute; which value is set follows kind.
@@ -163,9 +167,45 @@ func encodeTensor(t tensor) []byte {
 	b = protowire.AppendTag(b, 2, protowire.VarintType)
 	b = protowire.AppendVarint(b, uint64(t.dtype))
 	b = appendString(b, 8, t.name)
-	b = protowire.AppendTag(b, 9, protowire.BytesType) // raw_data
-	b = protowire.AppendBytes(b, t.raw)
-	return b
+	if t.extOffset < 0 {
+		b = protowire.AppendTag(b, 9, protowire.BytesType) // raw_data
+		return protowire.AppendBytes(b, t.raw)
+	}
+	for _, kv := range [][2]string{
+		{"location", ExternalDataFile},
+		{"offset", strconv.FormatInt(t.extOffset, 10)},
+		{"length", strconv.Itoa(len(t.raw))},
+	} {
+		var e []byte
+		e = appendString(e, 1, kv[0])
+		e = appendString(e, 2, kv[1])
+		b = appendMessage(b, 13, e) // external_data
+	}
+	b = protowire.AppendTag(b, 14, protowire.VarintType) // data_location EXTERNAL
+	return protowire.AppendVarint(b, 1)
+}
+
+// ExternalDataFile is where [Config.ExternalData] puts the weights, beside
+// model.onnx, as torch.onnx.export and optimum do for models over 2 GB.
+const ExternalDataFile = "model.onnx_data"
+
+// externalData moves every initializer of at least 1 KiB into one data
+// blob (offsets aligned to 64 bytes, as ONNX's external data writer
+// does) and returns it.
+func externalData(g *graph) []byte {
+	var data []byte
+	for i := range g.inits {
+		t := &g.inits[i]
+		if len(t.raw) < 1024 {
+			continue
+		}
+		for len(data)%64 != 0 {
+			data = append(data, 0)
+		}
+		t.extOffset = int64(len(data))
+		data = append(data, t.raw...)
+	}
+	return data
 }
 
 func encodeValueInfo(v valueInfo) []byte {
