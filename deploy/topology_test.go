@@ -280,7 +280,7 @@ func submit(t *testing.T, ctx context.Context, js natsjs.JetStream, id string) {
 
 func requestEmbed(t *testing.T, nc *nats.Conn) {
 	t.Helper()
-	m := &nats.Msg{Subject: "embed.v1.embed", Data: []byte(`{"v":1,"id":"req","texts":["a request"]}`),
+	m := &nats.Msg{Subject: "embed.v1.embed.producer-a", Data: []byte(`{"v":1,"id":"req","texts":["a request"]}`),
 		Header: nats.Header{"Content-Type": []string{"application/json"}}}
 	resp, err := nc.RequestMsg(m, 20*time.Second)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -36,7 +37,7 @@ func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) consumer.Delivery
 	if h == nil {
 		h = make(map[string][]string, 1)
 	}
-	h[HeaderSubject] = []string{m.Subject()}
+	setSubject(h, m.Subject())
 	var msg consumer.Message = m
 	if t.skewed() {
 		msg = backoffMsg{Msg: m, t: t, delivered: delivered}
@@ -45,12 +46,25 @@ func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) consumer.Delivery
 		Msg:          msg,
 		Data:         m.Data(),
 		Header:       h,
+		Subject:      m.Subject(),
 		NumDelivered: delivered,
 		// m.Reply() is the ack subject, not an inbox: a stored job names
 		// its reply in the body or the Embed-Reply header.
 		Received: received,
 		Stored:   stored,
 	}
+}
+
+// setSubject sets [HeaderSubject] to the subject the server delivered the
+// job on, dropping any the producer sent in another case: what a dead
+// letter says about the job's subject is the server's word.
+func setSubject(h map[string][]string, subject string) {
+	for k := range h {
+		if strings.EqualFold(k, HeaderSubject) {
+			delete(h, k)
+		}
+	}
+	h[HeaderSubject] = []string{subject}
 }
 
 // nakTiming is what the server mixes into a NAK delay: the consumer's
@@ -108,16 +122,22 @@ func (m backoffMsg) NakWithDelay(delay time.Duration) error {
 // request was handed over, or shortly before ([denials.mayBeStale]): a
 // real refusal (no allow_responses) refuses every answer, and is reported
 // as such by the next requests.
-func requestDelivery(nc *nats.Conn, req micro.Request, received time.Time) consumer.Delivery {
+//
+// tenant is the token the request's subject has after the endpoint's
+// (embed.v1.embed.<tenant>), "" on the bare endpoint: the server's
+// permissions let a tenant publish only to its own.
+func requestDelivery(nc *nats.Conn, req micro.Request, tenant string, received time.Time) consumer.Delivery {
 	h := map[string][]string(req.Headers())
 	if h == nil {
 		h = make(map[string][]string, 1)
 	}
-	h[HeaderSubject] = []string{req.Subject()}
+	setSubject(h, req.Subject())
 	epoch, stale := nc.Stats().Reconnects, deniedTracker(nc).mayBeStale(nc)
 	return consumer.Delivery{
 		Data:         req.Data(),
 		Header:       h,
+		Subject:      req.Subject(),
+		Tenant:       tenant,
 		NumDelivered: 1,
 		Reply:        req.Reply(),
 		Received:     received,

@@ -181,6 +181,10 @@ func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, head
 		if lk := strings.ToLower(k); strings.HasPrefix(lk, "nats-") || strings.HasPrefix(lk, "embed-dlq-") {
 			continue
 		}
+		// The tenant is the consumer's word, never the producer's.
+		if strings.EqualFold(k, schema.HeaderTenant) {
+			continue
+		}
 		h[k] = v
 	}
 	code := dl.Code
@@ -190,6 +194,9 @@ func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, head
 	h.Set(HeaderDLQCode, code)
 	h.Set(HeaderDLQMessage, dl.Message)
 	h.Set(HeaderDLQJobID, dl.JobID)
+	if dl.Tenant != "" {
+		h.Set(schema.HeaderTenant, dl.Tenant)
+	}
 	h.Set(HeaderDLQDelivered, strconv.FormatUint(dl.NumDelivered, 10))
 	if dl.BodySHA256 != "" {
 		h.Set(HeaderDLQSize, strconv.Itoa(dl.BodySize))

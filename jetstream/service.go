@@ -18,6 +18,11 @@ const (
 	ServiceName     = "embed"
 	EndpointName    = "embed"
 	EndpointSubject = "embed.v1.embed"
+	// TenantEndpointName is the endpoint of tenants' requests, on
+	// <EndpointSubject>.<tenant>: the server's permissions let each
+	// producer publish only to its own, so the subject tells the service
+	// whose request it is (see [schema.Tenancy]).
+	TenantEndpointName = "embed-tenant"
 	// ServiceQueueGroup spreads requests over the fleet: each goes to one
 	// process.
 	ServiceQueueGroup = "embed"
@@ -41,10 +46,13 @@ type ServiceOptions struct {
 	Logger *slog.Logger
 }
 
-// StartService registers the NATS micro service [ServiceName] on nc with one
-// endpoint that hands each request to sink, the same consumer the fetch
-// loop feeds, so request texts are packed into the same runs as queued
-// jobs. The job is the request body (JSON when its Content-Type says so,
+// StartService registers the NATS micro service [ServiceName] on nc with
+// two endpoints, <subject> and <subject>.<tenant> ([EndpointName],
+// [TenantEndpointName]), that hand each request to sink, the same consumer
+// the fetch loop feeds, so request texts are packed into the same runs as
+// queued jobs. A request on <subject>.<tenant> is the tenant's (its
+// answer goes only to an inbox in the tenant's space); one on the bare
+// subject has none. The job is the request body (JSON when its Content-Type says so,
 // else msgpack) and the result is the reply, with a micro error (code = the
 // job-level error code) when the whole job failed. A request that is bad
 // input (undecodable, invalid) is also copied to the DLQ, as a stored job
@@ -78,19 +86,31 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 	if err != nil {
 		return nil, fmt.Errorf("micro service: %w", err)
 	}
-	handler := micro.ContextHandler(ctx, func(ctx context.Context, req micro.Request) {
-		if err := sink.Submit(ctx, requestDelivery(nc, req, time.Now())); err != nil {
-			log.Debug("request refused", "subject", req.Subject(), "err", err)
+	handler := func(tenanted bool) micro.Handler {
+		return micro.ContextHandler(ctx, func(ctx context.Context, req micro.Request) {
+			tenant := ""
+			if tenanted {
+				tenant = strings.TrimPrefix(req.Subject(), subject+".")
+			}
+			if err := sink.Submit(ctx, requestDelivery(nc, req, tenant, time.Now())); err != nil {
+				log.Debug("request refused", "subject", req.Subject(), "err", err)
+			}
+		})
+	}
+	meta := map[string]string{"format": "jetembed job v1: msgpack, or JSON with Content-Type: application/json"}
+	for _, ep := range []struct {
+		name, subject string
+		tenanted      bool
+	}{{EndpointName, subject, false}, {TenantEndpointName, subject + ".*", true}} {
+		err = svc.AddEndpoint(ep.name, handler(ep.tenanted),
+			micro.WithEndpointSubject(ep.subject),
+			micro.WithEndpointQueueGroup(queue),
+			micro.WithEndpointMetadata(meta),
+		)
+		if err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("micro endpoint %s: %w", ep.subject, err)
 		}
-	})
-	err = svc.AddEndpoint(EndpointName, handler,
-		micro.WithEndpointSubject(subject),
-		micro.WithEndpointQueueGroup(queue),
-		micro.WithEndpointMetadata(map[string]string{"format": "jetembed job v1: msgpack, or JSON with Content-Type: application/json"}),
-	)
-	if err != nil {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("micro endpoint %s: %w", subject, err)
 	}
 	// Once StartService returns, a request must find the endpoint: the
 	// subscriptions reach the server with this round trip.

@@ -217,8 +217,8 @@ func TestDLQReplay(t *testing.T) {
 	// The error result the last delivery sent, under the job's result id.
 	first := schema.ErrorResult(job.ID, &schema.Error{Code: schema.CodeOverloaded, Message: "full", Retriable: true})
 	fd, _ := schema.EncodeResult(first, schema.EncodingMsgpack)
-	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: job.Reply, Header: nats.Header(schema.ResultHeader(first, job.Reply, schema.EncodingMsgpack)), Data: fd},
-		natsjs.WithMsgID(schema.ResultMsgID(job.Reply, job.ID))); err != nil {
+	if _, err := js.PublishMsg(ctx, &nats.Msg{Subject: job.Reply, Header: nats.Header(schema.ResultHeader(first, "replay", job.Reply, schema.EncodingMsgpack)), Data: fd},
+		natsjs.WithMsgID(schema.ResultMsgID("replay", job.Reply, job.ID))); err != nil {
 		t.Fatal(err)
 	}
 
@@ -268,7 +268,7 @@ func TestDLQReplay(t *testing.T) {
 	if err != nil || res.Error != nil || res.ID != job.ID || len(res.Items) != 1 || len(res.Items[0].Dense) == 0 {
 		t.Errorf("replayed job's result %+v, %v", res, err)
 	}
-	if id := stored[1].Headers().Get(schema.HeaderMsgID); !strings.HasPrefix(id, schema.ResultMsgID(job.Reply, job.ID)+"-") {
+	if id := stored[1].Headers().Get(schema.HeaderMsgID); !strings.HasPrefix(id, schema.ResultMsgID("replay", job.Reply, job.ID)+"-") {
 		t.Errorf("replayed result's Nats-Msg-Id %q", id)
 	}
 	if got := natstest.StreamCount(t, js, "EMBED_JOBS"); got != 0 {

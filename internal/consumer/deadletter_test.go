@@ -117,7 +117,7 @@ func TestResultTooLarge(t *testing.T) {
 func TestReplayIdentity(t *testing.T) {
 	r := newRig(t, Config{}, nil, nil)
 	j := schema.NewJob("again", "text")
-	j.Reply = "embed.results.a.again"
+	j.Reply = "embed.results." + testTenant + ".again"
 	d, m := delivery(t, j, schema.EncodingMsgpack, 1)
 	d.Header[schema.HeaderReplay] = []string{"dlq-0123"}
 	if err := r.c.Submit(context.Background(), d); err != nil {
@@ -125,7 +125,7 @@ func TestReplayIdentity(t *testing.T) {
 	}
 	m.wait(t)
 	res := r.pub.Results()
-	plain := schema.ResultMsgID(j.Reply, j.ID)
+	plain := schema.ResultMsgID(testTenant, j.Reply, j.ID)
 	if len(res) != 1 || res[0].msgID == plain || !strings.HasPrefix(res[0].msgID, plain+"-") || res[0].header[schema.HeaderMsgID][0] != res[0].msgID {
 		t.Errorf("replayed result msg id %q (header %v), want %s-<replay hash>", res[0].msgID, res[0].header[schema.HeaderMsgID], plain)
 	}

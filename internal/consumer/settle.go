@@ -51,7 +51,7 @@ func (c *Consumer) deadLetter(ctx context.Context, j *job, out outcome) outcome 
 		return out
 	}
 	out.dlqTried = true
-	dl := DeadLetter{JobID: j.id, Code: string(out.code), NumDelivered: j.d.NumDelivered}
+	dl := DeadLetter{JobID: j.id, Tenant: j.tenant, Code: string(out.code), NumDelivered: j.d.NumDelivered}
 	if out.err != nil {
 		dl.Message = out.err.Message
 	}
@@ -104,7 +104,7 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 		}
 		res = out.result
 	}
-	h := schema.ResultHeader(res, j.reply, j.enc)
+	h := schema.ResultHeader(res, j.tenant, j.reply, j.enc)
 	if id := j.resultMsgID(); id != "" && j.reply != "" {
 		h[schema.HeaderMsgID] = []string{id}
 	}
@@ -120,7 +120,7 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 		}
 		h[schema.HeaderErrorCode] = []string{string(out.code)}
 	}
-	if limit := c.payloadLimit(); limit > 0 && msgSize(h, data)+headerRoom > limit {
+	if limit := c.payloadLimit(); limit > 0 && !j.d.Local && msgSize(h, data)+headerRoom > limit {
 		var send bool
 		if out, data, send = c.oversized(ctx, j, out, res, h, data, limit); !send {
 			return out
