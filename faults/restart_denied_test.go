@@ -28,13 +28,17 @@ const accountsConf = "../deploy/nats/accounts.conf"
 func accountsPassword(user string) string { return user + "-pw" }
 
 // startAccountsProcess runs the nats-server binary with
-// deploy/nats/accounts.conf included, a password for every user the file
-// takes from the environment (the process inherits it, restarts too).
-func startAccountsProcess(t *testing.T) *natstest.Process {
+// deploy/nats/accounts.conf included (changed by edit, when not nil), a
+// password for every user the file takes from the environment (the
+// process inherits it, restarts too).
+func startAccountsProcess(t *testing.T, edit func(conf []byte) []byte) *natstest.Process {
 	t.Helper()
 	conf, err := os.ReadFile(accountsConf)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		conf = edit(conf)
 	}
 	for _, m := range regexp.MustCompile(`\$([A-Z][A-Z0-9_]*)_PASSWORD\b`).FindAllStringSubmatch(string(conf), -1) {
 		t.Setenv(m[1]+"_PASSWORD", accountsPassword(strings.ToLower(strings.ReplaceAll(m[1], "_", "-"))))
@@ -64,18 +68,51 @@ func connectAs(t *testing.T, url, user string, opts ...nats.Option) *nats.Conn {
 }
 
 // TestRequestsAcrossServerRestartNotDenied is reproduction 6 of issue 21:
-// serve runs as `embedder` of the shipped accounts.conf, whose answers to
-// requests rest on allow_responses, a permission the server grants per
-// request on the connection the request was delivered to. producer-a keeps
-// requests in flight while nats-server is SIGKILLed and restarted: the
-// answers serve sends after its reconnect are refused by the new server
-// (it never delivered those requests). That is a lost connection, not a
-// permission problem: before the fix each was dead-lettered
-// publish_denied (dozens per restart); now none is, and the requester,
-// having had no answer, retries and is answered.
+// serve runs as `embedder` and producer-a keeps requests in flight while
+// nats-server is SIGKILLed and restarted. No answer lost to the restart
+// may be dead-lettered publish_denied: a lost connection is not a
+// permission problem, and the requester, having had no answer, retries
+// and is answered.
+//
+// With the shipped accounts.conf the embedder may answer on each
+// tenant's inbox, whatever connection the request came on. A deployment
+// that grants answers with allow_responses instead (the permission the
+// server grants per request, on the connection the request was delivered
+// to, and which dies with it) has the answers serve sends after its
+// reconnect refused by the new server: before the fix each was
+// dead-lettered publish_denied (dozens per restart); now each is logged as
+// lost to the reconnect, and none is dead-lettered.
 func TestRequestsAcrossServerRestartNotDenied(t *testing.T) {
+	t.Run("shipped", func(t *testing.T) { requestsAcrossRestart(t, nil) })
+	t.Run("allow_responses", func(t *testing.T) {
+		requestsAcrossRestart(t, func(conf []byte) []byte {
+			// The embedder's block, up to the next user's.
+			s := string(conf)
+			at := strings.Index(s, "EMBEDDER: {\n")
+			end := at + strings.Index(s[at:], "\n}\n")
+			if at < 0 || end < at {
+				t.Fatal("accounts.conf has no EMBEDDER block")
+			}
+			block := strings.Replace(s[at:end], "EMBEDDER: {\n", "EMBEDDER: {\n  allow_responses: true\n", 1)
+			for _, inbox := range []string{"producer-a", "producer-b", "gateway"} {
+				grant := `      "_INBOX_` + inbox + `.>",` + "\n"
+				if !strings.Contains(block, grant) {
+					t.Fatalf("accounts.conf changed: the embedder's grant %q is not where this test removes it", grant)
+				}
+				block = strings.Replace(block, grant, "", 1)
+			}
+			out := s[:at] + block + s[end:]
+			return []byte(out)
+		})
+	})
+}
+
+// requestsAcrossRestart runs the restart under requests with the shipped
+// accounts.conf changed by edit; with an edit (allow_responses), it
+// requires the answers lost to the restart to have been seen as such.
+func requestsAcrossRestart(t *testing.T, edit func([]byte) []byte) {
 	bin := binary(t)
-	p := startAccountsProcess(t)
+	p := startAccountsProcess(t, edit)
 	url := p.URL()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -98,7 +135,7 @@ func TestRequestsAcrossServerRestartNotDenied(t *testing.T) {
 	}
 	var answered, failed atomic.Int64
 	request := func(id string) error {
-		m := nats.NewMsg(jetstream.EndpointSubject)
+		m := nats.NewMsg(jetstream.EndpointSubject + ".producer-a")
 		m.Header.Set("Content-Type", "application/json")
 		m.Data = fmt.Appendf(nil, `{"id":%q,"texts":[%s]}`, id, strings.Join(texts, ","))
 		rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)
@@ -172,9 +209,9 @@ func TestRequestsAcrossServerRestartNotDenied(t *testing.T) {
 	}
 	// The answers lost to the restart were seen as such: without any, no
 	// request was in flight and the test proved nothing.
-	if lost := grepLines(s.log.String(), "refused after a reconnect", 1000); lost == "" {
+	if lost := grepLines(s.log.String(), "refused after a reconnect", 1000); lost == "" && edit != nil {
 		t.Errorf("serve logged no answer lost to the reconnect: no request was in flight at the restart")
-	} else {
+	} else if lost != "" {
 		t.Logf("%d answers lost to the restart, e.g. %s", strings.Count(lost, "\n")+1, strings.SplitN(lost, "\n", 2)[0])
 	}
 	if strings.Contains(s.log.String(), "publish_denied") {

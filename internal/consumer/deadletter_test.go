@@ -37,9 +37,9 @@ func TestDeadLetterExcerpt(t *testing.T) {
 			r := newRig(t, Config{MaxDeliver: 5, Limits: schema.Limits{MaxJobBytes: 300 << 10}}, emb, nil)
 			body := tc.body(t)
 			m := newMsg()
-			d := Delivery{Msg: m, Data: body, NumDelivered: tc.n, Header: map[string][]string{
+			d := Delivery{Msg: m, Data: body, NumDelivered: tc.n, Subject: "embed.jobs." + testTenant, Header: map[string][]string{
 				schema.HeaderContentType: {"application/json"},
-				"Embed-Subject":          {"embed.jobs.a"},
+				"Embed-Subject":          {"embed.jobs." + testTenant}, // as jetstream's adapter sets it
 			}}
 			if tc.huge {
 				d.Header["X-Huge"] = []string{big}
@@ -70,7 +70,7 @@ func TestDeadLetterExcerpt(t *testing.T) {
 				if string(data) != string(body[:min(len(body), DLQExcerptBytes)]) {
 					t.Error("the body kept is not the body's start")
 				}
-				if got := header(h, "Embed-Subject"); got != "embed.jobs.a" {
+				if got := header(h, "Embed-Subject"); got != "embed.jobs."+testTenant {
 					t.Errorf("subject header %q", got)
 				}
 				return
