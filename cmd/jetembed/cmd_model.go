@@ -140,7 +140,7 @@ func inspectModel(m *model.Model) (*modelReport, error) {
 	for _, in := range m.Graph.Inputs {
 		r.Inputs[in] = typ(in, "int64")
 	}
-	for _, out := range m.Layout.Outputs() {
+	for _, out := range m.Graph.RunOutputs(m.Layout) {
 		r.Outputs[out] = typ(out, "float32")
 	}
 	switch m.Layout {
@@ -186,7 +186,7 @@ func (r *modelReport) write(w io.Writer) error {
 	for _, in := range r.Order {
 		ins = append(ins, in+" "+r.Inputs[in])
 	}
-	for _, o := range []string{model.OutputHidden, model.OutputDense, model.OutputSparse, model.OutputColBERT} {
+	for _, o := range []string{model.OutputHidden, model.OutputTokenEmbeddings, model.OutputDense, model.OutputSparse, model.OutputColBERT} {
 		if t, ok := r.Outputs[o]; ok {
 			outs = append(outs, o+" "+t)
 		}

@@ -26,9 +26,13 @@ const (
 	InputTokenType = "token_type_ids"
 	InputPositions = "position_ids"
 	OutputHidden   = "last_hidden_state"
-	OutputDense    = "dense_vecs"
-	OutputSparse   = "sparse_vecs"
-	OutputColBERT  = "colbert_vecs"
+	// OutputTokenEmbeddings is the hidden state as sentence-transformers'
+	// ONNX exports name it (beside their pooled sentence_embedding, which
+	// jetembed does not read: dense is computed from the CLS token).
+	OutputTokenEmbeddings = "token_embeddings"
+	OutputDense           = "dense_vecs"
+	OutputSparse          = "sparse_vecs"
+	OutputColBERT         = "colbert_vecs"
 )
 
 // String returns "hidden" or "heads", the names manifest.json uses.
@@ -134,10 +138,10 @@ func (g Graph) Layout() (Layout, error) {
 	switch {
 	case has(LayoutHeads.Outputs()...):
 		l = LayoutHeads
-	case has(LayoutHidden.Outputs()...):
+	case has(OutputHidden) || has(OutputTokenEmbeddings):
 		l = LayoutHidden
 	}
-	for _, out := range l.Outputs() {
+	for _, out := range g.RunOutputs(l) {
 		if t, ok := g.Types[out]; ok && t != ElemFloat {
 			return 0, fmt.Errorf("%w: output %q is %v, want float32 (use a float32 export, or one that casts its outputs back, as model_fp16.onnx files made with keep_io_types do)", ErrLayout, out, t)
 		}
@@ -145,6 +149,16 @@ func (g Graph) Layout() (Layout, error) {
 	if l != 0 {
 		return l, nil
 	}
-	return 0, fmt.Errorf("%w: outputs %v are neither %v (hidden) nor %v (heads)",
-		ErrLayout, g.Outputs, LayoutHidden.Outputs(), LayoutHeads.Outputs())
+	return 0, fmt.Errorf("%w: outputs %v are neither %v or [%s] (hidden) nor %v (heads)",
+		ErrLayout, g.Outputs, LayoutHidden.Outputs(), OutputTokenEmbeddings, LayoutHeads.Outputs())
+}
+
+// RunOutputs lists the outputs of g that a session of layout l runs for,
+// in RunOutput order: [Layout.Outputs], with the hidden state under the
+// name g gives it (last_hidden_state, else token_embeddings).
+func (g Graph) RunOutputs(l Layout) []string {
+	if l == LayoutHidden && !slices.Contains(g.Outputs, OutputHidden) && slices.Contains(g.Outputs, OutputTokenEmbeddings) {
+		return []string{OutputTokenEmbeddings}
+	}
+	return l.Outputs()
 }

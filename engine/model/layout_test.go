@@ -25,6 +25,8 @@ func TestGraphLayout(t *testing.T) {
 		{model.Graph{Inputs: in, Outputs: []string{"last_hidden_state", "dense_vecs", "sparse_vecs", "colbert_vecs"}}, model.LayoutHeads, nil},
 		{model.Graph{Inputs: in, Outputs: []string{"dense_vecs", "sparse_vecs"}}, 0, model.ErrLayout},
 		{model.Graph{Inputs: in, Outputs: []string{"logits"}}, 0, model.ErrLayout},
+		{model.Graph{Inputs: in, Outputs: []string{"sentence_embedding", "token_embeddings"}}, model.LayoutHidden, nil},
+		{model.Graph{Inputs: in, Outputs: []string{"sentence_embedding"}}, 0, model.ErrLayout},
 		{model.Graph{Inputs: []string{"input_ids"}, Outputs: []string{"last_hidden_state"}}, 0, model.ErrLayout},
 	}
 	for _, tt := range tests {

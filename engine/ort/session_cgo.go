@@ -89,7 +89,7 @@ func newSession(m *model.Model, p Provider, create func(so *ort.SessionOptions, 
 		return nil, err
 	}
 	defer so.Destroy()
-	outputs := m.Layout.Outputs()
+	outputs := m.Graph.RunOutputs(m.Layout)
 	if outputs == nil {
 		return nil, fmt.Errorf("ort: %s: layout %v has no outputs", m.ONNXPath, m.Layout)
 	}

@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -263,6 +264,35 @@ func TestSessionFeedsDeclaredInputs(t *testing.T) {
 			if d := maxDiff(out.Hidden[k*s.Hidden:(k+1)*s.Hidden], want); d > 1e-5 {
 				t.Fatalf("int32 %v, position %d: off by %g", int32s, k, d)
 			}
+		}
+	}
+}
+
+// TestSessionSentenceTransformersExport: a graph exported the way
+// sentence-transformers does it (token_embeddings beside a pooled
+// sentence_embedding, listed first) loads as the hidden layout and runs
+// for its token_embeddings.
+func TestSessionSentenceTransformersExport(t *testing.T) {
+	initORT(t)
+	s := modeltest.Tiny
+	s.SentenceTransformers = true
+	dir := t.TempDir()
+	must(t, modeltest.Write(dir, s))
+	m, err := model.Open(dir, model.DefaultOptions())
+	must(t, err)
+	if m.Layout != model.LayoutHidden || !slices.Equal(m.Graph.RunOutputs(m.Layout), []string{model.OutputTokenEmbeddings}) {
+		t.Fatalf("layout %v, outputs %v", m.Layout, m.Graph.RunOutputs(m.Layout))
+	}
+	sess, err := Open(m, Provider{IntraOpThreads: 1})
+	must(t, err)
+	defer sess.Close()
+	in := input(2, 5, []int{5, 3})
+	out, err := sess.Run(context.Background(), in)
+	must(t, err)
+	for k := range in.IDs {
+		want := s.HiddenState(in.IDs[k], in.Mask[k])
+		if d := maxDiff(out.Hidden[k*s.Hidden:(k+1)*s.Hidden], want); d > 1e-5 {
+			t.Fatalf("position %d: off by %g", k, d)
 		}
 	}
 }

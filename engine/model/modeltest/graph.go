@@ -55,6 +55,15 @@ func (s Spec) ONNX() []byte {
 			x = g.add("Sin", []string{x}, "layer"+strconv.Itoa(i))
 		}
 	}
+	if s.Layout != model.LayoutHeads && s.SentenceTransformers {
+		// The pooled output first, as if the graph's author listed it so:
+		// jetembed must pick the hidden state by name, not by position.
+		tok := g.add("Sin", []string{x}, model.OutputTokenEmbeddings)
+		g.add("ReduceMean", []string{tok}, "sentence_embedding", intsAttr("axes", 1), intAttr("keepdims", 0))
+		g.outputs = []pb{valueInfo("sentence_embedding", onnxFloat, "batch", s.Hidden),
+			valueInfo(model.OutputTokenEmbeddings, onnxFloat, "batch", "seq", s.Hidden)}
+		return g.model(s.Name)
+	}
 	if s.Layout != model.LayoutHeads {
 		g.add("Sin", []string{x}, model.OutputHidden)
 		g.outputs = []pb{valueInfo(model.OutputHidden, onnxFloat, "batch", "seq", s.Hidden)}

@@ -37,6 +37,10 @@ type Spec struct {
 	// (added to x as they are) and position_ids (x += position/1000), so a
 	// wrong feed shows in [Spec.HiddenStateAt].
 	TokenTypes, Positions bool
+	// SentenceTransformers names the hidden state token_embeddings and adds
+	// the pooled sentence_embedding output, as sentence-transformers' ONNX
+	// exports do (hidden layout only).
+	SentenceTransformers bool
 }
 
 // Tiny is a small hidden-state model; set Layout for the other one.

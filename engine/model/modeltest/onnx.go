@@ -60,6 +60,15 @@ func intAttr(name string, v int64) pb {
 	return pb(nil).str(1, name).varint(20, attrInt).varint(3, v)
 }
 
+// intsAttr is an INTS attribute (AttributeProto type 7, field 8).
+func intsAttr(name string, vs ...int64) pb {
+	b := pb(nil).str(1, name).varint(20, 7)
+	for _, v := range vs {
+		b = b.varint(8, v)
+	}
+	return b
+}
+
 // floatTensor and int64Tensor are TensorProto initializers with raw data.
 func floatTensor(name string, dims []int64, data []float32) pb {
 	raw := make([]byte, 0, 4*len(data))
