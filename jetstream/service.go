@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jetembed/jetembed/schema"
 )
 
 // The request-reply service: `nats micro ls` lists it as ServiceName, and
@@ -39,6 +41,14 @@ type ServiceOptions struct {
 	// Logger receives refused requests at debug level; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Tokenizer, when set, serves the tokenize endpoint
+	// ([TokenizeSubject]); without it the endpoint is not registered.
+	Tokenizer Tokenizer
+	// RerankBytes bounds the text of one rerank request; 0 means
+	// [DefaultRerankBytes].
+	RerankBytes int
+	// NoRerank leaves the rerank endpoint ([RerankSubject]) out.
+	NoRerank bool
 }
 
 // StartService registers the NATS micro service [ServiceName] on nc with one
@@ -89,6 +99,33 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 	if err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("micro endpoint %s: %w", subject, err)
+	}
+	var limits schema.Limits
+	if !o.NoRerank {
+		maxBytes := o.RerankBytes
+		if maxBytes <= 0 {
+			maxBytes = DefaultRerankBytes
+		}
+		err = svc.AddEndpoint(RerankEndpointName, rerankHandler(ctx, nc, sink, log, limits, maxBytes),
+			micro.WithEndpointSubject(RerankSubject),
+			micro.WithEndpointQueueGroup(queue),
+			micro.WithEndpointMetadata(map[string]string{"format": "jetembed rerank request v1 (query, texts, weights): msgpack, or JSON with Content-Type: application/json"}),
+		)
+		if err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("micro endpoint %s: %w", RerankSubject, err)
+		}
+	}
+	if o.Tokenizer != nil {
+		err = svc.AddEndpoint(TokenizeName, tokenizeHandler(o.Tokenizer, o.Metadata["model"], log, limits),
+			micro.WithEndpointSubject(TokenizeSubject),
+			micro.WithEndpointQueueGroup(queue),
+			micro.WithEndpointMetadata(map[string]string{"format": "jetembed tokenize request v1 (texts, add_special): msgpack, or JSON with Content-Type: application/json"}),
+		)
+		if err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("micro endpoint %s: %w", TokenizeSubject, err)
+		}
 	}
 	// Once StartService returns, a request must find the endpoint: the
 	// subscriptions reach the server with this round trip.
