@@ -116,16 +116,16 @@ func (w *window) release(n int, done bool) {
 }
 
 func (w *window) take(n int, now time.Time) {
-	w.meter.tick(now, w.used > 0)
+	w.meter.tick(now, w.used > 0, 0)
 	w.used += n
 }
 
 func (w *window) releaseLocked(n int, done bool) {
-	now := time.Now()
-	w.meter.tick(now, w.used > 0)
+	drained := 0
 	if done {
-		w.meter.drained += n
+		drained = n
 	}
+	w.meter.tick(time.Now(), w.used > 0, drained)
 	w.used -= n
 	w.grantLocked()
 }
@@ -168,11 +168,14 @@ type drainMeter struct {
 // meterWindow is the busy time of one rate sample.
 const meterWindow = 500 * time.Millisecond
 
-func (m *drainMeter) tick(now time.Time, wasBusy bool) {
+// tick accounts the time since the last tick, busy when tokens were in
+// flight, and drained tokens answered now.
+func (m *drainMeter) tick(now time.Time, wasBusy bool, drained int) {
 	if wasBusy && !m.last.IsZero() && now.After(m.last) {
 		m.busy += now.Sub(m.last)
 	}
 	m.last = now
+	m.drained += drained
 	if m.busy >= meterWindow {
 		sample := float64(m.drained) / m.busy.Seconds()
 		if m.rate == 0 {

@@ -197,7 +197,7 @@ func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 // held.
 func (c *Consumer) hold(j *job, now time.Time) {
 	if j.interactive {
-		c.meter.tick(now, c.heldTokens[1] > 0)
+		c.meter.tick(now, c.heldTokens[1] > 0, 0)
 	}
 	c.heldTokens[j.class()] += j.cost
 	c.held[j] = struct{}{}
@@ -257,8 +257,7 @@ func (c *Consumer) release(j *job) {
 	delete(c.held, j)
 	if j.interactive {
 		now := c.cfg.Now()
-		c.meter.tick(now, true)
-		c.meter.drained += j.cost
+		c.meter.tick(now, true, j.cost)
 		c.heldTokens[1] -= j.cost
 		if !c.stopped && !c.isDraining() {
 			c.admitWaiting(now)

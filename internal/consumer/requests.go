@@ -124,12 +124,14 @@ type drainMeter struct {
 // meterWindow is the busy time of one rate sample.
 const meterWindow = 500 * time.Millisecond
 
-// tick accounts the time since the last tick, busy when tokens were held.
-func (m *drainMeter) tick(now time.Time, wasBusy bool) {
+// tick accounts the time since the last tick, busy when tokens were held,
+// and drained tokens released now.
+func (m *drainMeter) tick(now time.Time, wasBusy bool, drained int) {
 	if wasBusy && !m.last.IsZero() && now.After(m.last) {
 		m.busy += now.Sub(m.last)
 	}
 	m.last = now
+	m.drained += drained
 	if m.busy >= meterWindow {
 		sample := float64(m.drained) / m.busy.Seconds()
 		if m.rate == 0 {

@@ -3,11 +3,13 @@ package consumer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -141,6 +143,64 @@ func TestRequestQueueFullAndDrain(t *testing.T) {
 		}
 		if err := <-drained; err != nil {
 			t.Error(err)
+		}
+	})
+}
+
+// TestRequestRefusedByDrainRate: once the drain rate is measured, a
+// request that could not start before its deadline is refused overloaded
+// at once, saying when to retry; one with time enough waits.
+func TestRequestRefusedByDrainRate(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		emb := &fakeEmb{callErr: func([]engine.Text) error { time.Sleep(time.Second); return nil }}
+		c := newRig(t, Config{MaxBatchTokens: 5, InteractiveTokens: 5, RequestQueueTokens: 100}, emb, nil).c
+		text := strings.Repeat("a", 9) // 5 tokens: one request at a time, 1 s each
+		withDeadline := func(id string, d time.Duration) *request {
+			j := schema.NewJob(id, text)
+			j.Deadline = time.Now().Add(d).UTC().Format(time.RFC3339Nano)
+			dl, m := delivery(t, j, schema.EncodingJSON, 1)
+			r := &request{d: dl, m: m, answer: make(chan []byte, 1)}
+			r.d.Respond = func(_ map[string][]string, data []byte) error { r.answer <- data; return nil }
+			return r
+		}
+		var warm []*request
+		for i := range 4 {
+			r := withDeadline(fmt.Sprint("warm", i), time.Minute)
+			if err := c.Submit(context.Background(), r.d); err != nil {
+				t.Fatal(err)
+			}
+			warm = append(warm, r)
+		}
+		for _, r := range warm {
+			if res := r.result(t); res.Error != nil {
+				t.Fatal(res.Error)
+			}
+		}
+		// About 5 tokens a second now. One runs and three wait: 20 tokens
+		// ahead of a new request, about 4 s.
+		var busy []*request
+		for i := range 4 {
+			r := withDeadline(fmt.Sprint("busy", i), time.Minute)
+			if err := c.Submit(context.Background(), r.d); err != nil {
+				t.Fatal(err)
+			}
+			busy = append(busy, r)
+		}
+		hurried := withDeadline("hurried", time.Second)
+		if err := c.Submit(context.Background(), hurried.d); !errors.Is(err, ErrOverloaded) {
+			t.Errorf("a request that cannot start before its deadline: %v, want ErrOverloaded", err)
+		}
+		if res := hurried.result(t); res.Error == nil || res.Error.Code != schema.CodeOverloaded || !strings.Contains(res.Error.Message, "retry in about") {
+			t.Errorf("answer %+v", res.Error)
+		}
+		patient := withDeadline("patient", 30*time.Second)
+		if err := c.Submit(context.Background(), patient.d); err != nil {
+			t.Errorf("a request with time enough: %v", err)
+		}
+		for _, r := range append(busy, patient) {
+			if res := r.result(t); res.Error != nil {
+				t.Error(res.Error)
+			}
 		}
 	})
 }
