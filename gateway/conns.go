@@ -33,8 +33,8 @@ func ConnCap(want, nofile int) int {
 // conns is a listener that keeps the connections it hands out under a cap,
 // in all and per client address. At the cap, a new connection takes the
 // place of the oldest idle one (a keep-alive connection between requests,
-// or one that sent nothing yet for a second); with none to close, it is
-// answered 503 (plain HTTP) or closed (TLS). Accept errors (the process
+// else one that has sent no request yet); with none to close (all busy
+// with calls), it is answered 503 (plain HTTP) or closed (TLS). Accept errors (the process
 // out of file descriptors) close an idle connection, are logged as the
 // process's logs are, at most once a second, and are retried with backoff:
 // Accept returns only when the listener is closed.
@@ -114,18 +114,16 @@ func (l *conns) shedOne() bool {
 }
 
 // shedLocked closes the oldest idle connection of client (any client when
-// empty): an idle keep-alive first, else one that sent nothing for a
-// second. It forgets it at once, so the room is there now.
+// empty): an idle keep-alive first, else the one that has waited longest
+// without sending a request (a client that means to call sends its
+// request as soon as it connects). It forgets it at once, so the room is
+// there now.
 func (l *conns) shedLocked(client string) bool {
 	var victim net.Conn
 	var oldest time.Time
-	now := time.Now()
 	for _, want := range []http.ConnState{http.StateIdle, http.StateNew} {
 		for c, ci := range l.open {
 			if client != "" && ci.client != client || ci.state != want {
-				continue
-			}
-			if want == http.StateNew && now.Sub(ci.since) < time.Second {
 				continue
 			}
 			if victim == nil || ci.since.Before(oldest) {

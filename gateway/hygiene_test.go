@@ -176,7 +176,7 @@ func TestConnectionCap(t *testing.T) {
 		}
 		http.DefaultClient.CloseIdleConnections()
 	}
-	// Silent connections: shed once they sent nothing for a second.
+	// Silent connections: shed, oldest first, once no keep-alive is idle.
 	for range maxConns {
 		dialFrom(t, "127.0.0.3", addr)
 	}
