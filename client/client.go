@@ -5,7 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
-	"iter"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -27,11 +27,16 @@ type Client struct {
 	blobs blobBucket
 }
 
-// New returns a client on nc.
+// New returns a client on nc. With a tenant ([WithTenant]) nc should use
+// the tenant's inbox prefix (nats.CustomInboxPrefix("_INBOX_<tenant>")):
+// the server's permissions deliver replies only there.
 func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 	o := defaultOptions()
 	for _, opt := range opts {
 		opt(&o)
+	}
+	if o.tenant != "" && !validToken(o.tenant) {
+		return nil, fmt.Errorf("client: tenant %q is not one subject token", o.tenant)
 	}
 	js, err := natsjs.New(nc)
 	if err != nil {
@@ -43,14 +48,45 @@ func New(nc *nats.Conn, opts ...Option) (*Client, error) {
 // Run is the client's run id (see [WithRun]).
 func (c *Client) Run() string { return c.o.run }
 
-// JobSubject is where [Client.Submit] publishes jobs: embed.jobs.<run>.
-func (c *Client) JobSubject() string { return c.o.jobsPrefix + "." + c.o.run }
+// Tenant is the client's tenant (see [WithTenant]), "" for none.
+func (c *Client) Tenant() string { return c.o.tenant }
+
+// JobSubject is where [Client.Submit] publishes job id: a subject of its
+// own, embed.jobs.<tenant>.<run>.<id> (embed.jobs.<run>.<id> without a
+// tenant), with the id as in [Client.ReplySubject].
+func (c *Client) JobSubject(id string) string {
+	return c.o.jobsPrefix + "." + c.space() + c.o.run + "." + idToken(id)
+}
 
 // ReplySubject is where the result of job id goes:
-// embed.results.<run>.<id>, with an id that is not one subject token
-// base64url-encoded behind a "~".
+// embed.results.<tenant>.<run>.<id> (embed.results.<run>.<id> without a
+// tenant), with an id that is not one subject token base64url-encoded
+// behind a "~".
 func (c *Client) ReplySubject(id string) string {
-	return c.o.resultsPrefix + "." + c.o.run + "." + idToken(id)
+	return c.resultsRoot() + "." + c.o.run + "." + idToken(id)
+}
+
+// Endpoint is the subject [Client.Request] sends to: the request-reply
+// endpoint, followed by the tenant if there is one
+// (embed.v1.embed.<tenant>).
+func (c *Client) Endpoint() string {
+	if c.o.tenant == "" {
+		return c.o.endpoint
+	}
+	return c.o.endpoint + "." + c.o.tenant
+}
+
+// space is the tenant token and its dot, or "".
+func (c *Client) space() string {
+	if c.o.tenant == "" {
+		return ""
+	}
+	return c.o.tenant + "."
+}
+
+// resultsRoot is the results subject prefix of the client's tenant.
+func (c *Client) resultsRoot() string {
+	return strings.TrimSuffix(c.o.resultsPrefix+"."+c.space(), ".")
 }
 
 func idToken(id string) string {
@@ -60,13 +96,15 @@ func idToken(id string) string {
 	return "~" + base64.RawURLEncoding.EncodeToString([]byte(id))
 }
 
-// Submit queues job in the jobs stream, with Nats-Msg-Id =
-// [schema.JobMsgID] (its reply subject and id) so a job submitted twice
-// within the stream's duplicate window runs once, while another producer's
-// job with the same id and its own reply subject is kept. A job
-// without a reply subject gets [Client.ReplySubject]; job itself is not
-// changed. It returns once the stream stored the job (ack.Duplicate says it
-// was already there).
+// Submit queues job in the jobs stream on a subject of its own
+// ([Client.JobSubject]), expecting that subject to be empty
+// (Nats-Expected-Last-Subject-Sequence 0): a job submitted again while it
+// is still queued or running is not stored twice, and since a tenant may
+// publish only under its own subjects no other producer can occupy them
+// (a Nats-Msg-Id would be deduplicated over every producer). A job without
+// a reply subject gets [Client.ReplySubject]; job itself is not changed.
+// It returns once the stream stored the job; a job already queued returns
+// an ack with Duplicate set (and no sequence).
 func (c *Client) Submit(ctx context.Context, job *schema.Job) (*natsjs.PubAck, error) {
 	j := *job
 	if j.V == 0 {
@@ -81,92 +119,16 @@ func (c *Client) Submit(ctx context.Context, job *schema.Job) (*natsjs.PubAck, e
 	}
 	h := nats.Header(schema.JobHeader(&j, c.o.enc))
 	injectHeaders(ctx, h)
-	ack, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: c.JobSubject(), Header: h, Data: data})
+	ack, err := c.js.PublishMsg(ctx, &nats.Msg{Subject: c.JobSubject(j.ID), Header: h, Data: data},
+		natsjs.WithExpectLastSequencePerSubject(0))
+	var apiErr *natsjs.APIError
+	if errors.As(err, &apiErr) && apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence {
+		return &natsjs.PubAck{Duplicate: true}, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("submit job %q: %w", j.ID, err)
 	}
 	return ack, nil
-}
-
-// StoredResult is one result read back from the results stream (a blob
-// reference already resolved to the whole result).
-type StoredResult struct {
-	*schema.Result
-	// Subject is the subject it was published on.
-	Subject string
-	// Sequence is its stream sequence; Pending counts the results of the
-	// run stored after it when it was delivered.
-	Sequence, Pending uint64
-}
-
-// Results yields the results of run stored in the results stream, oldest
-// first, through an ordered consumer on embed.results.<run>.>, and then
-// waits for new ones until ctx ends (or, with [UntilCaughtUp], stops when
-// it has read what was stored). A result that does not decode is yielded
-// with an error wrapping [ErrBadResult] and the iteration goes on; an error
-// that ends it (ctx, the stream) is yielded last.
-func (c *Client) Results(ctx context.Context, run string, opts ...ResultsOption) iter.Seq2[StoredResult, error] {
-	var o resultsOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	filter := c.o.resultsPrefix + "." + Token(run) + ".>"
-	return func(yield func(StoredResult, error) bool) {
-		if o.untilCaughtUp {
-			s, err := c.js.Stream(ctx, c.o.resultsStream)
-			if err != nil {
-				yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
-				return
-			}
-			info, err := s.Info(ctx, natsjs.WithSubjectFilter(filter))
-			if err != nil {
-				yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
-				return
-			}
-			if len(info.State.Subjects) == 0 {
-				return
-			}
-		}
-		cc := natsjs.OrderedConsumerConfig{FilterSubjects: []string{filter}}
-		if o.after > 0 {
-			cc.DeliverPolicy, cc.OptStartSeq = natsjs.DeliverByStartSequencePolicy, o.after+1
-		}
-		cons, err := c.js.OrderedConsumer(ctx, c.o.resultsStream, cc)
-		if err != nil {
-			yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
-			return
-		}
-		it, err := cons.Messages()
-		if err != nil {
-			yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
-			return
-		}
-		defer it.Stop()
-		for {
-			m, err := it.Next(natsjs.NextContext(ctx))
-			if err != nil {
-				yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
-				return
-			}
-			sr := StoredResult{Subject: m.Subject()}
-			if md, err := m.Metadata(); err == nil {
-				sr.Sequence, sr.Pending = md.Sequence.Stream, md.NumPending
-			}
-			res, err := schema.DecodeResult(m.Data(), schema.EncodingFor(m.Headers().Get(schema.HeaderContentType)))
-			if err != nil {
-				err = fmt.Errorf("%w: %s (seq %d): %w", ErrBadResult, sr.Subject, sr.Sequence, err)
-			} else if res.Blob != nil {
-				res, err = c.resolve(ctx, res, schema.EncodingFor(m.Headers().Get(schema.HeaderContentType)))
-			}
-			sr.Result = res
-			if !yield(sr, err) {
-				return
-			}
-			if o.untilCaughtUp && sr.Pending == 0 {
-				return
-			}
-		}
-	}
 }
 
 // Embed asks the request-reply service for the vectors of texts now, with
@@ -194,9 +156,9 @@ func (c *Client) Request(ctx context.Context, job *schema.Job) (*schema.Result, 
 		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
 		defer cancel()
 	}
-	reply, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: c.o.endpoint, Header: h, Data: data})
+	reply, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: c.Endpoint(), Header: h, Data: data})
 	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("%w on %s: %w", ErrNoService, c.o.endpoint, err)
+		return nil, fmt.Errorf("%w on %s: %w", ErrNoService, c.Endpoint(), err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("request job %q: %w", job.ID, err)

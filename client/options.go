@@ -2,6 +2,8 @@ package client
 
 import (
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/nats-io/nuid"
 
@@ -29,6 +31,7 @@ type options struct {
 	blobsBucket   string
 	maxBlobBytes  int64
 	endpoint      string
+	tenant        string
 	run           string
 	enc           schema.Encoding
 	outputs       []schema.Output
@@ -56,12 +59,26 @@ func (o *options) streams(jobsSubject, resultsSubject, resultsStream string) {
 	o.resultsStream = resultsStream
 }
 
-// WithRun names the run: jobs go to embed.jobs.<run> and their results to
-// embed.results.<run>.<job id>, where [Client.Results] finds them. The
-// default is a random id, unique to the client. run becomes one subject
-// token: characters other than letters, digits, '-' and '_' become '_'.
+// WithRun names the run: jobs go to embed.jobs.[<tenant>.]<run>.<job id>
+// and their results to embed.results.[<tenant>.]<run>.<job id>, where
+// [Client.Results] finds them. The default is a random id, unique to the
+// client. run becomes one subject token: characters other than letters,
+// digits, '-' and '_' become '_'.
 func WithRun(run string) Option {
 	return func(o *options) { o.run = Token(run) }
+}
+
+// WithTenant sets the tenant: the identity the NATS server authenticates
+// the connection as, whose permissions allow jobs only under
+// embed.jobs.<tenant>.>, results only under embed.results.<tenant>.>,
+// requests only to embed.v1.embed.<tenant> and replies only to the inbox
+// prefix _INBOX_<tenant> (set it on the connection with
+// nats.CustomInboxPrefix). Without a tenant (one producer, or a shared
+// deployment) jobs go to embed.jobs.<run>.<id>, which the fleet reads as
+// tenant <run>. The tenant must be one subject token; [New] refuses
+// another.
+func WithTenant(tenant string) Option {
+	return func(o *options) { o.tenant = tenant }
 }
 
 // WithJSON sends jobs as JSON instead of msgpack; results come back in the
@@ -124,6 +141,20 @@ func WithNames(n Names) Option {
 // MiB); a larger one is an error wrapping [ErrBlob].
 func WithMaxBlobBytes(n int64) Option {
 	return func(o *options) { o.maxBlobBytes = n }
+}
+
+// validToken reports whether s is one subject token: no dots, wildcards,
+// whitespace or control characters.
+func validToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r <= ' ' || r == 0x7f || r == '.' || r == '*' || r == '>' || unicode.IsSpace(r) || unicode.IsControl(r) {
+			return false
+		}
+	}
+	return utf8.ValidString(s)
 }
 
 // Token makes s usable as one subject token: anything but letters, digits,

@@ -19,7 +19,8 @@ const (
 
 // Rerank scores each text against query with BGE-M3's hybrid score
 // (see [schema.RerankRequest]) with the default weights, asking the
-// fleet's rerank endpoint now. The scores come in the texts' order: sort
+// fleet's rerank endpoint now (embed.v1.rerank, or
+// embed.v1.rerank.<tenant> with a tenant). The scores come in the texts' order: sort
 // them by Score for the ranking. It is [Client.RerankRequest] with a fresh
 // request.
 func (c *Client) Rerank(ctx context.Context, query string, texts ...string) (*schema.RerankResult, error) {
@@ -42,7 +43,7 @@ func (c *Client) RerankRequest(ctx context.Context, req *schema.RerankRequest) (
 	if err != nil {
 		return nil, fmt.Errorf("rerank %q: %w", r.ID, err)
 	}
-	reply, err := c.request(ctx, c.o.rerankEndpoint, data)
+	reply, err := c.request(ctx, c.tenanted(c.o.rerankEndpoint), data)
 	if err != nil {
 		return nil, fmt.Errorf("rerank %q: %w", r.ID, err)
 	}
@@ -76,7 +77,7 @@ func (c *Client) TokenizeRequest(ctx context.Context, req *schema.TokenizeReques
 	if err != nil {
 		return nil, fmt.Errorf("tokenize %q: %w", r.ID, err)
 	}
-	reply, err := c.request(ctx, c.o.tokenizeEndpoint, data)
+	reply, err := c.request(ctx, c.tenanted(c.o.tokenizeEndpoint), data)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize %q: %w", r.ID, err)
 	}
@@ -88,6 +89,15 @@ func (c *Client) TokenizeRequest(ctx context.Context, req *schema.TokenizeReques
 		return res, res.Error
 	}
 	return res, nil
+}
+
+// tenanted is subject followed by the client's tenant, if it has one
+// (embed.v1.rerank.<tenant>), as [Client.Endpoint] is.
+func (c *Client) tenanted(subject string) string {
+	if c.o.tenant == "" {
+		return subject
+	}
+	return subject + "." + c.o.tenant
 }
 
 // request sends data to subject in the client's encoding and waits for

@@ -75,12 +75,12 @@ func TestAccountsConfParses(t *testing.T) {
 		}
 		// Producers are denied what no allow list may ever grant them,
 		// so that widening an allow list later cannot open it.
-		if strings.HasPrefix(u.Username, "producer-") {
+		if strings.HasPrefix(u.Username, "producer-") || u.Username == "gateway" {
 			var deny []string
 			if u.Permissions != nil && u.Permissions.Publish != nil {
 				deny = u.Permissions.Publish.Deny
 			}
-			for _, must := range []string{"embed.dlq.>", "embed.results.>", "$KV.>"} {
+			for _, must := range []string{"embed.dlq.>", "embed.results.>", "$KV.>", "$JS.ACK.>", "$JS.API.CONSUMER.MSG.NEXT.>", "embed.v1.embed"} {
 				if !slices.Contains(deny, must) {
 					t.Errorf("user %s: publish deny %v lacks %s", u.Username, deny, must)
 				}
@@ -88,7 +88,7 @@ func TestAccountsConfParses(t *testing.T) {
 		}
 	}
 	slices.Sort(users)
-	want := []string{"embedder@EMBED", "producer-a@EMBED", "producer-b@EMBED", "provisioner@EMBED", "sys@SYS"}
+	want := []string{"embedder@EMBED", "gateway@EMBED", "producer-a@EMBED", "producer-b@EMBED", "provisioner@EMBED", "sys@SYS"}
 	if !slices.Equal(users, want) {
 		t.Errorf("users %v, want %v", users, want)
 	}
@@ -247,10 +247,19 @@ func TestPermissionModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ajs.Publish(ctx, "embed.jobs.producer-a", []byte(`{"v":1,"id":"a1","texts":["x"],"reply":"embed.results.producer-a.a1"}`), natsjs.WithMsgID("a1")); err != nil {
+	if _, err := ajs.Publish(ctx, "embed.jobs.producer-a.run.a1", []byte(`{"v":1,"id":"a1","texts":["x"],"reply":"embed.results.producer-a.a1"}`),
+		natsjs.WithExpectLastSequencePerSubject(0)); err != nil {
 		t.Fatalf("producer-a: publish job: %v", err)
 	}
 	prodA.allowed(t)
+	// Not under another tenant's token, nor on the bare service subject
+	// (a request there names no tenant).
+	for _, subj := range []string{"embed.jobs.producer-b.run.b1", "embed.jobs.x", "embed.v1.embed", "embed.v1.embed.producer-b"} {
+		if err := prodA.Publish(subj, []byte(`{"v":1,"id":"forged","texts":["x"]}`)); err != nil {
+			t.Fatal(err)
+		}
+		prodA.denied(t, "publish", subj)
+	}
 
 	// producer-b cannot read producer-a's results, nor everyone's.
 	for _, subj := range []string{"embed.results.producer-a.>", "embed.results.>", "_INBOX_producer-a.>"} {
@@ -360,35 +369,65 @@ func TestPermissionModel(t *testing.T) {
 	}
 	emb.allowed(t)
 
-	// producer-a reads its results durably, from its own consumer only.
-	if _, err := ajs.CreateOrUpdateConsumer(ctx, "EMBED_RESULTS", natsjs.ConsumerConfig{
-		Durable: "producer-a", FilterSubject: "embed.results.producer-a.>", AckPolicy: natsjs.AckExplicitPolicy,
-	}); err != nil {
+	// producer-a reads its stored results through a push consumer of its
+	// own results, delivered to its inbox.
+	inbox := prodA.NewInbox()
+	pc, err := ajs.CreatePushConsumer(ctx, "EMBED_RESULTS", natsjs.ConsumerConfig{
+		Name: "mine", FilterSubject: "embed.results.producer-a.>", DeliverSubject: inbox, AckPolicy: natsjs.AckNonePolicy,
+		FlowControl: true, IdleHeartbeat: time.Second,
+	})
+	if err != nil {
 		t.Fatalf("producer-a: create its results consumer: %v", err)
 	}
-	rc, err := ajs.Consumer(ctx, "EMBED_RESULTS", "producer-a")
+	got2 := make(chan string, 1)
+	cc, err := pc.Consume(func(m natsjs.Msg) { got2 <- m.Subject() })
 	if err != nil {
-		t.Fatalf("producer-a: bind its results consumer: %v", err)
+		t.Fatal(err)
 	}
-	if m, err := rc.Next(natsjs.FetchMaxWait(5 * time.Second)); err != nil || m.Subject() != "embed.results.producer-a.a1" {
-		t.Errorf("producer-a: next result = %v, %v", m, err)
-	} else if err := m.DoubleAck(ctx); err != nil {
-		t.Errorf("producer-a: ack result: %v", err)
+	select {
+	case subj := <-got2:
+		if subj != "embed.results.producer-a.a1" {
+			t.Errorf("producer-a: result on %s", subj)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("producer-a: no stored result delivered")
 	}
-	short, cancelShort := context.WithTimeout(ctx, 2*time.Second)
-	defer cancelShort()
-	if _, err := ajs.CreateOrUpdateConsumer(short, "EMBED_RESULTS", natsjs.ConsumerConfig{
-		Durable: "producer-a", FilterSubject: "embed.results.>",
-	}); err == nil {
-		t.Error("producer-a created a consumer over everyone's results")
+	cc.Stop()
+	prodA.allowed(t)
+	// Not over everyone's results, nor another tenant's, nor with the
+	// filter hidden in the body, nor by pulling, inspecting or deleting
+	// consumers by name.
+	for _, filter := range []string{"embed.results.>", "embed.results.producer-b.>", "embed.results.*.>"} {
+		short, cancelShort := context.WithTimeout(ctx, time.Second)
+		_, err := ajs.CreatePushConsumer(short, "EMBED_RESULTS", natsjs.ConsumerConfig{
+			Name: "theirs", FilterSubject: filter, DeliverSubject: prodA.NewInbox(),
+		})
+		cancelShort()
+		if err == nil {
+			t.Errorf("producer-a created a consumer over %s", filter)
+		}
+		prodA.denied(t, "publish", "$JS.API.CONSUMER.CREATE.EMBED_RESULTS.theirs."+filter)
 	}
-	prodA.denied(t, "publish", "$JS.API.CONSUMER.CREATE.EMBED_RESULTS.producer-a.embed.results.>")
+	for _, subj := range []string{
+		"$JS.API.CONSUMER.CREATE.EMBED_RESULTS", "$JS.API.CONSUMER.CREATE.EMBED_RESULTS.theirs",
+		"$JS.API.CONSUMER.MSG.NEXT.EMBED_RESULTS.producer-b", "$JS.API.CONSUMER.INFO.EMBED_RESULTS.mine",
+		"$JS.API.CONSUMER.DELETE.EMBED_RESULTS.mine", "$JS.API.CONSUMER.NAMES.EMBED_RESULTS",
+		"$JS.API.DIRECT.GET.EMBED_RESULTS", "$JS.API.STREAM.MSG.GET.EMBED_RESULTS", "$JS.API.STREAM.INFO.EMBED_RESULTS",
+		"$JS.API.CONSUMER.CREATE.OBJ_EMBED_BLOBS.x.$O.EMBED_BLOBS.C.x",
+	} {
+		if err := prodA.Publish(subj, []byte(`{}`)); err != nil {
+			t.Fatal(err)
+		}
+		prodA.denied(t, "publish", subj)
+	}
 
-	// Request-reply: the embed service answers producer-a's private inbox
-	// through allow_responses.
+	// Request-reply: the embed service answers producer-a's private inbox,
+	// granted to the embedder (no allow_responses), and nothing else: a
+	// reply-to elsewhere is refused by the server even if the service
+	// tried.
 	svc, err := micro.AddService(emb.Conn, micro.Config{
 		Name: "embed", Version: "1.0.0", QueueGroup: "embed",
-		Endpoint: &micro.EndpointConfig{Subject: "embed.v1.embed", Handler: micro.HandlerFunc(func(r micro.Request) {
+		Endpoint: &micro.EndpointConfig{Subject: "embed.v1.embed.*", Handler: micro.HandlerFunc(func(r micro.Request) {
 			_ = r.Respond([]byte("vectors"))
 		})},
 	})
@@ -397,8 +436,12 @@ func TestPermissionModel(t *testing.T) {
 	}
 	defer svc.Stop()
 	emb.allowed(t)
-	if resp, err := prodA.Request("embed.v1.embed", []byte(`{"v":1,"id":"r1","texts":["x"]}`), 5*time.Second); err != nil || string(resp.Data) != "vectors" {
-		t.Errorf("producer-a: request embed.v1.embed = %v, %v", resp, err)
+	if resp, err := prodA.Request("embed.v1.embed.producer-a", []byte(`{"v":1,"id":"r1","texts":["x"]}`), 5*time.Second); err != nil || string(resp.Data) != "vectors" {
+		t.Errorf("producer-a: request embed.v1.embed.producer-a = %v, %v", resp, err)
 	}
 	prodA.allowed(t)
+	if err := prodA.PublishRequest("embed.v1.embed.producer-a", "orders.create", []byte(`{"v":1,"id":"r2","texts":["x"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	emb.denied(t, "publish", "orders.create")
 }

@@ -68,7 +68,7 @@ func TestPoisonFlood(t *testing.T) {
 	srv := natstest.RunServer(t)
 	cfg := faultConfig(1, 5*time.Second)
 	b := newBulk(t, srv.ClientURL(), cfg, "poison")
-	subject := b.c.JobSubject()
+	subject := b.c.JobSubject("poison") // one subject for all: the test publishes raw
 
 	const good = 1500
 	badWant := map[string]schema.Code{} // reply subject -> code

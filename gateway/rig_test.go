@@ -128,7 +128,7 @@ func (f *fakeFleet) handle(req micro.Request) {
 		_ = req.Error("internal", err.Error(), nil)
 		return
 	}
-	_ = req.Respond(data, micro.WithHeaders(micro.Headers(schema.ResultHeader(res, req.Reply(), enc))))
+	_ = req.Respond(data, micro.WithHeaders(micro.Headers(schema.ResultHeader(res, "", req.Reply(), enc))))
 }
 
 // fakeItem is the fake fleet's vectors of text.

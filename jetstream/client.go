@@ -33,6 +33,9 @@ func NewClient(nc *nats.Conn, opts ...ClientOption) (*Client, error) { return cl
 // WithRun is [client.WithRun].
 func WithRun(run string) ClientOption { return client.WithRun(run) }
 
+// WithTenant is [client.WithTenant].
+func WithTenant(tenant string) ClientOption { return client.WithTenant(tenant) }
+
 // WithJSON is [client.WithJSON].
 func WithJSON() ClientOption { return client.WithJSON() }
 

@@ -19,8 +19,8 @@ func TestClientResultsAndSubjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Run() != "my_run_1" || c.JobSubject() != "embed.jobs.my_run_1" {
-		t.Errorf("run %q, job subject %q", c.Run(), c.JobSubject())
+	if c.Run() != "my_run_1" || c.JobSubject("a.b") != "embed.jobs.my_run_1.~YS5i" {
+		t.Errorf("run %q, job subject %q", c.Run(), c.JobSubject("a.b"))
 	}
 	if got := c.ReplySubject("a.b"); got != "embed.results.my_run_1.~YS5i" {
 		t.Errorf("reply subject of id a.b: %q", got)
@@ -96,7 +96,7 @@ func TestClientSubmitCarriesTraceContext(t *testing.T) {
 	if !strings.Contains(parent, "4bf92f3577b34da6a3ce929d0e0e4736") {
 		t.Errorf("job headers %v carry no traceparent of the caller's span", h)
 	}
-	if h.Get(schema.HeaderMsgID) != schema.JobMsgID(c.ReplySubject("t1"), "t1") || h.Get(schema.HeaderContentType) != schema.MediaTypeJSON {
+	if h.Get(schema.HeaderMsgID) != "" || h.Get(schema.HeaderExpectedLastSubjectSeq) != "0" || h.Get(schema.HeaderContentType) != schema.MediaTypeJSON {
 		t.Errorf("job headers %v", h)
 	}
 	job, err := schema.DecodeJob(stored.Data, schema.EncodingJSON)

@@ -182,6 +182,9 @@ func (o Options) natsOptions() ([]nats.Option, error) {
 		}
 		opts = append(opts, nats.Secure(c))
 	}
+	if o.InboxPrefix != "" {
+		opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
+	}
 	return opts, nil
 }
 

@@ -46,6 +46,12 @@ type Options struct {
 	// connection. Zero means [DefaultConnectTimeout].
 	ConnectTimeout time.Duration
 
+	// InboxPrefix is the prefix of the connection's reply inboxes (request
+	// replies, JetStream API answers, push deliveries): a tenant's
+	// permissions let it subscribe only to _INBOX_<tenant>.>. Empty means
+	// nats.go's _INBOX.
+	InboxPrefix string
+
 	// Logger receives disconnect and reconnect events. Nil means
 	// slog.Default().
 	Logger *slog.Logger

@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -35,7 +36,7 @@ func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) consumer.Delivery
 	if h == nil {
 		h = make(map[string][]string, 1)
 	}
-	h[HeaderSubject] = []string{m.Subject()}
+	setSubject(h, m.Subject())
 	var msg consumer.Message = m
 	if t.skewed() {
 		msg = backoffMsg{Msg: m, t: t, delivered: delivered}
@@ -44,12 +45,25 @@ func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) consumer.Delivery
 		Msg:          msg,
 		Data:         m.Data(),
 		Header:       h,
+		Subject:      m.Subject(),
 		NumDelivered: delivered,
 		// m.Reply() is the ack subject, not an inbox: a stored job names
 		// its reply in the body or the Embed-Reply header.
 		Received: received,
 		Stored:   stored,
 	}
+}
+
+// setSubject sets [HeaderSubject] to the subject the server delivered the
+// job on, dropping any the producer sent in another case: what a dead
+// letter says about the job's subject is the server's word.
+func setSubject(h map[string][]string, subject string) {
+	for k := range h {
+		if strings.EqualFold(k, HeaderSubject) {
+			delete(h, k)
+		}
+	}
+	h[HeaderSubject] = []string{subject}
 }
 
 // nakTiming is what the server mixes into a NAK delay: the consumer's
@@ -98,15 +112,21 @@ func (m backoffMsg) NakWithDelay(delay time.Duration) error {
 //
 // The answer is flushed and checked against the connection's permission
 // violations, so a reply the server refuses is reported, not lost.
-func requestDelivery(nc *nats.Conn, req micro.Request, received time.Time) consumer.Delivery {
+//
+// tenant is the token the request's subject has after the endpoint's
+// (embed.v1.embed.<tenant>), "" on the bare endpoint: the server's
+// permissions let a tenant publish only to its own.
+func requestDelivery(nc *nats.Conn, req micro.Request, tenant string, received time.Time) consumer.Delivery {
 	h := map[string][]string(req.Headers())
 	if h == nil {
 		h = make(map[string][]string, 1)
 	}
-	h[HeaderSubject] = []string{req.Subject()}
+	setSubject(h, req.Subject())
 	return consumer.Delivery{
 		Data:         req.Data(),
 		Header:       h,
+		Subject:      req.Subject(),
+		Tenant:       tenant,
 		NumDelivered: 1,
 		Reply:        req.Reply(),
 		Received:     received,

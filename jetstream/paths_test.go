@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nuid"
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/consumer"
@@ -54,7 +54,7 @@ func TestDeadlinePassedIsAnsweredWithoutRunning(t *testing.T) {
 	h := withJSON(map[string][]string{
 		schema.HeaderMsgID: {"header"}, schema.HeaderReply: {c.ReplySubject("header")}, schema.HeaderDeadline: {past},
 	})
-	publishRaw(t, srv.js, c.JobSubject(), h, []byte(`{"v":1,"id":"header","texts":["too late"]}`))
+	publishRaw(t, srv.js, c.JobSubject("header"), h, []byte(`{"v":1,"id":"header","texts":["too late"]}`))
 
 	got := collect(t, c, "deadline", []string{"field", "header"})
 	for id, r := range got {
@@ -120,8 +120,9 @@ func TestCoreInboxReplyAndNoReply(t *testing.T) {
 	w := startWorker(t, srv, e, workerOptions{})
 	jobs := strings.TrimSuffix(srv.cfg.Jobs.Subjects[0], ">") + "core"
 
-	// A job stored in the stream whose reply is a requester's core inbox.
-	inbox := nats.NewInbox()
+	// A job stored in the stream whose reply is a requester's core inbox
+	// (in the job's tenant's space: the tenant is "core").
+	inbox := "_INBOX_core." + nuid.Next()
 	sub, err := srv.nc.SubscribeSync(inbox)
 	if err != nil {
 		t.Fatal(err)

@@ -166,6 +166,10 @@ func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, head
 		if strings.HasPrefix(strings.ToLower(k), "nats-") {
 			continue
 		}
+		// The tenant is the consumer's word, never the producer's.
+		if strings.EqualFold(k, schema.HeaderTenant) {
+			continue
+		}
 		h[k] = v
 	}
 	code := dl.Code
@@ -175,6 +179,9 @@ func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, head
 	h.Set(HeaderDLQCode, code)
 	h.Set(HeaderDLQMessage, dl.Message)
 	h.Set(HeaderDLQJobID, dl.JobID)
+	if dl.Tenant != "" {
+		h.Set(schema.HeaderTenant, dl.Tenant)
+	}
 	h.Set(HeaderDLQDelivered, strconv.FormatUint(dl.NumDelivered, 10))
 	m := &nats.Msg{Subject: p.dlqBase + subjectToken(code), Header: h, Data: data}
 	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(p.dlqName)}

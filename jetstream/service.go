@@ -20,6 +20,11 @@ const (
 	ServiceName     = "embed"
 	EndpointName    = "embed"
 	EndpointSubject = "embed.v1.embed"
+	// TenantEndpointName is the endpoint of tenants' requests, on
+	// <EndpointSubject>.<tenant>: the server's permissions let each
+	// producer publish only to its own, so the subject tells the service
+	// whose request it is (see [schema.Tenancy]).
+	TenantEndpointName = "embed-tenant"
 	// ServiceQueueGroup spreads requests over the fleet: each goes to one
 	// process.
 	ServiceQueueGroup = "embed"
@@ -49,12 +54,30 @@ type ServiceOptions struct {
 	RerankBytes int
 	// NoRerank leaves the rerank endpoint ([RerankSubject]) out.
 	NoRerank bool
+	// Replies is the reply policy a tokenize answer's inbox is checked
+	// against (the consumer checks the others); the zero value is its
+	// defaults. [StartWorker] sets the consumer's.
+	Replies schema.ReplyPolicy
 }
 
-// StartService registers the NATS micro service [ServiceName] on nc with one
-// endpoint that hands each request to sink, the same consumer the fetch
-// loop feeds, so request texts are packed into the same runs as queued
-// jobs. The job is the request body (JSON when its Content-Type says so,
+// tenantOf returns how a request on an endpoint of base (bare, or
+// base.<tenant> when tenanted) names its tenant.
+func tenantOf(base string, tenanted bool) func(subject string) string {
+	return func(subject string) string {
+		if !tenanted {
+			return ""
+		}
+		return strings.TrimPrefix(subject, base+".")
+	}
+}
+
+// StartService registers the NATS micro service [ServiceName] on nc with
+// two endpoints, <subject> and <subject>.<tenant> ([EndpointName],
+// [TenantEndpointName]), that hand each request to sink, the same consumer
+// the fetch loop feeds, so request texts are packed into the same runs as
+// queued jobs. A request on <subject>.<tenant> is the tenant's (its
+// answer goes only to an inbox in the tenant's space); one on the bare
+// subject has none. The job is the request body (JSON when its Content-Type says so,
 // else msgpack) and the result is the reply, with a micro error (code = the
 // job-level error code) when the whole job failed. A request that is bad
 // input (undecodable, invalid) is also copied to the DLQ, as a stored job
@@ -86,45 +109,71 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 	if err != nil {
 		return nil, fmt.Errorf("micro service: %w", err)
 	}
-	handler := micro.ContextHandler(ctx, func(ctx context.Context, req micro.Request) {
-		if err := sink.Submit(ctx, requestDelivery(nc, req, time.Now())); err != nil {
-			log.Debug("request refused", "subject", req.Subject(), "err", err)
-		}
-	})
-	err = svc.AddEndpoint(EndpointName, handler,
-		micro.WithEndpointSubject(subject),
-		micro.WithEndpointQueueGroup(queue),
-		micro.WithEndpointMetadata(map[string]string{"format": "jetembed job v1: msgpack, or JSON with Content-Type: application/json"}),
-	)
-	if err != nil {
-		_ = svc.Stop()
-		return nil, fmt.Errorf("micro endpoint %s: %w", subject, err)
+	handler := func(tenanted bool) micro.Handler {
+		return micro.ContextHandler(ctx, func(ctx context.Context, req micro.Request) {
+			tenant := ""
+			if tenanted {
+				tenant = strings.TrimPrefix(req.Subject(), subject+".")
+			}
+			if err := sink.Submit(ctx, requestDelivery(nc, req, tenant, time.Now())); err != nil {
+				log.Debug("request refused", "subject", req.Subject(), "err", err)
+			}
+		})
 	}
+	meta := map[string]string{"format": "jetembed job v1: msgpack, or JSON with Content-Type: application/json"}
+	for _, ep := range []struct {
+		name, subject string
+		tenanted      bool
+	}{{EndpointName, subject, false}, {TenantEndpointName, subject + ".*", true}} {
+		err = svc.AddEndpoint(ep.name, handler(ep.tenanted),
+			micro.WithEndpointSubject(ep.subject),
+			micro.WithEndpointQueueGroup(queue),
+			micro.WithEndpointMetadata(meta),
+		)
+		if err != nil {
+			_ = svc.Stop()
+			return nil, fmt.Errorf("micro endpoint %s: %w", ep.subject, err)
+		}
+	}
+	// The rerank and tokenize endpoints, each bare and per tenant as the
+	// embed endpoint is.
 	var limits schema.Limits
+	type extra struct {
+		name, subject, format string
+		handler               func(tenanted bool) micro.Handler
+	}
+	var extras []extra
 	if !o.NoRerank {
 		maxBytes := o.RerankBytes
 		if maxBytes <= 0 {
 			maxBytes = DefaultRerankBytes
 		}
-		err = svc.AddEndpoint(RerankEndpointName, rerankHandler(ctx, nc, sink, log, limits, maxBytes),
-			micro.WithEndpointSubject(RerankSubject),
-			micro.WithEndpointQueueGroup(queue),
-			micro.WithEndpointMetadata(map[string]string{"format": "jetembed rerank request v1 (query, texts, weights): msgpack, or JSON with Content-Type: application/json"}),
-		)
-		if err != nil {
-			_ = svc.Stop()
-			return nil, fmt.Errorf("micro endpoint %s: %w", RerankSubject, err)
-		}
+		extras = append(extras, extra{RerankEndpointName, RerankSubject, "jetembed rerank request v1 (query, texts, weights)",
+			func(tenanted bool) micro.Handler {
+				return rerankHandler(ctx, nc, sink, log, limits, maxBytes, tenantOf(RerankSubject, tenanted))
+			}})
 	}
 	if o.Tokenizer != nil {
-		err = svc.AddEndpoint(TokenizeName, tokenizeHandler(o.Tokenizer, o.Metadata["model"], log, limits),
-			micro.WithEndpointSubject(TokenizeSubject),
-			micro.WithEndpointQueueGroup(queue),
-			micro.WithEndpointMetadata(map[string]string{"format": "jetembed tokenize request v1 (texts, add_special): msgpack, or JSON with Content-Type: application/json"}),
-		)
-		if err != nil {
-			_ = svc.Stop()
-			return nil, fmt.Errorf("micro endpoint %s: %w", TokenizeSubject, err)
+		extras = append(extras, extra{TokenizeName, TokenizeSubject, "jetembed tokenize request v1 (texts, add_special)",
+			func(tenanted bool) micro.Handler {
+				return tokenizeHandler(o.Tokenizer, o.Metadata["model"], log, limits, o.Replies, tenantOf(TokenizeSubject, tenanted))
+			}})
+	}
+	for _, x := range extras {
+		for _, tenanted := range []bool{false, true} {
+			name, subj := x.name, x.subject
+			if tenanted {
+				name, subj = name+"-tenant", subj+".*"
+			}
+			err = svc.AddEndpoint(name, x.handler(tenanted),
+				micro.WithEndpointSubject(subj),
+				micro.WithEndpointQueueGroup(queue),
+				micro.WithEndpointMetadata(map[string]string{"format": x.format + ": msgpack, or JSON with Content-Type: application/json"}),
+			)
+			if err != nil {
+				_ = svc.Stop()
+				return nil, fmt.Errorf("micro endpoint %s: %w", subj, err)
+			}
 		}
 	}
 	// Once StartService returns, a request must find the endpoint: the

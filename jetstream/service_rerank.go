@@ -36,19 +36,10 @@ type Tokenizer func(text string, special bool) (ids []uint32, tokens []string, s
 // packed with all other work and admitted like any request), and the
 // answer is made from the whole result in this process: scores, not
 // vectors.
-func rerankHandler(ctx context.Context, nc *nats.Conn, sink Sink, log *slog.Logger, limits schema.Limits, maxBytes int) micro.Handler {
+func rerankHandler(ctx context.Context, nc *nats.Conn, sink Sink, log *slog.Logger, limits schema.Limits, maxBytes int, tenant func(string) string) micro.Handler {
 	return micro.ContextHandler(ctx, func(ctx context.Context, req micro.Request) {
 		enc := schema.EncodingFor(req.Headers().Get(schema.HeaderContentType))
-		rr, se := limits.DecodeRerankRequest(req.Data(), enc)
-		if se == nil {
-			n := len(rr.Query)
-			for _, t := range rr.Texts {
-				n += len(t)
-			}
-			if n > maxBytes {
-				se = schema.Errorf(schema.CodeJobTooLarge, "the query and texts are %d bytes, over the rerank limit of %d: send fewer texts a request", n, maxBytes)
-			}
-		}
+		rr, se := decodeRerank(limits, req.Data(), enc, maxBytes)
 		if se != nil {
 			id := ""
 			if rr != nil {
@@ -57,19 +48,14 @@ func rerankHandler(ctx context.Context, nc *nats.Conn, sink Sink, log *slog.Logg
 			respondPlain(req, enc, &schema.RerankResult{V: schema.Version, ID: id, Error: se}, se, log)
 			return
 		}
-		weights := schema.DefaultRerankWeights
-		if rr.Weights != nil {
-			weights = *rr.Weights
-		}
-		job := &schema.Job{V: schema.Version, ID: rr.ID, Texts: append([]string{rr.Query}, rr.Texts...),
-			Outputs: []schema.Output{schema.OutputDense, schema.OutputSparse, schema.OutputColBERT}, Truncate: rr.Truncate, Deadline: rr.Deadline}
+		job, weights := rerankJob(rr)
 		data, err := schema.EncodeJob(job, enc)
 		if err != nil {
 			se := schema.Errorf(schema.CodeBadPayload, "the request does not encode as a job: %v", err)
 			respondPlain(req, enc, &schema.RerankResult{V: schema.Version, ID: rr.ID, Error: se}, se, log)
 			return
 		}
-		d := requestDelivery(nc, req, time.Now())
+		d := requestDelivery(nc, req, tenant(req.Subject()), time.Now())
 		d.Data = data
 		d.Answer = func(res *schema.Result) (map[string][]string, []byte) {
 			out := rerankResult(res, len(rr.Texts), weights)
@@ -84,6 +70,34 @@ func rerankHandler(ctx context.Context, nc *nats.Conn, sink Sink, log *slog.Logg
 			log.Debug("rerank request refused", "subject", req.Subject(), "err", err)
 		}
 	})
+}
+
+// decodeRerank decodes and checks a rerank request, its text within
+// maxBytes.
+func decodeRerank(limits schema.Limits, data []byte, enc schema.Encoding, maxBytes int) (*schema.RerankRequest, *schema.Error) {
+	rr, se := limits.DecodeRerankRequest(data, enc)
+	if se != nil {
+		return rr, se
+	}
+	n := len(rr.Query)
+	for _, t := range rr.Texts {
+		n += len(t)
+	}
+	if n > maxBytes {
+		return rr, schema.Errorf(schema.CodeJobTooLarge, "the query and texts are %d bytes, over the rerank limit of %d: send fewer texts a request", n, maxBytes)
+	}
+	return rr, nil
+}
+
+// rerankJob is the interactive job of a rerank: the query first, then the
+// texts, asking for every output.
+func rerankJob(rr *schema.RerankRequest) (*schema.Job, schema.RerankWeights) {
+	weights := schema.DefaultRerankWeights
+	if rr.Weights != nil {
+		weights = *rr.Weights
+	}
+	return &schema.Job{V: schema.Version, ID: rr.ID, Texts: append([]string{rr.Query}, rr.Texts...),
+		Outputs: []schema.Output{schema.OutputDense, schema.OutputSparse, schema.OutputColBERT}, Truncate: rr.Truncate, Deadline: rr.Deadline}, weights
 }
 
 // rerankResult scores the result of a rerank job: item 0 is the query.
@@ -115,33 +129,45 @@ func rerankResult(res *schema.Result, texts int, w schema.RerankWeights) *schema
 	return out
 }
 
-// tokenizeHandler answers embed.v1.tokenize with tok, in this process.
-func tokenizeHandler(tok Tokenizer, model string, log *slog.Logger, limits schema.Limits) micro.Handler {
+// tokenizeHandler answers embed.v1.tokenize with tok, in this process; a
+// request whose inbox is outside its tenant's space gets no answer, as an
+// embed request would not.
+func tokenizeHandler(tok Tokenizer, model string, log *slog.Logger, limits schema.Limits, replies schema.ReplyPolicy, tenant func(string) string) micro.Handler {
+	replies = replies.WithDefaults()
 	return micro.HandlerFunc(func(req micro.Request) {
-		enc := schema.EncodingFor(req.Headers().Get(schema.HeaderContentType))
-		tr, se := limits.DecodeTokenizeRequest(req.Data(), enc)
-		out := &schema.TokenizeResult{V: schema.Version, Model: model}
-		if tr != nil {
-			out.ID = tr.ID
-		}
-		if se != nil {
-			out.Error = se
-			respondPlain(req, enc, out, se, log)
+		if tn := tenant(req.Subject()); tn != "" && !schema.ValidTenant(tn) || replies.Check(tenant(req.Subject()), req.Reply()) != nil {
+			log.Warn("tokenize request refused: its inbox is outside the requester's space", "subject", req.Subject())
 			return
 		}
-		special := tr.AddSpecial == nil || *tr.AddSpecial
-		out.Items = make([]schema.TokenizeItem, len(tr.Texts))
-		for i, t := range tr.Texts {
-			if !utf8.ValidString(t) {
-				out.Items[i] = schema.TokenizeItem{IDs: []uint32{}, Tokens: []string{}, Special: []bool{},
-					Error: schema.Errorf(schema.CodeInvalidUTF8, "text %d is not valid UTF-8", i)}
-				continue
-			}
-			ids, toks, sp, count := tok(t, special)
-			out.Items[i] = schema.TokenizeItem{IDs: ids, Tokens: toks, Special: sp, Count: count}
-		}
-		respondPlain(req, enc, out, nil, log)
+		enc := schema.EncodingFor(req.Headers().Get(schema.HeaderContentType))
+		out := tokenize(tok, model, limits, req.Data(), enc)
+		respondPlain(req, enc, out, out.Error, log)
 	})
+}
+
+// tokenize decodes a tokenize request and answers it with tok.
+func tokenize(tok Tokenizer, model string, limits schema.Limits, data []byte, enc schema.Encoding) *schema.TokenizeResult {
+	tr, se := limits.DecodeTokenizeRequest(data, enc)
+	out := &schema.TokenizeResult{V: schema.Version, Model: model}
+	if tr != nil {
+		out.ID = tr.ID
+	}
+	if se != nil {
+		out.Error = se
+		return out
+	}
+	special := tr.AddSpecial == nil || *tr.AddSpecial
+	out.Items = make([]schema.TokenizeItem, len(tr.Texts))
+	for i, t := range tr.Texts {
+		if !utf8.ValidString(t) {
+			out.Items[i] = schema.TokenizeItem{IDs: []uint32{}, Tokens: []string{}, Special: []bool{},
+				Error: schema.Errorf(schema.CodeInvalidUTF8, "text %d is not valid UTF-8", i)}
+			continue
+		}
+		ids, toks, sp, count := tok(t, special)
+		out.Items[i] = schema.TokenizeItem{IDs: ids, Tokens: toks, Special: sp, Count: count}
+	}
+	return out
 }
 
 // respondPlain answers a rerank or tokenize request with v, as a micro

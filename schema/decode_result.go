@@ -231,6 +231,8 @@ func (r reader) blob(b *Blob) error {
 			b.Size, err = r.integer()
 		case "digest":
 			b.Digest, err = r.str()
+		case "key":
+			b.Key, err = r.bytes()
 		default:
 			err = r.skip()
 		}

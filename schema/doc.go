@@ -17,7 +17,8 @@
 //	job:    v, id, texts, outputs, truncate, reply, deadline, meta
 //	result: v, id, model, items, usage {tokens, padded_tokens},
 //	        error {code, message, retriable}, meta,
-//	        blob {name, size, digest} (a result stored in the blobs bucket)
+//	        blob {name, size, digest, key} (a result stored in the blobs
+//	        bucket, sealed with key: [SealBlob])
 //	item:   dense, sparse {ids, weights}, colbert, tokens, truncated,
 //	        error {code, message}
 //
@@ -30,8 +31,10 @@
 // # Reply subjects
 //
 // A [ReplyPolicy] decides which reply subjects a result may be published
-// to; a refused one is bad_reply. Results carry [ResultMsgID] (reply and
-// job id, hashed) as their Nats-Msg-Id.
+// to: the space of the job's [Tenancy] (the tenant read from the subject
+// the job arrived on, never from its body) and an allow-list; a refused one
+// is bad_reply. Results carry [ResultMsgID] (tenant, reply and job id,
+// hashed) as their Nats-Msg-Id.
 //
 // # Vectors in msgpack
 //

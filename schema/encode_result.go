@@ -49,10 +49,14 @@ func (res *Result) EncodeMsgpack(enc *msgpack.Encoder) error {
 	}
 	if b := res.Blob; b != nil {
 		w.key("blob")
-		w.do(enc.EncodeMapLen(3))
+		w.do(enc.EncodeMapLen(3 + count(len(b.Key) > 0)))
 		w.str("name", b.Name)
 		w.int("size", int(b.Size))
 		w.str("digest", b.Digest)
+		if len(b.Key) > 0 {
+			w.key("key")
+			w.do(enc.EncodeBytes(b.Key))
+		}
 	}
 	return w.err
 }

@@ -18,10 +18,21 @@ const (
 	HeaderReply = "Embed-Reply"
 	// HeaderDeadline is an RFC 3339 deadline, as the job's deadline field.
 	HeaderDeadline = "Embed-Deadline"
-	// HeaderMsgID is the JetStream dedupe id. A job carries [JobMsgID] (its
-	// reply and id: the id is the idempotency key of a producer's jobs); a
-	// result carries [ResultMsgID].
+	// HeaderMsgID is the JetStream dedupe id. A result carries
+	// [ResultMsgID]. A job carries none: the jobs stream dedupes ids over
+	// every producer, so a producer could preempt another's job by sending
+	// its id first; a job is deduplicated per subject instead (see
+	// [HeaderExpectedLastSubjectSeq]).
 	HeaderMsgID = "Nats-Msg-Id"
+	// HeaderExpectedLastSubjectSeq, set to 0 on a job published on a
+	// subject of its own (embed.jobs.<tenant>.<run>.<id>), makes the jobs
+	// stream refuse it while the same job is queued: dedupe inside the
+	// subjects the server lets the tenant publish to, which no other
+	// tenant can fill.
+	HeaderExpectedLastSubjectSeq = "Nats-Expected-Last-Subject-Sequence"
+	// HeaderTenant is set on results and dead letters to the job's tenant,
+	// as the consumer read it from the job's subject.
+	HeaderTenant = "Embed-Tenant"
 	// HeaderJobID is set on results to the job id, so that a reader can
 	// tell whose result it is without decoding the body.
 	HeaderJobID = "Embed-Job-Id"
@@ -31,16 +42,11 @@ const (
 )
 
 // JobHeader returns the headers a producer sends with a job encoded with
-// enc: the Content-Type, [JobMsgID] as Nats-Msg-Id (JetStream dedupes
-// republished jobs within the stream's window, and two producers that use
-// one id with their own reply subjects never drop each other's jobs) and the
-// deadline, if any. The map converts to nats.Header directly.
+// enc: the Content-Type and the deadline, if any. The map converts to
+// nats.Header directly.
 func JobHeader(j *Job, enc Encoding) map[string][]string {
 	h := map[string][]string{
 		HeaderContentType: {enc.ContentType()},
-	}
-	if id := JobMsgID(j.Reply, j.ID); id != "" {
-		h[HeaderMsgID] = []string{id}
 	}
 	if j.Deadline != "" {
 		h[HeaderDeadline] = []string{j.Deadline}
@@ -48,17 +54,21 @@ func JobHeader(j *Job, enc Encoding) map[string][]string {
 	return h
 }
 
-// ResultHeader returns the headers of a result sent to reply, encoded with
-// enc: the Content-Type, [ResultMsgID] as Nats-Msg-Id (a job that runs twice
-// is stored once), the job id as Embed-Job-Id and, for a job-level error,
-// its code as Embed-Error-Code.
-func ResultHeader(res *Result, reply string, enc Encoding) map[string][]string {
+// ResultHeader returns the headers of a result of tenant's job sent to
+// reply, encoded with enc: the Content-Type, [ResultMsgID] as Nats-Msg-Id (a
+// job that runs twice is stored once), the job id as Embed-Job-Id, the
+// tenant as Embed-Tenant and, for a job-level error, its code as
+// Embed-Error-Code.
+func ResultHeader(res *Result, tenant, reply string, enc Encoding) map[string][]string {
 	h := map[string][]string{
 		HeaderContentType: {enc.ContentType()},
 		HeaderJobID:       {res.ID},
 	}
-	if id := ResultMsgID(reply, res.ID); id != "" {
+	if id := ResultMsgID(tenant, reply, res.ID); id != "" {
 		h[HeaderMsgID] = []string{id}
+	}
+	if tenant != "" {
+		h[HeaderTenant] = []string{tenant}
 	}
 	if res.Error != nil {
 		h[HeaderErrorCode] = []string{string(res.Error.Code)}
@@ -66,32 +76,31 @@ func ResultHeader(res *Result, reply string, enc Encoding) map[string][]string {
 	return h
 }
 
-// ResultMsgID is the dedupe id of the result of job id sent to reply: a
-// hash of both, so that a redelivered job's second result is dropped by the
-// results stream while two producers that use the same id (with their own
-// reply subjects) never collide. It is "" for a job without an id, whose
-// results are not deduplicated.
-func ResultMsgID(reply, id string) string { return identity("r1-", reply, id) }
-
-// JobMsgID is the dedupe id of job id whose result goes to reply: the same
-// hash as [ResultMsgID] under its own prefix, so a producer that publishes a
-// job twice has it stored once while another producer's job with the same
-// id and its own reply subject is kept. It is "" for a job without an id.
-func JobMsgID(reply, id string) string { return identity("j1-", reply, id) }
-
-// identity hashes reply and id (length-prefixed, so no two pairs collide by
-// concatenation) into a dedupe id with prefix.
-func identity(prefix, reply, id string) string {
+// ResultMsgID is the dedupe id of the result of tenant's job id sent to
+// reply: a hash of the three, so that a redelivered job's second result is
+// dropped by the results stream while two jobs of different tenants, or
+// with other reply subjects, never collide, whatever ids and replies they
+// name (the tenant is the one the consumer read from the job's subject). It
+// is "" for a job without an id, whose results are not deduplicated.
+func ResultMsgID(tenant, reply, id string) string {
 	if id == "" {
 		return ""
 	}
+	return "r2-" + Identity(tenant, reply, id)
+}
+
+// Identity hashes fields (each length-prefixed, so that no two lists
+// collide by concatenation) into 32 hex digits: the identity of a job
+// (tenant, reply, id) in result, blob and dead-letter names.
+func Identity(fields ...string) string {
 	h := sha256.New()
 	var n [8]byte
-	binary.BigEndian.PutUint64(n[:], uint64(len(reply)))
-	h.Write(n[:])
-	h.Write([]byte(reply))
-	h.Write([]byte(id))
-	return prefix + hex.EncodeToString(h.Sum(nil)[:16])
+	for _, f := range fields {
+		binary.BigEndian.PutUint64(n[:], uint64(len(f)))
+		h.Write(n[:])
+		h.Write([]byte(f))
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // ApplyHeader fills the job's Reply and Deadline from the Embed-Reply and

@@ -8,7 +8,9 @@ import (
 func TestJobHeader(t *testing.T) {
 	j := NewJob("job-1", "x")
 	got := JobHeader(j, EncodingJSON)
-	want := map[string][]string{"Content-Type": {"application/json"}, "Nats-Msg-Id": {JobMsgID("", "job-1")}}
+	// No Nats-Msg-Id: the jobs stream dedupes ids over every tenant, so an
+	// id a producer sends is one another producer can preempt.
+	want := map[string][]string{"Content-Type": {"application/json"}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("JobHeader = %v, want %v", got, want)
 	}
@@ -18,53 +20,39 @@ func TestJobHeader(t *testing.T) {
 	}
 }
 
-func TestJobMsgIDIsTheJobsIdentity(t *testing.T) {
-	a, b := NewJob("doc-1", "x"), NewJob("doc-1", "x")
-	a.Reply, b.Reply = "embed.results.a.run", "embed.results.b.run"
-	ha, hb := JobHeader(a, EncodingMsgpack)[HeaderMsgID][0], JobHeader(b, EncodingMsgpack)[HeaderMsgID][0]
-	if ha == hb {
-		t.Errorf("two producers' jobs with one id share the dedupe id %q", ha)
-	}
-	if again := JobHeader(a, EncodingJSON)[HeaderMsgID][0]; again != ha {
-		t.Errorf("a republished job has a new dedupe id: %q, then %q", ha, again)
-	}
-	if ha == ResultMsgID(a.Reply, a.ID) {
-		t.Errorf("a job and its result share the dedupe id %q", ha)
-	}
-	if _, ok := JobHeader(NewJob("", "x"), EncodingJSON)[HeaderMsgID]; ok {
-		t.Error("a job without an id got a dedupe id")
-	}
-}
-
 func TestResultHeader(t *testing.T) {
-	got := ResultHeader(&Result{V: 1, ID: "j"}, "embed.results.a.j", EncodingMsgpack)
-	if _, ok := got["Embed-Error-Code"]; ok || got["Nats-Msg-Id"][0] != ResultMsgID("embed.results.a.j", "j") || got["Embed-Job-Id"][0] != "j" {
+	got := ResultHeader(&Result{V: 1, ID: "j"}, "a", "embed.results.a.j", EncodingMsgpack)
+	if _, ok := got["Embed-Error-Code"]; ok || got["Nats-Msg-Id"][0] != ResultMsgID("a", "embed.results.a.j", "j") ||
+		got["Embed-Job-Id"][0] != "j" || got["Embed-Tenant"][0] != "a" {
 		t.Errorf("ResultHeader(success) = %v", got)
 	}
-	got = ResultHeader(ErrorResult("j", Errorf(CodeShapeNotWarmed, "later")), "r", EncodingJSON)
-	if got["Embed-Error-Code"][0] != "shape_not_warmed" || got["Content-Type"][0] != "application/json" {
+	got = ResultHeader(ErrorResult("j", Errorf(CodeShapeNotWarmed, "later")), "", "r", EncodingJSON)
+	if got["Embed-Error-Code"][0] != "shape_not_warmed" || got["Content-Type"][0] != "application/json" || got["Embed-Tenant"] != nil {
 		t.Errorf("ResultHeader(error) = %v", got)
 	}
-	if got := ResultHeader(ErrorResult("", Errorf(CodeMissingID, "no id")), "r", EncodingJSON); got["Nats-Msg-Id"] != nil {
+	if got := ResultHeader(ErrorResult("", Errorf(CodeMissingID, "no id")), "a", "r", EncodingJSON); got["Nats-Msg-Id"] != nil {
 		t.Errorf("ResultHeader(no id) = %v: results of jobs without an id must not dedupe together", got)
 	}
 }
 
 func TestResultMsgID(t *testing.T) {
-	a := ResultMsgID("embed.results.pa.doc-1", "doc-1")
-	if a != ResultMsgID("embed.results.pa.doc-1", "doc-1") {
+	a := ResultMsgID("pa", "embed.results.pa.doc-1", "doc-1")
+	if a != ResultMsgID("pa", "embed.results.pa.doc-1", "doc-1") {
 		t.Error("ResultMsgID is not stable: redeliveries would not dedupe")
 	}
-	for _, other := range [][2]string{
-		{"embed.results.pb.doc-1", "doc-1"}, // another producer, same id
-		{"embed.results.pa.doc-1", "doc-2"},
-		{"embed.results.pa.doc-1d", "oc-1"}, // the same concatenation
+	for _, other := range [][3]string{
+		{"pb", "embed.results.pa.doc-1", "doc-1"}, // another tenant naming the same reply and id
+		{"pa", "embed.results.pb.doc-1", "doc-1"},
+		{"pa", "embed.results.pa.doc-1", "doc-2"},
+		{"pa", "embed.results.pa.doc-1d", "oc-1"}, // the same concatenation
+		{"pae", "mbed.results.pa.doc-1", "doc-1"},
+		{"", "paembed.results.pa.doc-1", "doc-1"},
 	} {
-		if ResultMsgID(other[0], other[1]) == a {
-			t.Errorf("ResultMsgID(%q, %q) collides with ResultMsgID(embed.results.pa.doc-1, doc-1)", other[0], other[1])
+		if ResultMsgID(other[0], other[1], other[2]) == a {
+			t.Errorf("ResultMsgID%q collides with ResultMsgID(pa, embed.results.pa.doc-1, doc-1)", other)
 		}
 	}
-	if ResultMsgID("r", "") != "" {
+	if ResultMsgID("t", "r", "") != "" {
 		t.Error("a job without an id has a result msg id")
 	}
 }

@@ -17,10 +17,6 @@ const (
 	MaxReplyBytesCeiling = 1024
 )
 
-// DefaultReplyAllow are the subjects results may go to unless configured
-// otherwise: the results stream's subjects and request-reply inboxes.
-func DefaultReplyAllow() []string { return []string{"embed.results.>", "_INBOX.>"} }
-
 // DefaultReplyDeny are the subjects of the default configuration that a
 // result must never be published to, whatever the allow-list says: the
 // jobs, the dead letters and the request-reply service.
@@ -30,73 +26,84 @@ func DefaultReplyDeny() []string { return []string{"embed.jobs.>", "embed.dlq.>"
 // subject comes from the job (its reply field, the Embed-Reply header or the
 // request's own reply inbox), that is from the network: published to
 // unchecked, it would let a producer write into the KV buckets, forge dead
-// letters or requeue jobs with the consumer's permissions.
+// letters, requeue jobs or forge another tenant's results with the
+// consumer's permissions.
 //
 // A reply is allowed only if it is a literal subject (non-empty tokens, no
 // '*' or '>', no whitespace or control characters, valid UTF-8) of at most
 // MaxBytes bytes, does not start with '$' (the server's own subjects: $KV,
-// $JS, $SYS, $SRV...), matches none of Deny and matches one of Allow (a
-// request's own inbox need not: see [ReplyPolicy.CheckInbox]).
+// $JS, $SYS, $SRV...), matches none of Deny, and lies in the space of the
+// job's tenant (see [Tenancy.Space]) or matches one of Allow.
 type ReplyPolicy struct {
-	// Allow are subject patterns (NATS wildcards) a reply must match;
-	// empty means [DefaultReplyAllow].
+	// Allow are subject patterns (NATS wildcards) a reply may match besides
+	// its tenant's space. [TenantPlaceholder] in a pattern stands for the
+	// job's tenant ("audit.{tenant}.>"); a pattern with it applies only to
+	// jobs with a tenant, one without it to every job (any tenant may then
+	// send results there). Empty: the tenant's space alone.
 	Allow []string
-	// Deny are subject patterns a reply must not match even when Allow
-	// does; empty means [DefaultReplyDeny].
+	// Deny are subject patterns a reply must not match even when it is in
+	// the tenant's space or Allow matches; empty means [DefaultReplyDeny].
 	Deny []string
 	// MaxBytes is the longest reply; 0 means [DefaultMaxReplyBytes].
 	MaxBytes int
+	// Tenancy says where a job's tenant is and what its space is.
+	Tenancy Tenancy
 }
 
 // WithDefaults returns p with every unset field filled in.
 func (p ReplyPolicy) WithDefaults() ReplyPolicy {
-	if len(p.Allow) == 0 {
-		p.Allow = DefaultReplyAllow()
-	}
 	if len(p.Deny) == 0 {
 		p.Deny = DefaultReplyDeny()
 	}
 	if p.MaxBytes <= 0 {
 		p.MaxBytes = DefaultMaxReplyBytes
 	}
+	p.Tenancy = p.Tenancy.WithDefaults()
 	return p
 }
 
 // Validate reports a policy that cannot work: a malformed pattern, an
-// allow pattern under '$' (such replies are always refused) or MaxBytes
-// above [MaxReplyBytesCeiling].
+// allow pattern under '$' (such replies are always refused), MaxBytes
+// above [MaxReplyBytesCeiling] or unusable tenancy prefixes.
 func (p ReplyPolicy) Validate() error {
 	if p.MaxBytes > MaxReplyBytesCeiling {
 		return fmt.Errorf("max reply bytes %d is over the ceiling of %d", p.MaxBytes, MaxReplyBytesCeiling)
 	}
-	for _, list := range [][]string{p.Allow, p.Deny} {
-		for _, pat := range list {
-			if !ValidPattern(pat) {
-				return fmt.Errorf("reply pattern %s is not a subject pattern", quoteShort(pat))
-			}
+	for _, pat := range p.Deny {
+		if !ValidPattern(pat) {
+			return fmt.Errorf("reply pattern %s is not a subject pattern", quoteShort(pat))
 		}
 	}
 	for _, pat := range p.Allow {
+		if !ValidPattern(forTenant(pat, "t")) {
+			return fmt.Errorf("reply pattern %s is not a subject pattern", quoteShort(pat))
+		}
 		if strings.HasPrefix(pat, "$") {
 			return fmt.Errorf("reply pattern %s: replies under $ are always refused", quoteShort(pat))
 		}
 	}
-	return nil
+	return p.Tenancy.Validate()
 }
 
-// Check returns nil when reply may receive a result, and otherwise an
-// *Error with [CodeBadReply] whose message quotes at most the first bytes
-// of reply. The empty reply (no reply at all) is not checked here.
-func (p ReplyPolicy) Check(reply string) *Error { return p.check(reply, true) }
+// Unscoped returns the allow patterns without [TenantPlaceholder]: with
+// tenancy on, every tenant may send results to them.
+func (p ReplyPolicy) Unscoped() []string {
+	var out []string
+	for _, pat := range p.Allow {
+		if !strings.Contains(pat, TenantPlaceholder) {
+			out = append(out, pat)
+		}
+	}
+	return out
+}
 
-// CheckInbox is [ReplyPolicy.Check] for the reply inbox of a request-reply
-// call, which is answered on the inbox the caller waits on (nats-server's
-// allow_responses grants exactly that): every rule applies but the
-// allow-list, so that callers with their own inbox prefix
-// (nats.CustomInboxPrefix) are answered.
-func (p ReplyPolicy) CheckInbox(reply string) *Error { return p.check(reply, false) }
-
-func (p ReplyPolicy) check(reply string, allowList bool) *Error {
+// Check returns nil when reply may receive the result of a job of tenant
+// ("" for none: see [Tenancy.Space]), and otherwise an *Error with
+// [CodeBadReply] whose message quotes at most the first bytes of reply. The
+// empty reply (no reply at all) is not checked here. A request's own inbox
+// is checked the same way: the service answers only inside the
+// requester's space.
+func (p ReplyPolicy) Check(tenant, reply string) *Error {
 	p = p.WithDefaults()
 	switch {
 	case len(reply) > p.MaxBytes:
@@ -107,21 +114,41 @@ func (p ReplyPolicy) check(reply string, allowList bool) *Error {
 		return Errorf(CodeBadReply, "reply subject %s is not a literal subject", quoteShort(reply))
 	case strings.HasPrefix(reply, "$"):
 		return Errorf(CodeBadReply, "reply subject %s is a system subject", quoteShort(reply))
+	case tenant != "" && !ValidTenant(tenant):
+		return Errorf(CodeBadReply, "tenant %s is not one subject token", quoteShort(tenant))
 	}
 	for _, pat := range p.Deny {
 		if MatchSubject(pat, reply) {
 			return Errorf(CodeBadReply, "reply subject %s is under %s", quoteShort(reply), pat)
 		}
 	}
-	if !allowList {
-		return nil
-	}
-	for _, pat := range p.Allow {
+	space := p.Tenancy.Space(tenant)
+	for _, pat := range space {
 		if MatchSubject(pat, reply) {
 			return nil
 		}
 	}
-	return Errorf(CodeBadReply, "reply subject %s is not in the allow-list %s", quoteShort(reply), strings.Join(p.Allow, ","))
+	for _, pat := range p.Allow {
+		if strings.Contains(pat, TenantPlaceholder) {
+			if tenant == "" {
+				continue
+			}
+			pat = forTenant(pat, tenant)
+		}
+		if MatchSubject(pat, reply) {
+			return nil
+		}
+	}
+	who := "the shared space"
+	if tenant != "" {
+		who = "tenant " + quoteShort(tenant) + "'s space"
+	}
+	return Errorf(CodeBadReply, "reply subject %s is outside %s (%s) and the allow-list", quoteShort(reply), who, strings.Join(space, ","))
+}
+
+// forTenant puts tenant in place of [TenantPlaceholder] in pattern.
+func forTenant(pattern, tenant string) string {
+	return strings.ReplaceAll(pattern, TenantPlaceholder, tenant)
 }
 
 // ParsePatterns parses a comma-separated list of subject patterns (the

@@ -23,10 +23,17 @@ type Result struct {
 // Blob names a result stored in the blobs Object Store bucket (EMBED_BLOBS
 // by default): the object's name, its size in bytes and its digest as the
 // Object Store reports it ("SHA-256=" and the unpadded base64url sha256).
+//
+// When Key is set the object is the result sealed with it (see
+// [SealBlob]): size and digest are the stored object's, and only the
+// holder of this reference, that is of the reply, can read the result.
 type Blob struct {
 	Name   string `msgpack:"name" json:"name"`
 	Size   int64  `msgpack:"size" json:"size"`
 	Digest string `msgpack:"digest" json:"digest"`
+	// Key is the AES-256-GCM key the object is sealed with (32 bytes;
+	// msgpack bin, JSON base64).
+	Key []byte `msgpack:"key,omitempty" json:"key,omitempty"`
 }
 
 // EchoMeta sets the result's meta to the job's. When the job was decoded,

@@ -82,6 +82,7 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 	fs := newFlagSet("gateway", io)
 	nf := addNATSFlags(fs)
 	gf := addGatewayFlags(fs, "listen", gateway.DefaultListen)
+	tenant := addTenantFlag(fs)
 	ops := fs.String("http", "127.0.0.1:9091", "address of /healthz, /readyz and /metrics (empty: off)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	logFormat := fs.String("log-format", telemetry.LogAuto, "log format: auto (text on a terminal, else json), text or json")
@@ -110,12 +111,16 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 	}
 	defer prom.Shutdown(context.Background())
 
-	nc, err := jetstream.Connect(ctx, nf.options(log))
+	nc, err := jetstream.Connect(ctx, forTenant(nf.options(log), *tenant))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
-	gw, err := newGateway(log, gf, nc, prom.Registerer())
+	c, err := client.New(nc, client.WithTenant(*tenant))
+	if err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	gw, err := newGateway(log, gf, gatewayFleet{c, nc}, nc.MaxPayload(), prom.Registerer())
 	if err != nil {
 		return err
 	}
@@ -136,21 +141,25 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
-	log.Info("ready", "nats", nc.ConnectedUrlRedacted(), "endpoint", jetstream.EndpointSubject, "version", version)
+	log.Info("ready", "nats", nc.ConnectedUrlRedacted(), "endpoint", c.Endpoint(), "version", version)
 	return wait()
 }
 
-// newGateway builds the API server from its flags, in front of the fleet
-// reached through nc; the server's max_payload bounds one fleet job.
-func newGateway(log *slog.Logger, gf *gatewayFlags, nc *jetstream.Conn, reg prometheus.Registerer) (*gateway.Server, error) {
-	c, err := client.New(nc)
-	if err != nil {
-		return nil, err
-	}
-	fleet := gatewayFleet{c, nc}
+// apiFleet is what the HTTP API calls: the fleet, or this process's job
+// loop.
+type apiFleet interface {
+	gateway.Requester
+	gateway.Pinger
+	gateway.Reranker
+	gateway.Tokenizer
+}
+
+// newGateway builds the API server from its flags, in front of fleet; the
+// server's max_payload bounds one fleet job.
+func newGateway(log *slog.Logger, gf *gatewayFlags, fleet apiFleet, maxPayload int64, reg prometheus.Registerer) (*gateway.Server, error) {
 	jobBytes := *gf.jobB
 	if jobBytes <= 0 {
-		jobBytes = int(min(gateway.DefaultJobBytes, max(nc.MaxPayload()/2, 1024)))
+		jobBytes = int(min(gateway.DefaultJobBytes, max(maxPayload/2, 1024)))
 	}
 	gw, err := gateway.New(gateway.Config{
 		Requester: fleet, Pinger: fleet,
@@ -206,19 +215,20 @@ func serveGateway(ctx context.Context, log *slog.Logger, gw *gateway.Server, add
 	return func() error { return <-done }, nil
 }
 
-// startAPI runs the HTTP API inside serve (--http-api), on serve's NATS
-// connection; stop (idempotent) shuts it down, finishing its calls, before
-// the service stops. It does nothing when --http-api is empty.
-func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, nc *jetstream.Conn, reg prometheus.Registerer) (stop func(), err error) {
+// startAPI runs the HTTP API inside serve (--http-api), in front of the
+// worker w itself; stop (idempotent) shuts it down, finishing its calls,
+// before the worker stops. It does nothing when --http-api is empty.
+func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, w *jetstream.Worker, maxPayload int64, reg prometheus.Registerer) (stop func(), err error) {
 	if *gf.listen == "" {
 		return func() {}, nil
 	}
-	gw, err := newGateway(log, gf, nc, reg)
+	gw, err := newGateway(log, gf, localFleet{w}, maxPayload, reg)
 	if err != nil {
 		return nil, err
 	}
+	// No link to watch: the fleet is this process, whether NATS is up or
+	// not.
 	apiCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	watchLink(apiCtx, gw, nc)
 	wait, err := serveGateway(apiCtx, log, gw, *gf.listen)
 	if err != nil {
 		cancel()
@@ -261,6 +271,25 @@ func (f gatewayFleet) Rerank(ctx context.Context, req *schema.RerankRequest) (*s
 func (f gatewayFleet) Tokenize(ctx context.Context, req *schema.TokenizeRequest) (*schema.TokenizeResult, error) {
 	res, err := f.client.TokenizeRequest(ctx, req)
 	return res, noMember(err)
+}
+
+// localFleet is the HTTP API's view of this process's own worker.
+type localFleet struct{ w *jetstream.Worker }
+
+func (f localFleet) Request(ctx context.Context, job *schema.Job) (*schema.Result, error) {
+	return f.w.Request(ctx, job)
+}
+
+func (f localFleet) Rerank(ctx context.Context, req *schema.RerankRequest) (*schema.RerankResult, error) {
+	return f.w.Rerank(ctx, req)
+}
+
+func (f localFleet) Tokenize(ctx context.Context, req *schema.TokenizeRequest) (*schema.TokenizeResult, error) {
+	return f.w.Tokenize(ctx, req)
+}
+
+func (f localFleet) Ping(context.Context) (gateway.Member, error) {
+	return gatewayMember(f.w.Member()), nil
 }
 
 func (f gatewayFleet) Ping(ctx context.Context) (gateway.Member, error) {

@@ -28,6 +28,7 @@ func runResults(ctx context.Context, args []string, io stdio) error {
 	out := fs.String("out", "-", "output JSONL file (- for stdout)")
 	fs.FlagSet.StringVar(out, "o", *out, "shorthand for --out")
 	stream := fs.String("results-stream", jetstream.DefaultConfig().Results.Name, "name of the results stream, where a run's results are read back")
+	tenant := addTenantFlag(fs)
 	runs, err := parseInterleaved(fs, args)
 	if err != nil {
 		return err
@@ -36,14 +37,14 @@ func runResults(ctx context.Context, args []string, io stdio) error {
 		return fmt.Errorf("%w: want one run id (submit prints it when it resumes; see --run)", errUsage)
 	}
 	log := slog.New(slog.NewTextHandler(io.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	nc, err := jetstream.Connect(ctx, nf.options(log))
+	nc, err := jetstream.Connect(ctx, forTenant(nf.options(log), *tenant))
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
 	cfg := jetstream.DefaultConfig()
 	cfg.Results.Name = *stream
-	c, err := jetstream.NewClient(nc, jetstream.WithRun(runs[0]), jetstream.WithStreams(cfg))
+	c, err := jetstream.NewClient(nc, jetstream.WithRun(runs[0]), jetstream.WithStreams(cfg), jetstream.WithTenant(*tenant))
 	if err != nil {
 		return err
 	}

@@ -86,6 +86,7 @@ func (s *liveState) health() telemetry.Health {
 // line) is replaced: serve dials again and rebuilds what ran on it; jobs
 // the old connection held come back after AckWait.
 func serve(ctx context.Context, log *slog.Logger, c serveConfig) error {
+	warnUnscoped(log, c.Replies)
 	prom, stopTelemetry, err := startTelemetry(ctx)
 	if err != nil {
 		return err
@@ -169,10 +170,11 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 		return gone(), err
 	}
 	defer observe(log, metrics, w, e, c.Heartbeat)()
-	// The HTTP API reaches this process's service and its peers through
-	// NATS, as a separate gateway would; it stops before the worker, and
-	// is started again on a new connection.
-	stopAPI, err := startAPI(ctx, log, c.API, nc, prom.Registerer())
+	// The HTTP API hands its calls to this process's job loop directly:
+	// the embedder user needs no producer's grants to request the service
+	// and no reply inbox. It stops before the worker, and is started again
+	// with the worker of a new connection.
+	stopAPI, err := startAPI(ctx, log, c.API, w, nc.MaxPayload(), prom.Registerer())
 	if err != nil {
 		grace, cancel := context.WithTimeout(context.Background(), c.Grace)
 		defer cancel()

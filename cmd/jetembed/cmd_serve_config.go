@@ -34,6 +34,9 @@ type serveFlags struct {
 	printConfig    *bool
 	replyAllow     *string
 	maxReplyBytes  *int
+	tenantToken    *int
+	tenantResults  *string
+	tenantInbox    *string
 	api            *gatewayFlags
 }
 
@@ -55,8 +58,11 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 		provision:      fs.String("provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is jetembed provision"),
 		blobs:          fs.Bool("blobs", true, "store results over the server's max payload in the blobs bucket and reply with a reference (false: reply result_too_large)"),
 		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
-		replyAllow:     fs.String("reply-allow", strings.Join(schema.DefaultReplyAllow(), ","), "subject patterns a job's reply subject must match, comma separated; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
+		replyAllow:     fs.String("reply-allow", "", "subject patterns a reply may match besides its tenant's space, comma separated; {tenant} stands for the job's tenant (audit.{tenant}.>), a pattern without it is open to every tenant; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
 		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
+		tenantToken:    fs.Int("tenant-token", schema.DefaultTenantToken, "position of the tenant in a job's subject (embed.jobs.<tenant>.>: 3); a reply goes only to the tenant's space (0: no tenants, one shared space: any embed.results.> or _INBOX.> reply)"),
+		tenantResults:  fs.String("tenant-results-prefix", schema.DefaultTenantResultsPrefix, "a tenant's results space: <prefix>.<tenant>.>"),
+		tenantInbox:    fs.String("tenant-inbox-prefix", schema.DefaultTenantInboxPrefix, "a tenant's inbox space: <prefix><tenant>.> (its connection's nats inbox prefix)"),
 		api:            addGatewayFlags(fs, "http-api", ""),
 	}
 }

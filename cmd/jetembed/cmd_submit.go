@@ -37,6 +37,7 @@ type submitFlags struct {
 	results     *string
 	jobsStream  *string
 	consumer    *string
+	tenant      *string
 }
 
 func runSubmit(ctx context.Context, args []string, io stdio) error {
@@ -56,7 +57,7 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 		if len(files) > 0 {
 			return fmt.Errorf("%w: --text takes no input file", errUsage)
 		}
-		return submitText(ctx, nf.options(log), f, outs, io)
+		return submitText(ctx, forTenant(nf.options(log), *f.tenant), f, outs, io)
 	}
 	if len(files) != 1 {
 		return fmt.Errorf("%w: want one input file (JSONL, - for stdin) or --text", errUsage)
@@ -64,7 +65,7 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 	if *f.jobSize < 1 || *f.maxInFlight < 1 {
 		return fmt.Errorf("%w: --job-size and --max-inflight must be positive", errUsage)
 	}
-	return submitFile(ctx, nf.options(log), log, f, outs, files[0], io)
+	return submitFile(ctx, forTenant(nf.options(log), *f.tenant), log, f, outs, files[0], io)
 }
 
 func addSubmitFlags(fs *flagSet) submitFlags {
@@ -74,13 +75,14 @@ func addSubmitFlags(fs *flagSet) submitFlags {
 		noTruncate:  fs.Bool("no-truncate", false, "fail texts over the model's maximum with text_too_long instead of cutting them"),
 		jobSize:     fs.Int("job-size", 32, "texts per job"),
 		maxInFlight: fs.Int("max-inflight", 64, "jobs submitted and not yet answered"),
-		run:         fs.String("run", "", "run id: jobs go to embed.jobs.<run>, results to embed.results.<run>.<job> (default: derived from the input and the job settings, so a rerun resumes)"),
+		run:         fs.String("run", "", "run id: jobs go to embed.jobs.[<tenant>.]<run>.<job>, results to embed.results.[<tenant>.]<run>.<job> (default: derived from the input and the job settings, so a rerun resumes)"),
 		out:         fs.String("out", "-", "output JSONL file (- for stdout)"),
 		text:        fs.String("text", "", "embed this one text now through the request-reply endpoint and print the JSON result"),
 		timeout:     fs.Duration("timeout", 30*time.Second, "with --text: how long to wait for the answer"),
 		results:     fs.String("results-stream", jetstream.DefaultConfig().Results.Name, "name of the results stream, where a run's results are read back"),
 		jobsStream:  fs.String("jobs-stream", jetstream.DefaultConfig().Jobs.Name, "name of the jobs work-queue stream"),
 		consumer:    fs.String("consumer", jetstream.DefaultConfig().Consumer.Name, "name of the durable pull consumer"),
+		tenant:      addTenantFlag(fs),
 	}
 	fs.FlagSet.StringVar(f.out, "o", *f.out, "shorthand for --out")
 	return f
@@ -144,7 +146,7 @@ func submitFile(ctx context.Context, o jetstream.Options, log *slog.Logger, f su
 	}
 	streams := jetstream.DefaultConfig()
 	streams.Results.Name = *f.results
-	opts := []jetstream.ClientOption{jetstream.WithRun(*f.run), jetstream.WithStreams(streams)}
+	opts := []jetstream.ClientOption{jetstream.WithRun(*f.run), jetstream.WithStreams(streams), jetstream.WithTenant(*f.tenant)}
 	if *f.json {
 		opts = append(opts, jetstream.WithJSON())
 	}
@@ -157,7 +159,13 @@ func submitFile(ctx context.Context, o jetstream.Options, log *slog.Logger, f su
 		return err
 	}
 	defer b.close()
-	err = b.run(ctx, newInputReader(r), sum, w, io.err, newWatch(nc, *f.jobsStream, *f.consumer))
+	// A tenant may not read the fleet's consumer: its watch says only how
+	// the connection is.
+	jobs := *f.jobsStream
+	if *f.tenant != "" {
+		jobs = ""
+	}
+	err = b.run(ctx, newInputReader(r), sum, w, io.err, newWatch(nc, jobs, *f.consumer))
 	if ferr := nc.Drain(); err == nil && ferr != nil {
 		err = ferr
 	}
@@ -170,7 +178,7 @@ func submitText(ctx context.Context, o jetstream.Options, f submitFlags, outs []
 		return err
 	}
 	defer nc.Close()
-	opts := []jetstream.ClientOption{jetstream.WithOutputs(outs...)}
+	opts := []jetstream.ClientOption{jetstream.WithOutputs(outs...), jetstream.WithTenant(*f.tenant)}
 	if *f.json {
 		opts = append(opts, jetstream.WithJSON())
 	}

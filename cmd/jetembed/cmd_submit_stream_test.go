@@ -69,7 +69,7 @@ func (r *submitRig) storeResult(t *testing.T, run, id string, data []byte) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	h := nats.Header{schema.HeaderMsgID: {schema.ResultMsgID(c.ReplySubject(id), id)}, schema.HeaderJobID: {id},
+	h := nats.Header{schema.HeaderMsgID: {schema.ResultMsgID(c.Run(), c.ReplySubject(id), id)}, schema.HeaderJobID: {id},
 		schema.HeaderContentType: {schema.EncodingMsgpack.ContentType()}}
 	if _, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: c.ReplySubject(id), Header: h, Data: data}); err != nil {
 		t.Fatal(err)

@@ -19,7 +19,8 @@ const stallAfter = 3 * time.Second
 // newWatch returns the status function of a bulk run on nc: the
 // connection's state (disconnected, reconnecting, reconnected) when it is
 // not plainly connected, else, once the run stalled, what the jobs
-// consumer stream/consumer says: missing, or nobody pulling.
+// consumer stream/consumer says: missing, or nobody pulling (not looked at
+// when stream is "").
 func newWatch(nc *nats.Conn, stream, consumer string) func(ctx context.Context, stalled time.Duration) string {
 	var mu sync.Mutex
 	conn := ""
@@ -49,7 +50,7 @@ func newWatch(nc *nats.Conn, stream, consumer string) func(ctx context.Context, 
 		if s != "" || !nc.IsConnected() {
 			return cmp.Or(s, "disconnected from NATS, reconnecting")
 		}
-		if stalled < stallAfter || jsErr != nil {
+		if stalled < stallAfter || jsErr != nil || stream == "" {
 			return ""
 		}
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)

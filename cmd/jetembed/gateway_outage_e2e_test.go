@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,7 +34,8 @@ func post(t *testing.T, url, body string, timeout time.Duration) (status int, re
 }
 
 // TestGatewayFailsFastOnNATSOutage is reproduction 4 of issue 24: when
-// the NATS server goes away (a real nats-server process killed), a call
+// the NATS server goes away (a real nats-server process killed) under
+// `jetembed gateway` and serve, a call
 // in flight used to wait out --api-timeout (30 s, then 504) and so did
 // every new call. Now the call in flight is answered 503
 // fleet_unreachable with Retry-After at the outage, new calls at once,
@@ -43,8 +45,30 @@ func TestGatewayFailsFastOnNATSOutage(t *testing.T) {
 		t.Skip("kills and restarts a nats-server process")
 	}
 	p := natstest.StartProcess(t)
-	s := startServe(t, p.URL(), "--http-api", "127.0.0.1:0")
-	api := "http://" + s.logField(t, "http api listening", "addr") + "/v1/embeddings"
+	startServe(t, p.URL())
+	// The gateway as its own process would run it, in front of serve.
+	gctx, stop := context.WithCancel(context.Background())
+	gwLog := &lockedBuffer{}
+	gwDone := make(chan int, 1)
+	go func() {
+		gwDone <- runMain(gctx, []string{"gateway", "--nats", p.URL(), "--listen", "127.0.0.1:0", "--http", "", "--log-format", "json"},
+			stdio{in: strings.NewReader(""), out: io.Discard, err: gwLog})
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-gwDone
+		if t.Failed() {
+			t.Logf("gateway log:\n%s", gwLog.String())
+		}
+	})
+	var api string
+	natstest.CheckFor(t, 15*time.Second, 20*time.Millisecond, func() error {
+		if api = logValue(gwLog.String(), "http api listening", "addr"); api == "" || logValue(gwLog.String(), "ready", "nats") == "" {
+			return fmt.Errorf("gateway not ready")
+		}
+		return nil
+	})
+	api = "http://" + api + "/v1/embeddings"
 	if status, _, code, err := post(t, api, `{"input":"before"}`, 30*time.Second); status != 200 {
 		t.Fatalf("before the outage: %d %s %v", status, code, err)
 	}

@@ -7,11 +7,13 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
 )
 
 // natsFlags are the connection flags every NATS-facing command shares.
 type natsFlags struct {
 	urls, name             *string
+	inboxPrefix            *string
 	user, password, token  *string
 	nkey, creds            *string
 	tlsCA, tlsCert, tlsKey *string
@@ -36,6 +38,7 @@ func addNATSFlagsWith(fs *flagSet, urls, usage string) *natsFlags {
 		tlsCert:        fs.String("nats-tls-cert", "", "PEM client certificate for mutual TLS"),
 		tlsKey:         fs.String("nats-tls-key", "", "PEM key of the client certificate"),
 		name:           fs.String("nats-name", "jetembed", "connection name shown in the server's monitoring"),
+		inboxPrefix:    fs.String("nats-inbox-prefix", "", "prefix of the connection's reply inboxes, which a tenant's permissions grant (empty: _INBOX_<tenant> with --tenant, else _INBOX)"),
 		connectTimeout: fs.Duration("nats-connect-timeout", jetstream.DefaultConnectTimeout, "bound on the first connection to each server"),
 	}
 }
@@ -52,8 +55,24 @@ func (f *natsFlags) options(log *slog.Logger) jetstream.Options {
 		TLS:            jetstream.TLSOptions{CAFile: *f.tlsCA, CertFile: *f.tlsCert, KeyFile: *f.tlsKey},
 		Name:           *f.name,
 		ConnectTimeout: *f.connectTimeout,
+		InboxPrefix:    *f.inboxPrefix,
 		Logger:         log,
 	}
+}
+
+// addTenantFlag defines --tenant, on the commands that run as a producer.
+func addTenantFlag(fs *flagSet) *string {
+	return fs.String("tenant", "", "tenant to run as: the NATS user's name in the shipped permissions; jobs go to embed.jobs.<tenant>.>, results to embed.results.<tenant>.>, requests to embed.v1.embed.<tenant> (empty: no tenant, one shared space)")
+}
+
+// forTenant returns the connection options of a producer running as
+// tenant: its inbox prefix defaults to _INBOX_<tenant>, the only inbox the
+// tenant's permissions let it subscribe to.
+func forTenant(o jetstream.Options, tenant string) jetstream.Options {
+	if o.InboxPrefix == "" && tenant != "" {
+		o.InboxPrefix = schema.DefaultTenantInboxPrefix + tenant
+	}
+	return o
 }
 
 // provisionFlags are the names, replicas and limits of the server-side

@@ -53,9 +53,16 @@ func newReplyRig(t *testing.T, extra ...string) *replyRig {
 	return &replyRig{t: t, s: s, nc: nc, js: js, dlq: dlq, model: logValue(s.log.String(), "ready", "model")}
 }
 
-// publish queues a JSON job body with the given headers (no Nats-Msg-Id
-// unless h has one, as `nats pub` sends it).
+// publish queues a JSON job body of tenant "reply" (on embed.jobs.reply)
+// with the given headers (no Nats-Msg-Id unless h has one, as `nats pub`
+// sends it).
 func (r *replyRig) publish(h nats.Header, body string) {
+	r.t.Helper()
+	r.publishAs("reply", h, body)
+}
+
+// publishAs is publish for another tenant.
+func (r *replyRig) publishAs(tenant string, h nats.Header, body string) {
 	r.t.Helper()
 	if h == nil {
 		h = nats.Header{}
@@ -63,7 +70,7 @@ func (r *replyRig) publish(h nats.Header, body string) {
 	h.Set(schema.HeaderContentType, schema.MediaTypeJSON)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: "embed.jobs.reply", Header: h, Data: []byte(body)}); err != nil {
+	if _, err := r.js.PublishMsg(ctx, &nats.Msg{Subject: "embed.jobs." + tenant, Header: h, Data: []byte(body)}); err != nil {
 		r.t.Fatalf("publish job: %v", err)
 	}
 }
@@ -112,7 +119,7 @@ func (r *replyRig) alive(id string) {
 		r.t.Fatal(err)
 	}
 	defer sub.Unsubscribe()
-	r.publish(nil, `{"id":"`+id+`","texts":["still here"],"reply":"embed.results.alive.`+id+`"}`)
+	r.publishAs("alive", nil, `{"id":"`+id+`","texts":["still here"],"reply":"embed.results.alive.`+id+`"}`)
 	m, err := sub.NextMsg(20 * time.Second)
 	if err != nil {
 		r.t.Fatalf("serve did not answer job %s after the bad replies: %v", id, err)
@@ -197,7 +204,7 @@ func TestServeRefusesBadReplies(t *testing.T) {
 func TestServeResultsOfTwoProducersWithOneID(t *testing.T) {
 	r := newReplyRig(t)
 	for _, p := range []string{"pa", "pb"} {
-		r.publish(nil, `{"id":"doc-1","texts":["text of `+p+`"],"reply":"embed.results.`+p+`.doc-1"}`)
+		r.publishAs(p, nil, `{"id":"doc-1","texts":["text of `+p+`"],"reply":"embed.results.`+p+`.doc-1"}`)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -230,28 +237,40 @@ func TestServeResultsOfTwoProducersWithOneID(t *testing.T) {
 	}
 	// A redelivered job's result still dedupes: the same job identity
 	// gives the same Nats-Msg-Id.
-	if schema.ResultMsgID("embed.results.pa.doc-1", "doc-1") == schema.ResultMsgID("embed.results.pb.doc-1", "doc-1") {
+	if schema.ResultMsgID("pa", "embed.results.pa.doc-1", "doc-1") == schema.ResultMsgID("pb", "embed.results.pb.doc-1", "doc-1") {
 		t.Error("two reply subjects give one result msg id")
 	}
 }
 
-// TestServeReplyAllowFlag: --reply-allow replaces the allow-list (the
-// default results subjects are then refused), and a malformed list or a
-// --max-reply-bytes over the ceiling is a usage error before connecting.
+// TestServeReplyAllowFlag: --reply-allow adds patterns to the tenant's
+// space ({tenant} standing for the job's tenant), and a malformed list, a
+// --max-reply-bytes over the ceiling or bad tenancy flags are a usage error
+// before connecting.
 func TestServeReplyAllowFlag(t *testing.T) {
 	for _, args := range [][]string{
 		{"--reply-allow", "a..b"},
 		{"--reply-allow", "$KV.>"},
 		{"--max-reply-bytes", "5000"},
 		{"--max-reply-bytes", "-1"},
+		{"--tenant-token", "-1"},
+		{"--tenant-token", "4"}, // embed.jobs.x has no fourth token
+		{"--tenant-results-prefix", "a.>"},
+		{"--tenant-inbox-prefix", "_IN.x"},
 	} {
 		code, _, errOut := runCmd(t, context.Background(), append([]string{"serve", "--nats", "nats://127.0.0.1:1", "--http", ""}, args...)...)
 		if code != 2 {
 			t.Errorf("serve %v: exit %d (%s), want 2 (usage)", args, code, errOut)
 		}
 	}
-	r := newReplyRig(t, "--reply-allow", "custom.>", "--max-reply-bytes", "64")
+	r := newReplyRig(t, "--reply-allow", "custom.>,audit.{tenant}.>", "--max-reply-bytes", "64")
+	if !strings.Contains(r.s.log.String(), "every tenant may send results there") {
+		t.Errorf("serve did not warn of the unscoped pattern custom.>:\n%s", r.s.log.String())
+	}
 	sub, err := r.nc.SubscribeSync("custom.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	audit, err := r.nc.SubscribeSync("audit.>")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -261,6 +280,12 @@ func TestServeReplyAllowFlag(t *testing.T) {
 	} else {
 		checkVectors(t, decodeMsg(t, m), 1)
 	}
+	r.publish(nil, `{"id":"audit","texts":["x"],"reply":"audit.reply.1"}`)
+	if m, err := audit.NextMsg(20 * time.Second); err != nil || m.Subject != "audit.reply.1" {
+		t.Fatalf("no result on audit.reply.1: %v", err)
+	}
+	r.publish(nil, `{"id":"audit-other","texts":["x"],"reply":"audit.other.1"}`)
+	r.deadLetter("audit-other")
 	r.publish(nil, `{"id":"default","texts":["x"],"reply":"embed.results.x"}`)
 	r.deadLetter("default")
 	r.publish(nil, `{"id":"long","texts":["x"],"reply":"custom.`+strings.Repeat("y", 60)+`"}`)

@@ -10,9 +10,10 @@ import (
 )
 
 // deadLetterID is the dedupe id of a job's dead letter for code: a hash of
-// the job as it arrived (id, the reply it named however long, the body), so
-// that a job terminated twice (its TERM lost) is stored once while two jobs
-// that share an id are both kept.
+// the job as it arrived (its tenant and subject, id, the reply it named
+// however long, the body), so that a job terminated twice (its TERM lost)
+// is stored once while two jobs that share an id are both kept, and no
+// tenant can make another's dead letter a duplicate of its own.
 func deadLetterID(code string, j *job) string {
 	h := sha256.New()
 	field := func(s string) {
@@ -22,6 +23,8 @@ func deadLetterID(code string, j *job) string {
 		h.Write([]byte(s))
 	}
 	field(code)
+	field(j.tenant)
+	field(j.d.Subject)
 	field(j.id)
 	field(j.d.Reply)
 	field(header(j.d.Header, schema.HeaderReply))

@@ -92,14 +92,14 @@ func TestRealEngine(t *testing.T) {
 			texts = append(texts, strings.Repeat("long text ", 20)) // over 24 tokens: cut and flagged
 		}
 		j := schema.NewJob(fmt.Sprint("job-", k), texts...)
-		j.Outputs, j.Reply = outputs[k%len(outputs)], "embed.results.real"
+		j.Outputs, j.Reply = outputs[k%len(outputs)], "embed.results.real.x"
 		enc := schema.Encoding(k % 2)
 		data, err := schema.EncodeJob(j, enc)
 		if err != nil {
 			t.Fatal(err)
 		}
 		m := ackMsg{done: make(chan string, 1)}
-		d := consumer.Delivery{Msg: m, Data: data, NumDelivered: 1, Header: map[string][]string{schema.HeaderContentType: {enc.ContentType()}}}
+		d := consumer.Delivery{Msg: m, Data: data, NumDelivered: 1, Subject: "embed.jobs.real", Header: map[string][]string{schema.HeaderContentType: {enc.ContentType()}}}
 		if err := c.Submit(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}

@@ -326,9 +326,10 @@ func newRigWith(tb testing.TB, cfg Config, emb Embedder, pub *fakePub) *rig {
 	if cfg.NakBackoff == (Backoff{}) {
 		cfg.NakBackoff = Backoff{Base: 100 * time.Millisecond, Max: time.Second, Jitter: -1}
 	}
-	if cfg.Replies.Allow == nil {
+	if cfg.Replies.Allow == nil && cfg.Replies.Deny == nil {
 		// The tests name short reply subjects; the policy's own checks
-		// (and its deny list) still apply.
+		// (and its deny list) still apply. A test that wants the default
+		// policy passes ReplyPolicy{}.WithDefaults().
 		cfg.Replies.Allow = []string{">"}
 	}
 	cfg.Metrics = r.met
@@ -352,6 +353,10 @@ func newRigWith(tb testing.TB, cfg Config, emb Embedder, pub *fakePub) *rig {
 	return r
 }
 
+// testTenant is the tenant of the rig's deliveries: they arrive on
+// embed.jobs.<testTenant>.
+const testTenant = "t"
+
 // delivery encodes j as a delivery with a recording message.
 func delivery(tb testing.TB, j *schema.Job, enc schema.Encoding, n uint64) (Delivery, *fakeMsg) {
 	tb.Helper()
@@ -363,6 +368,7 @@ func delivery(tb testing.TB, j *schema.Job, enc schema.Encoding, n uint64) (Deli
 	return Delivery{
 		Msg:          m,
 		Data:         data,
+		Subject:      "embed.jobs." + testTenant,
 		Header:       map[string][]string{schema.HeaderContentType: {enc.ContentType()}, schema.HeaderMsgID: {j.ID}},
 		NumDelivered: n,
 		Received:     time.Now(),
@@ -385,7 +391,7 @@ func (r *rig) resultFor(tb testing.TB, id string) (*schema.Result, published) {
 	var found []published
 	for _, p := range r.pub.Results() {
 		if h := p.header[schema.HeaderJobID]; len(h) > 0 && h[0] == id {
-			if want := schema.ResultMsgID(p.subject, id); p.msgID != want {
+			if want := schema.ResultMsgID(testTenant, p.subject, id); p.msgID != want {
 				tb.Errorf("job %s: result msg id %q, want %q", id, p.msgID, want)
 			}
 			found = append(found, p)

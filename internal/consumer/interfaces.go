@@ -26,6 +26,14 @@ type Delivery struct {
 	Msg    Message
 	Data   []byte
 	Header map[string][]string
+	// Subject is the subject the job was published on. A queued job's
+	// tenant is read from it (see [schema.Tenancy]): the server's
+	// permissions vouch for the subject, nothing vouches for the body.
+	Subject string
+	// Tenant is, for a request-reply delivery, the tenant its subject
+	// names (embed.v1.embed.<tenant>), "" on the service's bare subject.
+	// Queued jobs leave it empty: their tenant comes from Subject.
+	Tenant string
 	// NumDelivered is the JetStream delivery count (1 on first delivery; 1
 	// for request-reply).
 	NumDelivered uint64
@@ -48,14 +56,18 @@ type Delivery struct {
 	// the process (and no payload limit or blob applies). It gets error
 	// results too.
 	Answer func(res *schema.Result) (header map[string][]string, data []byte)
+	// Local marks a request made inside this process (the HTTP API of
+	// serve): its answer never travels as a message, so the server's max
+	// payload does not bound it and no blob is stored.
+	Local bool
 }
 
 // Publisher sends results and dead letters.
 type Publisher interface {
 	// PublishResult sends a result to subject. For subjects bound to a
 	// stream (async bulk) it returns only after the stream confirmed it;
-	// msgID ([schema.ResultMsgID] of the reply and job id, "" for a job
-	// without an id) lets the stream drop a duplicate.
+	// msgID ([schema.ResultMsgID] of the tenant, reply and job id, "" for a
+	// job without an id) lets the stream drop a duplicate.
 	PublishResult(ctx context.Context, subject, msgID string, header map[string][]string, data []byte) error
 	// PublishDLQ stores a copy of a terminated job with the reason.
 	PublishDLQ(ctx context.Context, reason DeadLetter, header map[string][]string, data []byte) error
@@ -64,6 +76,8 @@ type Publisher interface {
 // DeadLetter says why a job was terminated.
 type DeadLetter struct {
 	JobID string
+	// Tenant is the job's tenant, as read from its subject ("" for none).
+	Tenant string
 	// MsgID is the dead letter's dedupe id, derived from the job as it
 	// arrived, so that one job is dead-lettered once per code.
 	MsgID        string

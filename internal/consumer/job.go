@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,9 @@ type job struct {
 	// far enough to have one.
 	wire *schema.Job
 	id   string
+	// tenant is the job's tenant, read from the subject it arrived on
+	// ("" for none: tenancy off, or a request on the bare service subject).
+	tenant string
 	// items are the per-text validation errors (invalid_utf8), nil when
 	// every text may run.
 	items    []*schema.Error
@@ -77,7 +81,13 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 	}
 	j.interactive = d.Respond != nil || sj != nil && sj.Interactive()
 	// A refused reply wins over any other refusal: it decides that no
-	// result goes anywhere.
+	// result goes anywhere. A job whose subject names no tenant has no
+	// space to be answered in.
+	tenant, tenantErr := c.tenantOf(d)
+	j.tenant = tenant
+	if tenantErr != nil {
+		return j, tenantErr
+	}
 	reply, replyErr := c.replyOf(j)
 	j.reply = reply
 	if replyErr != nil {
@@ -104,12 +114,43 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 	return j, nil
 }
 
+// tenantOf returns the tenant of a delivery: a queued job's from the
+// subject it was published on, a request's as its subject named it. Both
+// come from the server, which lets a producer publish only under its own
+// tenant; the body and the headers are never consulted.
+func (c *Consumer) tenantOf(d Delivery) (string, *schema.Error) {
+	t := c.cfg.Replies.Tenancy
+	if d.Respond != nil {
+		if t.Off {
+			return "", nil
+		}
+		if d.Tenant != "" && !schema.ValidTenant(d.Tenant) {
+			return "", schema.Errorf(schema.CodeBadReply, "request subject names no valid tenant")
+		}
+		return d.Tenant, nil
+	}
+	tenant, ok := t.JobTenant(d.Subject)
+	if !ok {
+		return "", schema.Errorf(schema.CodeBadReply, "job subject %s has no tenant at token %d", quoteSubject(d.Subject), t.WithDefaults().Token)
+	}
+	return tenant, nil
+}
+
+// quoteSubject quotes at most the first 64 bytes of a subject.
+func quoteSubject(s string) string {
+	if len(s) > 64 {
+		return strconv.Quote(strings.ToValidUTF8(s[:64], "")) + "..."
+	}
+	return strconv.Quote(s)
+}
+
 // replyOf resolves where a job's result goes: the job's reply field, the
 // Embed-Reply header, then the request's own inbox; and checks it against
-// the reply policy. A request-reply delivery (Respond set) is answered
-// through Respond, to its own inbox, since its caller waits: that inbox is
-// checked too (all rules but the allow-list), and the reply returned is "".
-// A refused reply returns "" and the bad_reply error.
+// the reply policy for the job's tenant. A request-reply delivery (Respond
+// set) is answered through Respond, to its own inbox, since its caller
+// waits: that inbox must be in the requester's space too (a refused one
+// gets no answer at all), and the reply returned is "". A refused reply
+// returns "" and the bad_reply error.
 func (c *Consumer) replyOf(j *job) (string, *schema.Error) {
 	reply := j.d.Reply
 	if j.d.Respond == nil {
@@ -123,9 +164,9 @@ func (c *Consumer) replyOf(j *job) (string, *schema.Error) {
 	case reply == "":
 		return "", nil
 	case j.d.Respond != nil:
-		return "", c.cfg.Replies.CheckInbox(reply)
+		return "", c.cfg.Replies.Check(j.tenant, reply)
 	}
-	if err := c.cfg.Replies.Check(reply); err != nil {
+	if err := c.cfg.Replies.Check(j.tenant, reply); err != nil {
 		return "", err
 	}
 	return reply, nil

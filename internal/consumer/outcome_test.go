@@ -95,7 +95,7 @@ func TestUndecodable(t *testing.T) {
 			t.Run(tc.name+"/"+enc.String(), func(t *testing.T) {
 				r := newRig(t, Config{}, nil, nil)
 				m := newMsg()
-				d := Delivery{Msg: m, Data: []byte("\xc1{not a job"), NumDelivered: 1, Reply: tc.inbox,
+				d := Delivery{Msg: m, Data: []byte("\xc1{not a job"), NumDelivered: 1, Reply: tc.inbox, Subject: "embed.jobs." + testTenant,
 					Header: map[string][]string{schema.HeaderContentType: {enc.ContentType()}, schema.HeaderMsgID: {"hdr-id"}}}
 				if tc.header != "" {
 					d.Header[schema.HeaderReply] = []string{tc.header}

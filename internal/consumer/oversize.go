@@ -2,6 +2,8 @@ package consumer
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 
 	"github.com/jetembed/jetembed/schema"
@@ -22,8 +24,9 @@ type PayloadLimiter interface {
 
 // BlobStore keeps results too large for one message ([Config.Blobs]).
 type BlobStore interface {
-	// PutBlob stores data, a whole encoded result, under name, replacing
-	// any object of that name, and returns its reference.
+	// PutBlob stores data, a whole encoded result sealed with its key,
+	// under name (a new name each time: see blobName) and returns its
+	// reference.
 	PutBlob(ctx context.Context, name string, header map[string][]string, data []byte) (schema.Blob, error)
 }
 
@@ -31,10 +34,43 @@ type BlobStore interface {
 // (Nats-Msg-Id, the expected stream, trace context).
 const headerRoom = 512
 
-// blobName is the object name of a job's result: its Nats-Msg-Id, a hash of
-// the job's identity (reply subject and id), so a redelivery overwrites its
-// own blob and two producers using one id never share one.
-func blobName(reply, id string) string { return schema.ResultMsgID(reply, id) }
+// blobName is the object name of one attempt at a job's result: its
+// Nats-Msg-Id (a hash of the job's identity: tenant, reply subject and id)
+// and a random suffix. Every attempt stores a new object under a new key,
+// so no blob is ever replaced: not by a redelivery of the job (whose first
+// reply, already stored, names the first object and key), and never by
+// another tenant's job.
+func blobName(j *job) (string, error) {
+	var suffix [8]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return "", err
+	}
+	return schema.ResultMsgID(j.tenant, j.replySubject(), j.id) + "-" + hex.EncodeToString(suffix[:]), nil
+}
+
+// putSealed seals data (reusing its storage) under a fresh key and stores
+// it as a new blob: the reference returned carries the key, which travels
+// only in the reply.
+func (c *Consumer) putSealed(ctx context.Context, j *job, h map[string][]string, data []byte) (schema.Blob, error) {
+	name, err := blobName(j)
+	if err != nil {
+		return schema.Blob{}, err
+	}
+	key, err := schema.NewBlobKey()
+	if err != nil {
+		return schema.Blob{}, err
+	}
+	sealed, err := schema.SealBlob(key, name, data)
+	if err != nil {
+		return schema.Blob{}, err
+	}
+	blob, err := c.cfg.Blobs.PutBlob(ctx, name, h, sealed)
+	if err != nil {
+		return schema.Blob{}, err
+	}
+	blob.Key = key
+	return blob, nil
+}
 
 // msgSize is the size NATS counts against max_payload: the header block
 // (NATS/1.0, one line per value, a blank line) and the body.
@@ -65,16 +101,17 @@ func (c *Consumer) payloadLimit() int64 {
 func (c *Consumer) oversized(ctx context.Context, j *job, out outcome, res *schema.Result, h map[string][]string, data []byte, limit int64) (outcome, []byte, bool) {
 	size := msgSize(h, data) + headerRoom
 	if c.cfg.Blobs != nil {
-		blob, err := c.cfg.Blobs.PutBlob(ctx, blobName(j.replySubject(), j.id), h, data)
+		n := len(data)
+		blob, err := c.putSealed(ctx, j, h, data)
 		if err != nil {
-			c.cfg.Logger.Warn("result blob not stored", "job", j.id, "bytes", len(data), "delivered", j.d.NumDelivered, "err", err)
+			c.cfg.Logger.Warn("result blob not stored", "job", j.id, "bytes", n, "delivered", j.d.NumDelivered, "err", err)
 			return c.publishFailed(j, out, err), nil, false
 		}
 		small := &schema.Result{V: res.V, ID: res.ID, Model: res.Model, Usage: res.Usage, Meta: res.Meta, Blob: &blob}
 		small.EchoMeta(j.wire)
 		sd, err := schema.EncodeResult(small, j.enc)
 		if err == nil && msgSize(h, sd)+headerRoom <= limit {
-			c.cfg.Logger.Debug("result stored as a blob", "job", j.id, "bytes", len(data), "blob", blob.Name)
+			c.cfg.Logger.Debug("result stored as a blob", "job", j.id, "bytes", n, "blob", blob.Name)
 			return out, sd, true
 		}
 		size = msgSize(h, sd) + headerRoom

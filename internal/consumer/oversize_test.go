@@ -68,8 +68,9 @@ func TestResultTooLargeWithoutBlobs(t *testing.T) {
 }
 
 // TestResultTooLargeToBlob: with a blob store, the whole result is stored
-// under a name derived from reply and id, and the reply is a small result
-// naming it; the job is ACKed. A result that fits is sent as it is.
+// sealed, under a name derived from the tenant, reply and id, and the reply
+// is a small result naming it with the key; the job is ACKed. A result that
+// fits is sent as it is.
 func TestResultTooLargeToBlob(t *testing.T) {
 	for _, enc := range []schema.Encoding{schema.EncodingMsgpack, schema.EncodingJSON} {
 		t.Run(enc.String(), func(t *testing.T) {
@@ -80,14 +81,22 @@ func TestResultTooLargeToBlob(t *testing.T) {
 				t.Fatalf("calls %v, want [ack]", got)
 			}
 			res, p := r.resultFor(t, "big")
-			name := blobName(j.Reply, j.ID)
-			if res.Blob == nil || res.Blob.Name != name || len(res.Items) != 0 || res.Error != nil {
-				t.Fatalf("result %+v, want a blob reference to %s", res, name)
+			prefix := schema.ResultMsgID(testTenant, j.Reply, j.ID) + "-"
+			if res.Blob == nil || !strings.HasPrefix(res.Blob.Name, prefix) || len(res.Items) != 0 || res.Error != nil {
+				t.Fatalf("result %+v, want a blob reference to %s...", res, prefix)
 			}
+			name := res.Blob.Name
 			if len(p.data) > 4096 {
 				t.Errorf("reference result is %d bytes", len(p.data))
 			}
-			full, err := schema.DecodeResult(blobs.blobs[name], enc)
+			if _, err := schema.DecodeResult(blobs.blobs[name], enc); err == nil {
+				t.Error("the stored blob decodes without its key")
+			}
+			plain, err := schema.OpenBlob(res.Blob.Key, name, slices.Clone(blobs.blobs[name]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			full, err := schema.DecodeResult(plain, enc)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,6 +113,40 @@ func TestResultTooLargeToBlob(t *testing.T) {
 				t.Errorf("%d blobs stored, want 1", len(blobs.blobs))
 			}
 		})
+	}
+}
+
+// TestBlobNeverReplaced: a redelivered job stores a new blob under a new
+// key, so the reference of its first attempt (already stored in the
+// results stream, where the second is a duplicate) still opens; and two
+// tenants' jobs naming the same reply and id never share a blob.
+func TestBlobNeverReplaced(t *testing.T) {
+	pub, blobs := &fakePub{maxPayload: 4096}, &fakeBlobs{}
+	r := newRig(t, Config{Blobs: blobs}, nil, pub)
+	var refs []*schema.Blob
+	for i, subject := range []string{"embed.jobs." + testTenant, "embed.jobs." + testTenant, "embed.jobs.other"} {
+		d, m := delivery(t, bigJob("big"), schema.EncodingMsgpack, uint64(i+1))
+		d.Subject = subject
+		if err := r.c.Submit(context.Background(), d); err != nil {
+			t.Fatal(err)
+		}
+		m.wait(t)
+		res, err := schema.DecodeResult(pub.Results()[i].data, schema.EncodingMsgpack)
+		if err != nil || res.Blob == nil {
+			t.Fatalf("attempt %d: %+v, %v", i, res, err)
+		}
+		refs = append(refs, res.Blob)
+	}
+	if len(blobs.blobs) != 3 || refs[0].Name == refs[1].Name || string(refs[0].Key) == string(refs[1].Key) {
+		t.Fatalf("blobs %d, names %s %s: a redelivery replaced a blob", len(blobs.blobs), refs[0].Name, refs[1].Name)
+	}
+	if a, b := refs[0].Name[:strings.LastIndex(refs[0].Name, "-")], refs[2].Name[:strings.LastIndex(refs[2].Name, "-")]; a == b {
+		t.Errorf("two tenants' jobs share the blob identity %s", a)
+	}
+	for i, ref := range refs {
+		if _, err := schema.OpenBlob(ref.Key, ref.Name, slices.Clone(blobs.blobs[ref.Name])); err != nil {
+			t.Errorf("attempt %d: its blob does not open: %v", i, err)
+		}
 	}
 }
 

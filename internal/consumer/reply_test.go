@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jetembed/jetembed/schema"
 )
@@ -26,7 +27,7 @@ func TestBadReply(t *testing.T) {
 		{name: "jobs subject in the header", header: "embed.jobs.again"},
 		{name: "outside the allow-list", field: "orders.delete"},
 		{name: "invalid body reply", field: "a b"},
-		{name: "body wins over a good header", field: "$JS.API.STREAM.DELETE.X", header: "embed.results.ok"},
+		{name: "body wins over a good header", field: "$JS.API.STREAM.DELETE.X", header: "embed.results.t.ok"},
 		{name: "core request inbox", inbox: "$KV.EMBED_ENGINES.x"},
 		{name: "micro request inbox", inbox: "$KV.EMBED_ENGINES.x", respond: true},
 		{name: "micro request inbox on the service subject", inbox: "embed.v1.embed", respond: true},
@@ -74,45 +75,155 @@ func TestBadReply(t *testing.T) {
 			}
 			// The consumer goes on.
 			ok := schema.NewJob("ok", "y")
-			ok.Reply = "embed.results.ok"
+			ok.Reply = "embed.results." + testTenant + ".ok"
 			r.submit(t, ok, schema.EncodingMsgpack)
 			r.resultFor(t, "ok")
 		})
 	}
 }
 
-// TestRequestInboxOutsideTheAllowList: a request is answered on its own
-// inbox even under a custom prefix that the allow-list does not name.
-func TestRequestInboxOutsideTheAllowList(t *testing.T) {
-	r := newRig(t, Config{Replies: schema.ReplyPolicy{}.WithDefaults()}, nil, nil)
-	d, _ := delivery(t, schema.NewJob("j", "x"), schema.EncodingJSON, 1)
-	d.Msg, d.Reply = nil, "_INBOX_producer-a.abc"
-	answered := make(chan []byte, 1)
-	d.Respond = func(_ map[string][]string, data []byte) error { answered <- data; return nil }
+// TestRequestInboxTenancy: a request is answered on its own inbox only
+// inside the requester's space (the tenant its subject names); any other
+// inbox gets no answer at all, a bad_reply dead letter and a metric.
+func TestRequestInboxTenancy(t *testing.T) {
+	for _, c := range []struct {
+		tenant, inbox string
+		answered      bool
+	}{
+		{"producer-a", "_INBOX_producer-a.abc", true},
+		{"producer-a", "embed.results.producer-a.viareq", true},
+		{"producer-a", "_INBOX_producer-b.guess.1", false},
+		{"producer-a", "embed.results.producer-b.viareq", false},
+		{"producer-a", "orders.create", false},
+		{"producer-a", "_INBOX.abc", false},
+		{"", "_INBOX.abc", true},
+		{"", "_INBOX_producer-a.abc", false},
+		{"", "embed.results.producer-a.x", false},
+		{"pa*", "_INBOX_pa*.x", false},
+	} {
+		t.Run(c.tenant+"/"+c.inbox, func(t *testing.T) {
+			r := newRig(t, Config{Replies: schema.ReplyPolicy{}.WithDefaults()}, nil, nil)
+			d, _ := delivery(t, schema.NewJob("j", "x"), schema.EncodingJSON, 1)
+			d.Msg, d.Reply, d.Tenant, d.Subject = nil, c.inbox, c.tenant, "embed.v1.embed."+c.tenant
+			answered := make(chan []byte, 1)
+			d.Respond = func(_ map[string][]string, data []byte) error { answered <- data; return nil }
+			if err := r.c.Submit(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+			if c.answered {
+				res, err := schema.DecodeResult(<-answered, schema.EncodingJSON)
+				if err != nil || res.Err() != nil {
+					t.Fatalf("answer: %v %v", err, res)
+				}
+				return
+			}
+			natsWait(t, func() bool { return len(r.pub.DLQ()) == 1 })
+			if dl := r.pub.DLQ(); dl[0].Code != string(schema.CodeBadReply) || dl[0].Tenant != c.tenant && schema.ValidTenant(c.tenant) {
+				t.Errorf("dead letter %+v, want bad_reply of tenant %q", dl[0], c.tenant)
+			}
+			select {
+			case data := <-answered:
+				t.Fatalf("answered %s", data)
+			default:
+			}
+			if r.met.get("term bad_reply") != 1 {
+				t.Errorf("metrics %v", r.met)
+			}
+		})
+	}
+}
+
+// natsWait polls cond for up to 5 s.
+func natsWait(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 5s")
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// TestQueuedJobTenancy: a queued job's tenant is its subject's token, never
+// its body: a reply into another tenant's results is bad_reply, and a job
+// whose subject has no tenant token is refused.
+func TestQueuedJobTenancy(t *testing.T) {
+	for _, c := range []struct {
+		subject, reply string
+		ok             bool
+	}{
+		{"embed.jobs.producer-a.run.doc-1", "embed.results.producer-a.run.doc-1", true},
+		{"embed.jobs.producer-a", "_INBOX_producer-a.x", true},
+		{"embed.jobs.producer-a", "embed.results.producer-b.doc-1", false},
+		{"embed.jobs.producer-a", "_INBOX_producer-b.x", false},
+		{"embed.jobs.producer-a", "_INBOX.x", false},
+		{"embed.jobs", "embed.results.producer-a.x", false},
+		{"", "embed.results.producer-a.x", false},
+	} {
+		t.Run(c.subject+"->"+c.reply, func(t *testing.T) {
+			r := newRig(t, Config{Replies: schema.ReplyPolicy{}.WithDefaults()}, nil, nil)
+			j := schema.NewJob("doc-1", "x")
+			j.Reply = c.reply
+			d, m := delivery(t, j, schema.EncodingMsgpack, 1)
+			d.Subject = c.subject
+			if err := r.c.Submit(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+			calls := m.wait(t)
+			if c.ok {
+				if len(calls) != 1 || calls[0] != "ack" || len(r.pub.Results()) != 1 {
+					t.Fatalf("calls %v, results %d", calls, len(r.pub.Results()))
+				}
+				p := r.pub.Results()[0]
+				if want := schema.ResultMsgID("producer-a", c.reply, "doc-1"); p.msgID != want || p.header[schema.HeaderTenant][0] != "producer-a" {
+					t.Errorf("result msg id %s, tenant %v; want %s, producer-a", p.msgID, p.header[schema.HeaderTenant], want)
+				}
+				return
+			}
+			if len(calls) != 1 || calls[0] != "term" || len(r.pub.Results()) != 0 {
+				t.Fatalf("calls %v, results %d: want term and no result", calls, len(r.pub.Results()))
+			}
+			if dl := r.pub.DLQ(); len(dl) != 1 || dl[0].Code != string(schema.CodeBadReply) {
+				t.Errorf("dead letters %+v", dl)
+			}
+		})
+	}
+	// Tenancy off: one shared space, as before tenants.
+	r := newRig(t, Config{Replies: schema.ReplyPolicy{Tenancy: schema.Tenancy{Off: true}}.WithDefaults()}, nil, nil)
+	j := schema.NewJob("doc-1", "x")
+	j.Reply = "embed.results.anyone.doc-1"
+	d, m := delivery(t, j, schema.EncodingMsgpack, 1)
+	d.Subject = "jobs"
 	if err := r.c.Submit(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
-	res, err := schema.DecodeResult(<-answered, schema.EncodingJSON)
-	if err != nil || res.Err() != nil {
-		t.Fatalf("answer: %v %v", err, res)
+	if calls := m.wait(t); len(calls) != 1 || calls[0] != "ack" {
+		t.Errorf("tenancy off: calls %v", calls)
 	}
 }
 
 // TestDeadLetterIDs: one job's dead letter has one id however often it is
 // terminated; two jobs sharing an id but not their reply have two.
 func TestDeadLetterIDs(t *testing.T) {
-	mk := func(reply string) *job {
+	mk := func(tenant, reply string) *job {
 		j := schema.NewJob("doc-1", "x")
 		j.Reply = reply
 		d, _ := delivery(t, j, schema.EncodingJSON, 1)
-		return &job{d: d, id: "doc-1"}
+		d.Subject = "embed.jobs." + tenant
+		return &job{d: d, id: "doc-1", tenant: tenant}
 	}
-	a, a2, b := mk("embed.results.pa.doc-1"), mk("embed.results.pa.doc-1"), mk("embed.results.pb.doc-1")
+	a, a2, b := mk("pa", "embed.results.pa.doc-1"), mk("pa", "embed.results.pa.doc-1"), mk("pa", "embed.results.pb.doc-1")
 	if deadLetterID("bad_payload", a) != deadLetterID("bad_payload", a2) {
 		t.Error("the same job gets two dead-letter ids")
 	}
 	if deadLetterID("bad_payload", a) == deadLetterID("bad_payload", b) {
 		t.Error("two producers' jobs with one id share a dead-letter id")
+	}
+	// Another tenant sending the very same body (reply, id) never makes
+	// the victim's dead letter a duplicate of its own.
+	if deadLetterID("bad_reply", mk("pb", "embed.results.pa.doc-1")) == deadLetterID("bad_reply", a) {
+		t.Error("two tenants' identical jobs share a dead-letter id")
 	}
 	if deadLetterID("bad_payload", a) == deadLetterID("internal", a) {
 		t.Error("two codes share a dead-letter id")

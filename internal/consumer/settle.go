@@ -51,7 +51,7 @@ func (c *Consumer) deadLetter(ctx context.Context, j *job, out outcome) outcome 
 		return out
 	}
 	out.dlqTried = true
-	dl := DeadLetter{JobID: j.id, Code: string(out.code), NumDelivered: j.d.NumDelivered}
+	dl := DeadLetter{JobID: j.id, Tenant: j.tenant, Code: string(out.code), NumDelivered: j.d.NumDelivered}
 	if out.err != nil {
 		dl.Message = out.err.Message
 	}
@@ -111,9 +111,9 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 		}
 		res = out.result
 	}
-	h := schema.ResultHeader(res, j.reply, j.enc)
+	h := schema.ResultHeader(res, j.tenant, j.reply, j.enc)
 	telemetry.InjectHeaders(ctx, h)
-	if limit := c.payloadLimit(); limit > 0 && msgSize(h, data)+headerRoom > limit {
+	if limit := c.payloadLimit(); limit > 0 && !j.d.Local && msgSize(h, data)+headerRoom > limit {
 		var send bool
 		if out, data, send = c.oversized(ctx, j, out, res, h, data, limit); !send {
 			return out
@@ -127,7 +127,7 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 	case j.d.Respond != nil:
 		err = j.d.Respond(h, data)
 	case j.reply != "":
-		err = c.pub.PublishResult(ctx, j.reply, schema.ResultMsgID(j.reply, j.id), h, data)
+		err = c.pub.PublishResult(ctx, j.reply, schema.ResultMsgID(j.tenant, j.reply, j.id), h, data)
 	default:
 		if c.noReplyWarned.CompareAndSwap(false, true) {
 			c.cfg.Logger.Warn("job has no reply subject: result discarded (logged once)", "job", j.id)

@@ -82,7 +82,7 @@ func (r *rig) push(ctx context.Context, jobs []*schema.Job) []string {
 				r.t.Fatal(err)
 			}
 			h := nats.Header(schema.JobHeader(j, schema.EncodingMsgpack))
-			f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: r.c.JobSubject(), Header: h, Data: data})
+			f, err := r.js.PublishMsgAsync(&nats.Msg{Subject: r.c.JobSubject(j.ID), Header: h, Data: data})
 			if err != nil {
 				r.t.Fatalf("publish %s: %v", j.ID, err)
 			}
@@ -103,7 +103,10 @@ func (r *rig) push(ctx context.Context, jobs []*schema.Job) []string {
 }
 
 // resultMsgID is the Nats-Msg-Id the consumer gives a job's result.
-func (r *rig) resultMsgID(id string) string { return schema.ResultMsgID(r.c.ReplySubject(id), id) }
+// (The rig's client has no tenant: its jobs' subjects name the run there.)
+func (r *rig) resultMsgID(id string) string {
+	return schema.ResultMsgID(r.c.Run(), r.c.ReplySubject(id), id)
+}
 
 // storedResults counts the results stream's messages by Nats-Msg-Id,
 // reading headers only. A read that fails (a cluster API request can meet

@@ -1,0 +1,227 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"iter"
+	"strings"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/jetembed/jetembed/schema"
+)
+
+// StoredResult is one result read back from the results stream (a blob
+// reference already resolved to the whole result).
+type StoredResult struct {
+	*schema.Result
+	// Subject is the subject it was published on.
+	Subject string
+	// Sequence is its stream sequence; Pending counts the results of the
+	// run stored after it when it was delivered.
+	Sequence, Pending uint64
+}
+
+// Results yields the results of run stored in the results stream, oldest
+// first, and then waits for new ones until ctx ends (or, with
+// [UntilCaughtUp], stops when it has read what was stored). A result that
+// does not decode, or that was delivered from outside the run's subjects,
+// is yielded with an error wrapping [ErrBadResult] and the iteration goes
+// on; an error that ends it (ctx, the stream) is yielded last.
+//
+// It reads through an ephemeral push consumer filtered on the run's
+// results (embed.results.<tenant>.<run>.>, or embed.results.<run>.>
+// without a tenant) that delivers to the connection's inbox, with flow
+// control, and is created again from the last result read after a gap or
+// a lost consumer. A push consumer needs no pull grant: a tenant is granted
+// creating consumers filtered on its own results, and nothing that could
+// read another's (see deploy/nats/accounts.conf).
+func (c *Client) Results(ctx context.Context, run string, opts ...ResultsOption) iter.Seq2[StoredResult, error] {
+	var o resultsOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	prefix := c.resultsRoot() + "." + Token(run) + "."
+	return func(yield func(StoredResult, error) bool) {
+		r := &pushReader{c: c, filter: prefix + ">", next: o.after + 1}
+		defer r.stop()
+		pending, err := r.open(ctx)
+		if err != nil {
+			yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
+			return
+		}
+		if o.untilCaughtUp && pending == 0 {
+			return
+		}
+		for {
+			m, err := r.read(ctx)
+			if err != nil {
+				yield(StoredResult{}, fmt.Errorf("results of run %s: %w", run, err))
+				return
+			}
+			sr, err := c.storedResult(ctx, m, prefix)
+			if !yield(sr, err) {
+				return
+			}
+			if o.untilCaughtUp && sr.Pending == 0 {
+				return
+			}
+		}
+	}
+}
+
+// storedResult decodes one delivered result of the run whose subjects
+// start with prefix.
+func (c *Client) storedResult(ctx context.Context, m natsjs.Msg, prefix string) (StoredResult, error) {
+	sr := StoredResult{Subject: m.Subject()}
+	if md, err := m.Metadata(); err == nil {
+		sr.Sequence, sr.Pending = md.Sequence.Stream, md.NumPending
+	}
+	// A consumer re-pointed by someone else at other subjects must not
+	// pass their results off as the run's.
+	if !strings.HasPrefix(sr.Subject, prefix) {
+		return sr, fmt.Errorf("%w: %s (seq %d) is not a result of this run", ErrBadResult, sr.Subject, sr.Sequence)
+	}
+	enc := schema.EncodingFor(m.Headers().Get(schema.HeaderContentType))
+	res, err := schema.DecodeResult(m.Data(), enc)
+	if err != nil {
+		err = fmt.Errorf("%w: %s (seq %d): %w", ErrBadResult, sr.Subject, sr.Sequence, err)
+	} else if res.Blob != nil {
+		res, err = c.resolve(ctx, res, enc)
+	}
+	sr.Result = res
+	return sr, err
+}
+
+// resultsHeartbeat is the push consumer's idle heartbeat: two missed ones
+// and it is created again.
+const resultsHeartbeat = 5 * time.Second
+
+// pushReader reads a filtered part of the results stream in order through
+// an ephemeral push consumer, recreating it from the next stream sequence
+// when a delivery is missing, heartbeats stop or the consumer is gone.
+type pushReader struct {
+	c      *Client
+	filter string
+	next   uint64 // stream sequence to start a new consumer at
+	seen   uint64 // consumer sequence of the last delivery read
+
+	// One generation per consumer: what an old consumer still delivers
+	// after it was replaced never reaches the new one's queue.
+	cc    natsjs.ConsumeContext
+	msgs  chan natsjs.Msg
+	reset chan struct{}
+	gone  chan struct{} // closed when the generation is replaced or stopped
+}
+
+// open creates the consumer and starts consuming; it returns the number
+// of results stored from next on.
+func (r *pushReader) open(ctx context.Context) (uint64, error) {
+	cfg := natsjs.ConsumerConfig{
+		Name:              nuid.Next(),
+		FilterSubject:     r.filter,
+		DeliverSubject:    r.c.nc.NewInbox(),
+		DeliverPolicy:     natsjs.DeliverAllPolicy,
+		AckPolicy:         natsjs.AckNonePolicy,
+		FlowControl:       true,
+		IdleHeartbeat:     resultsHeartbeat,
+		InactiveThreshold: time.Minute,
+		MemoryStorage:     true,
+		Replicas:          1,
+	}
+	if r.next > 1 {
+		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, r.next
+	}
+	pc, err := r.c.js.CreatePushConsumer(ctx, r.c.o.resultsStream, cfg)
+	if err != nil {
+		return 0, err
+	}
+	msgs, reset, gone := make(chan natsjs.Msg, 64), make(chan struct{}, 1), make(chan struct{})
+	// deliver runs on the subscription's goroutine: blocking it holds back
+	// the flow control answer, so the server waits for the reader.
+	deliver := func(m natsjs.Msg) {
+		select {
+		case msgs <- m:
+		case <-gone:
+		}
+	}
+	cc, err := pc.Consume(deliver, natsjs.ConsumeErrHandler(func(_ natsjs.ConsumeContext, err error) {
+		if errors.Is(err, natsjs.ErrNoHeartbeat) || errors.Is(err, natsjs.ErrConsumerDeleted) {
+			select {
+			case reset <- struct{}{}:
+			default:
+			}
+		}
+	}))
+	if err != nil {
+		close(gone)
+		return 0, err
+	}
+	r.cc, r.msgs, r.reset, r.gone, r.seen = cc, msgs, reset, gone, 0
+	return pc.CachedInfo().NumPending, nil
+}
+
+// read returns the next delivery in order.
+func (r *pushReader) read(ctx context.Context) (natsjs.Msg, error) {
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-r.reset:
+			if err := r.reopen(ctx); err != nil {
+				return nil, err
+			}
+		case m := <-r.msgs:
+			md, err := m.Metadata()
+			if err != nil {
+				continue
+			}
+			if md.Sequence.Consumer != r.seen+1 {
+				// A delivery went missing (a slow reader, a reconnect):
+				// start again after the last one read.
+				if err := r.reopen(ctx); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			r.seen, r.next = md.Sequence.Consumer, md.Sequence.Stream+1
+			return m, nil
+		}
+	}
+}
+
+// reopen replaces the consumer, retrying while the server cannot be
+// reached, until ctx ends.
+func (r *pushReader) reopen(ctx context.Context) error {
+	r.stop()
+	delay := 100 * time.Millisecond
+	for {
+		_, err := r.open(ctx)
+		if err == nil {
+			return nil
+		}
+		var apiErr *natsjs.APIError
+		if errors.As(err, &apiErr) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
+}
+
+// stop ends the current generation.
+func (r *pushReader) stop() {
+	if r.cc == nil {
+		return
+	}
+	close(r.gone)
+	r.cc.Stop()
+	r.cc = nil
+}
