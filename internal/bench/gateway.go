@@ -40,7 +40,9 @@ type Gateway struct {
 }
 
 // Added is the latency the gateway adds to request-reply.
-func (g Gateway) Added() (p50, p99 time.Duration) { return g.HTTPP50 - g.BareP50, g.HTTPP99 - g.BareP99 }
+func (g Gateway) Added() (p50, p99 time.Duration) {
+	return g.HTTPP50 - g.BareP50, g.HTTPP99 - g.BareP99
+}
 
 // Ratio is the gateway's calls a second over bare request-reply's.
 func (g Gateway) Ratio() float64 { return ratio(g.HTTPRate, g.BareRate) }
