@@ -2,7 +2,6 @@ package gateway_test
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -157,7 +156,6 @@ func TestConnectionCap(t *testing.T) {
 	const maxConns = 6
 	r := newRig(t, true, func(c *gateway.Config) { c.MaxConns, c.ClientConns = maxConns, 100 })
 	addr := strings.TrimPrefix(r.url, "http://")
-	var idle []net.Conn
 	for range maxConns {
 		c := dialFrom(t, "127.0.0.2", addr)
 		fmt.Fprintf(c, "GET /health HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
@@ -168,7 +166,6 @@ func TestConnectionCap(t *testing.T) {
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
-		idle = append(idle, c)
 	}
 	for i := range 3 {
 		if a := r.post(t, "/v1/embeddings", `{"input":"past the idle ones"}`); a.status != 200 {
@@ -180,7 +177,7 @@ func TestConnectionCap(t *testing.T) {
 	for range maxConns {
 		dialFrom(t, "127.0.0.3", addr)
 	}
-	time.Sleep(1100 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // accepted
 	if a := r.post(t, "/v1/embeddings", `{"input":"past the silent ones"}`); a.status != 200 {
 		t.Fatalf("a call with silent connections open: %d %s", a.status, a.body)
 	}
@@ -228,5 +225,4 @@ func TestFleetOutageFailsFast(t *testing.T) {
 	if a := r.post(t, "/v1/embeddings", `{"input":"a"}`); a.status != 200 {
 		t.Errorf("after the outage: %d %s", a.status, a.body)
 	}
-	_ = context.Background()
 }
