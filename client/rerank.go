@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nuid"
@@ -38,6 +39,14 @@ func (c *Client) RerankRequest(ctx context.Context, req *schema.RerankRequest) (
 	}
 	if r.ID == "" {
 		r.ID = nuid.Next()
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+	}
+	if r.Deadline == "" {
+		r.Deadline = callDeadline(ctx)
 	}
 	data, err := schema.EncodeRerankRequest(&r, c.o.enc)
 	if err != nil {
@@ -89,6 +98,12 @@ func (c *Client) TokenizeRequest(ctx context.Context, req *schema.TokenizeReques
 		return res, res.Error
 	}
 	return res, nil
+}
+
+// callDeadline is ctx's deadline in the wire format.
+func callDeadline(ctx context.Context) string {
+	d, _ := ctx.Deadline()
+	return d.UTC().Format(time.RFC3339Nano)
 }
 
 // tenanted is subject followed by the client's tenant, if it has one

@@ -45,8 +45,10 @@ type Config struct {
 	// a bulk backlog never refuses them. Default 2 x MaxBatchTokens.
 	InteractiveTokens int
 	// RequestQueueTokens bounds the estimated tokens of the request-reply
-	// deliveries waiting for interactive room; beyond it a request is
-	// answered overloaded. Default InteractiveTokens.
+	// deliveries waiting for interactive room (their bodies are held
+	// meanwhile, about 3 bytes a token); beyond it a request is answered
+	// overloaded. Within it, a request waits as long as its deadline
+	// allows at the measured drain rate. Default 8 x InteractiveTokens.
 	RequestQueueTokens int
 	// RequestWait is the longest a request without a deadline waits for
 	// interactive room before it is answered overloaded (one with a
@@ -106,7 +108,7 @@ func (c Config) WithDefaults() Config {
 		c.InteractiveTokens = 2 * c.MaxBatchTokens
 	}
 	if c.RequestQueueTokens <= 0 {
-		c.RequestQueueTokens = c.InteractiveTokens
+		c.RequestQueueTokens = 8 * c.InteractiveTokens
 	}
 	if c.RequestWait <= 0 {
 		c.RequestWait = DefaultRequestWait

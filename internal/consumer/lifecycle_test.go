@@ -214,7 +214,7 @@ func TestBudget(t *testing.T) {
 		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
 		// "aaaaaaaaa" estimates 9/3+2 = 5 tokens: the bulk budget holds two
 		// jobs, the interactive one one.
-		r := newRig(t, Config{InFlightTokens: 10, MaxBatchTokens: 5, InteractiveTokens: 5}, emb, nil)
+		r := newRig(t, Config{InFlightTokens: 10, MaxBatchTokens: 5, InteractiveTokens: 5, RequestQueueTokens: 5}, emb, nil)
 		text := "aaaaaaaaa"
 		var msgs []*fakeMsg
 		for _, id := range []string{"a", "b"} {
