@@ -104,6 +104,11 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	window := s.cfg.HealthWindow
+	if s.linkDown() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "unavailable: the gateway has no connection to NATS")
+		return
+	}
 	ago := s.health.since(time.Now())
 	if ago >= window {
 		if err := s.health.ping(r.Context()); err != nil {

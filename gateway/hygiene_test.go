@@ -221,6 +221,9 @@ func TestFleetOutageFailsFast(t *testing.T) {
 	if a := r.post(t, "/v1/embeddings", `{"input":"a"}`); a.status != 503 || a.errField("code") != "fleet_unreachable" || time.Since(start) > 200*time.Millisecond {
 		t.Errorf("during the outage: %d %s", a.status, a.body)
 	}
+	if a := r.do(t, http.MethodGet, "/health", ""); a.status != 503 || !strings.Contains(string(a.body), "no connection to NATS") {
+		t.Errorf("/health during the outage: %d %s", a.status, a.body)
+	}
 	r.gw.SetConnected(true)
 	if a := r.post(t, "/v1/embeddings", `{"input":"a"}`); a.status != 200 {
 		t.Errorf("after the outage: %d %s", a.status, a.body)

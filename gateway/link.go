@@ -51,6 +51,13 @@ func (s *Server) SetConnected(up bool) {
 	}
 }
 
+// linkDown reports whether the connection to the fleet is down now.
+func (s *Server) linkDown() bool {
+	s.link.mu.Lock()
+	defer s.link.mu.Unlock()
+	return s.link.down
+}
+
 // linked returns ctx ended also by the next drop of the connection, or
 // the 503 to answer when it is down now.
 func (s *Server) linked(ctx context.Context) (context.Context, context.CancelFunc, *apiError) {
