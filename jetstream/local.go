@@ -76,7 +76,11 @@ func (w *Worker) Rerank(ctx context.Context, req *schema.RerankRequest) (*schema
 	if maxBytes <= 0 {
 		maxBytes = DefaultRerankBytes
 	}
-	body, err := schema.EncodeRerankRequest(req, schema.EncodingMsgpack)
+	r := *req
+	if r.V == 0 {
+		r.V = schema.Version
+	}
+	body, err := schema.EncodeRerankRequest(&r, schema.EncodingMsgpack)
 	if err != nil {
 		return nil, fmt.Errorf("rerank %q: %w", req.ID, err)
 	}
@@ -124,7 +128,11 @@ func (w *Worker) Tokenize(_ context.Context, req *schema.TokenizeRequest) (*sche
 	if w.cfg.Service.Tokenizer == nil {
 		return nil, fmt.Errorf("tokenize: %w: this worker has no tokenizer", ErrNoService)
 	}
-	body, err := schema.EncodeTokenizeRequest(req, schema.EncodingMsgpack)
+	r := *req
+	if r.V == 0 {
+		r.V = schema.Version
+	}
+	body, err := schema.EncodeTokenizeRequest(&r, schema.EncodingMsgpack)
 	if err != nil {
 		return nil, fmt.Errorf("tokenize %q: %w", req.ID, err)
 	}
