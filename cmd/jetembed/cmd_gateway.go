@@ -22,7 +22,7 @@ import (
 func init() {
 	register(command{
 		name:    "gateway",
-		summary: "serve the OpenAI-compatible HTTP embeddings API in front of the fleet (embed.v1.embed)",
+		summary: "serve the HTTP API (OpenAI, TEI, rerank) in front of the fleet (embed.v1.embed, embed.v1.rerank, embed.v1.tokenize)",
 		run:     runGateway,
 	})
 }
