@@ -131,7 +131,8 @@ type Config struct {
 	MaxConns int
 	// ClientConns and ClientConcurrent bound the open connections and the
 	// calls in progress (bodies being read included) of one client
-	// address; 0 means half of MaxConns and of MaxConcurrent.
+	// address; 0 means half of the connection cap (MaxConns as the file
+	// limit allows) and half of MaxConcurrent.
 	ClientConns, ClientConcurrent int
 	// HeaderTimeout bounds the reading of a request's headers; the body
 	// then has HeaderTimeout plus its length at MinBodyRate.
@@ -188,7 +189,6 @@ func (c Config) WithDefaults() Config {
 	if c.MaxConns <= 0 {
 		c.MaxConns = DefaultMaxConns
 	}
-	def(&c.ClientConns, max(c.MaxConns/2, 1))
 	def(&c.ClientConcurrent, max(c.MaxConcurrent/2, 1))
 	if c.HeaderTimeout <= 0 {
 		c.HeaderTimeout = DefaultHeaderTimeout

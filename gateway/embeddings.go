@@ -71,6 +71,11 @@ func (s *Server) run(w http.ResponseWriter, r *http.Request, texts []string, out
 // fail answers a failed fleet call and logs it.
 func (s *Server) fail(ctx context.Context, w http.ResponseWriter, r *http.Request, inputs int, err error) {
 	aerr := fleetError(err)
+	if aerr.Status == http.StatusTooManyRequests && aerr.retryAfter == 0 {
+		// The fleet refused it overloaded: come back when what is in
+		// flight here has drained.
+		aerr.retryAfter = s.window.retryAfter(s.cfg.RetryAfter)
+	}
 	level := slog.LevelDebug // refusals the client hears about
 	if aerr.Status >= 500 && aerr.Status != http.StatusServiceUnavailable {
 		level = slog.LevelWarn

@@ -127,7 +127,11 @@ func (s *Server) authorized(r *http.Request) bool {
 // capped below the process's file limit (see [Config.MaxConns]).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	maxConns := ConnCap(s.cfg.MaxConns, fileLimit())
-	cl := newConns(ln, maxConns, min(s.cfg.ClientConns, maxConns), s.cert != nil, s.cfg.Logger, s.metrics.refusedConn)
+	perClient := s.cfg.ClientConns
+	if perClient <= 0 {
+		perClient = max(maxConns/2, 1)
+	}
+	cl := newConns(ln, maxConns, min(perClient, maxConns), s.cert != nil, s.cfg.Logger, s.metrics.refusedConn)
 	errLog := slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)
 	srv := &http.Server{
 		Handler: s.handler,

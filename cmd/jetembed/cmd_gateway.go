@@ -67,7 +67,7 @@ func addGatewayFlags(fs *flagSet, listenFlag, listenDefault string) *gatewayFlag
 		jobB:          fs.Int("api-job-bytes", 0, "most bytes of text in one fleet job (0: 512 KiB or half the NATS server's max_payload, the smaller)"),
 		maxConcurrent: fs.Int("api-max-concurrent", gateway.DefaultMaxConcurrent, "HTTP API calls in flight at once, counted once a call is authenticated and its body read; beyond, 429 gateway_busy with Retry-After"),
 		maxConns:      fs.Int("api-max-conns", gateway.DefaultMaxConns, "open HTTP API connections, kept below the process's file limit (RLIMIT_NOFILE) less a reserve; at the cap an idle keep-alive connection is closed for a new one, with none idle the new one gets 503"),
-		clientConns:   fs.Int("api-client-conns", 0, "open HTTP API connections of one client address (0: half of --api-max-conns)"),
+		clientConns:   fs.Int("api-client-conns", 0, "open HTTP API connections of one client address (0: half of the connection cap, --api-max-conns as the file limit allows)"),
 		clientCalls:   fs.Int("api-client-concurrent", 0, "HTTP API calls in progress (bodies being read included) of one client address; beyond, 429 client_busy (0: half of --api-max-concurrent)"),
 		headerTimeout: fs.Duration("api-header-timeout", gateway.DefaultHeaderTimeout, "time to read an HTTP API request's headers; its body then has this plus its length at --api-min-body-rate, else 408 body_timeout"),
 		minBodyRate:   fs.Int("api-min-body-rate", gateway.DefaultMinBodyRate, "slowest an HTTP API request body may arrive, bytes a second on average after the header timeout's grace"),
