@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -38,6 +39,30 @@ func FuzzParseInput(f *testing.F) {
 		}
 		if err == nil && (len(texts) == 0 || len(texts) > 8) {
 			t.Fatalf("parseInput(%q) gave %d texts", raw, len(texts))
+		}
+	})
+}
+
+// FuzzDecodeRequests: any body decodes into an embeddings, TEI or rerank
+// call or is refused with an answer that quotes at most a few dozen bytes
+// of it; nothing panics.
+func FuzzDecodeRequests(f *testing.F) {
+	for _, s := range []string{`{"input":"a"}`, `{"inputs":["a","b"],"normalize":true}`, `{"input":"a","input":"b"}`,
+		`{"INPUT":"a"}`, `{"query":"q","texts":["a"],"weights":{"dense":1}}`, `{"a":` + strings.Repeat("[", 40) + `}`, `1e999`} {
+		f.Add([]byte(s))
+	}
+	c := Config{Requester: nil}.WithDefaults()
+	f.Fuzz(func(t *testing.T, body []byte) {
+		if _, _, aerr := decodeRequest(body, &c); aerr != nil && len(aerr.Message) > 512 {
+			t.Fatalf("a %d-byte message for a %d-byte body", len(aerr.Message), len(body))
+		}
+		s := &Server{cfg: c}
+		if _, _, aerr := s.decodeTEI(body); aerr != nil && len(aerr.Message) > 512 {
+			t.Fatalf("a %d-byte message for a %d-byte body", len(aerr.Message), len(body))
+		}
+		var raw json.RawMessage
+		if aerr := decodeObject(body, fields{"weights": &raw}); aerr == nil {
+			_, _ = decodeWeights(raw)
 		}
 	})
 }
