@@ -2,8 +2,17 @@
 // queues jobs in the jobs stream ([Client.Submit]), reads their results back
 // from the results stream ([Client.Results]), asks for vectors now through
 // the request-reply service ([Client.Embed], [Client.Request]) and fetches
-// results too large for one message from the blobs Object Store bucket,
-// transparently.
+// results too large for one message from the blobs Object Store bucket
+// (sealed: the key travels in the reply), transparently.
+//
+// In a shared deployment a producer is a tenant ([WithTenant]): the user
+// the server authenticates, whose permissions allow its subjects only
+// (embed.jobs.<tenant>.>, embed.results.<tenant>.>, embed.v1.embed.<tenant>
+// and the inbox prefix _INBOX_<tenant>, set on the connection):
+//
+//	nc, _ := nats.Connect(url, nats.UserInfo("producer-a", pw),
+//		nats.CustomInboxPrefix("_INBOX_producer-a"))
+//	c, _ := client.New(nc, client.WithTenant("producer-a"), client.WithRun("nightly"))
 //
 // client depends only on nats.go, package schema (the wire contract) and
 // the OpenTelemetry propagation API (W3C trace context of the ctx travels in

@@ -98,7 +98,7 @@ func (c *Client) storedResult(ctx context.Context, m natsjs.Msg, prefix string) 
 
 // resultsHeartbeat is the push consumer's idle heartbeat: two missed ones
 // and it is created again.
-const resultsHeartbeat = 5 * time.Second
+const resultsHeartbeat = 2 * time.Second
 
 // pushReader reads a filtered part of the results stream in order through
 // an ephemeral push consumer, recreating it from the next stream sequence

@@ -13,7 +13,6 @@ import (
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/schema"
 )
 
 // The slow-consumer test runs the consumer in process, like serve wires it,
@@ -75,9 +74,10 @@ func runSlow(t *testing.T, heartbeats bool) (uint64, *bulk) {
 	log := &deliveryLog{max: map[string]uint64{}}
 	sink := func(cons *consumer.Consumer) jetstream.Sink {
 		return sinkFunc(func(ctx context.Context, d consumer.Delivery) error {
-			if id := d.Header[schema.HeaderMsgID]; len(id) > 0 {
+			// Every job has a subject of its own.
+			if id := d.Subject; id != "" {
 				log.mu.Lock()
-				log.max[id[0]] = max(log.max[id[0]], d.NumDelivered)
+				log.max[id] = max(log.max[id], d.NumDelivered)
 				log.mu.Unlock()
 			}
 			if !heartbeats {

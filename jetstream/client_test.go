@@ -128,3 +128,84 @@ func TestClientSubmitSameIDTwoProducers(t *testing.T) {
 		t.Errorf("duplicate flags of producer a, producer b, producer a again = %v, want [false false true]", acks)
 	}
 }
+
+// TestClientResultsSurviveALostConsumer: the results reader is an
+// ephemeral push consumer; when it is deleted under it (a server restart
+// loses it, an operator removes it), the reader creates another from the
+// next sequence and misses nothing, and a result delivered from outside
+// the run's subjects (a consumer re-pointed by someone else) is refused.
+func TestClientResultsSurviveALostConsumer(t *testing.T) {
+	srv := newServer(t, nil)
+	c, err := jetstream.NewClient(srv.nc, jetstream.WithTenant("pa"), jetstream.WithRun("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.ReplySubject("x"); got != "embed.results.pa.r.x" || c.JobSubject("x") != "embed.jobs.pa.r.x" || c.Endpoint() != "embed.v1.embed.pa" {
+		t.Fatalf("subjects %s %s %s", got, c.JobSubject("x"), c.Endpoint())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	result := func(id string) []byte {
+		data, _ := schema.EncodeResult(&schema.Result{V: 1, ID: id}, schema.EncodingMsgpack)
+		return data
+	}
+	publishRaw(t, srv.js, c.ReplySubject("one"), nil, result("one"))
+	got := make(chan string, 8)
+	go func() {
+		for sr, err := range c.Results(ctx, "r") {
+			if err != nil {
+				got <- "error: " + err.Error()
+				continue
+			}
+			got <- sr.ID
+		}
+	}()
+	next := func() string {
+		select {
+		case id := <-got:
+			return id
+		case <-ctx.Done():
+			t.Fatal("no result")
+		}
+		return ""
+	}
+	if id := next(); id != "one" {
+		t.Fatalf("first %q", id)
+	}
+	st, err := srv.js.Stream(ctx, srv.cfg.Results.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := st.ConsumerNames(ctx)
+	var deleted int
+	for name := range names.Name() {
+		if err := st.DeleteConsumer(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		deleted++
+	}
+	if deleted != 1 {
+		t.Fatalf("%d consumers deleted, want the reader's one", deleted)
+	}
+	publishRaw(t, srv.js, c.ReplySubject("two"), nil, result("two"))
+	if id := next(); id != "two" {
+		t.Fatalf("after the consumer was lost: %q", id)
+	}
+	// Re-point the reader's consumer at another tenant's results, as
+	// anyone allowed to create consumers of any name could.
+	for name := range st.ConsumerNames(ctx).Name() {
+		cons, err := st.PushConsumer(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := cons.CachedInfo().Config
+		cfg.FilterSubject = "embed.results.pb.>"
+		if _, err := srv.js.UpdatePushConsumer(ctx, srv.cfg.Results.Name, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	publishRaw(t, srv.js, "embed.results.pb.r.three", nil, result("three"))
+	if id := next(); !strings.Contains(id, "not a result of this run") {
+		t.Fatalf("a result of another tenant's was read as the run's: %q", id)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -22,9 +23,11 @@ func (w *Worker) Request(ctx context.Context, job *schema.Job) (*schema.Result, 
 		return nil, fmt.Errorf("request job %q: %w", job.ID, err)
 	}
 	answer := make(chan []byte, 1)
+	h := schema.JobHeader(job, schema.EncodingMsgpack)
+	telemetry.InjectHeaders(ctx, h)
 	d := consumer.Delivery{
 		Data:         data,
-		Header:       schema.JobHeader(job, schema.EncodingMsgpack),
+		Header:       h,
 		NumDelivered: 1,
 		Received:     time.Now(),
 		Local:        true,

@@ -89,6 +89,19 @@ func ResultMsgID(tenant, reply, id string) string {
 	return "r2-" + Identity(tenant, reply, id)
 }
 
+// JobMsgID is the identity of tenant's job id whose result goes to reply:
+// the same hash as [ResultMsgID] under its own prefix. Do not send it as
+// a job's Nats-Msg-Id on a jobs stream that several tenants share: the
+// stream dedupes ids over all of them, and the hash is public, so another
+// tenant could send it first and have the job dropped. A tenant with a
+// jobs stream of its own may. It is "" for a job without an id.
+func JobMsgID(tenant, reply, id string) string {
+	if id == "" {
+		return ""
+	}
+	return "j2-" + Identity(tenant, reply, id)
+}
+
 // Identity hashes fields (each length-prefixed, so that no two lists
 // collide by concatenation) into 32 hex digits: the identity of a job
 // (tenant, reply, id) in result, blob and dead-letter names.

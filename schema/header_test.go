@@ -52,8 +52,11 @@ func TestResultMsgID(t *testing.T) {
 			t.Errorf("ResultMsgID%q collides with ResultMsgID(pa, embed.results.pa.doc-1, doc-1)", other)
 		}
 	}
-	if ResultMsgID("t", "r", "") != "" {
-		t.Error("a job without an id has a result msg id")
+	if ResultMsgID("t", "r", "") != "" || JobMsgID("t", "r", "") != "" {
+		t.Error("a job without an id has a msg id")
+	}
+	if j := JobMsgID("pa", "embed.results.pa.doc-1", "doc-1"); j == a || j == JobMsgID("pb", "embed.results.pa.doc-1", "doc-1") {
+		t.Errorf("job identity %s shared with a result or another tenant", j)
 	}
 }
 

@@ -19,24 +19,24 @@ import (
 
 // TestOpsPublishDeniedAndBlobs runs serve as the `embedder` user of
 // deploy/nats/accounts.conf (a standard 1 MiB max payload). A job whose
-// reply is a subject the embedder may not publish to (an inbox not its
-// requester's) is reported: logged with its id, dead-lettered
-// publish_denied and terminated on its first delivery, not ACKed as a
-// success. A request whose ColBERT result exceeds the max payload is
+// reply is a subject the embedder may not publish to (allowed by
+// --reply-allow, not by the server) is reported: logged with its id,
+// dead-lettered publish_denied and terminated on its first delivery, not
+// ACKed as a success. A request whose ColBERT result exceeds the max payload is
 // answered with a blob reference that producer-a, with its own
 // permissions, resolves to the whole result.
 func TestOpsPublishDeniedAndBlobs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	url, caFile, s := serveUnderAccounts(t, ctx)
+	url, caFile, s := serveUnderAccounts(t, ctx, "--reply-allow", "orders.>")
 
 	a := connectProducer(t, url, caFile, "producer-a")
-	ca, err := jetstream.NewClient(a.Conn, jetstream.WithRun("producer-a"))
+	ca, err := jetstream.NewClient(a.Conn, jetstream.WithTenant("producer-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	job := schema.NewJob("denied-1", "a text whose result may not be delivered")
-	job.Reply = "_INBOX.someone-else.1"
+	job.Reply = "orders.someone-else.1"
 	if _, err := ca.Submit(ctx, job); err != nil {
 		t.Fatal(err)
 	}

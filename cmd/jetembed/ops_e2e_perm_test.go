@@ -68,9 +68,9 @@ func runAccountsServer(t *testing.T) (url, caFile string) {
 }
 
 // serveUnderAccounts starts the accounts.conf server, provisions it as
-// `provisioner` and runs serve as `embedder` (--provision=false) until it
-// is ready.
-func serveUnderAccounts(t *testing.T, ctx context.Context) (url, caFile string, s *served) {
+// `provisioner` and runs serve as `embedder` (--provision=false, then
+// extra) until it is ready.
+func serveUnderAccounts(t *testing.T, ctx context.Context, extra ...string) (url, caFile string, s *served) {
 	t.Helper()
 	url, caFile = runAccountsServer(t)
 	auth := func(user string) []string {
@@ -83,7 +83,7 @@ func serveUnderAccounts(t *testing.T, ctx context.Context) (url, caFile string, 
 	t.Setenv("JETEMBED_NATS_PASSWORD", opsPassword("embedder"))
 	// The fleet on (it is off on CPU by default): its KV writes are
 	// inside the embedder's allow-list too.
-	s = startOps(t, url, append(auth("embedder"), "--provision=off", "--http", "", "--fleet", "on")...)
+	s = startOps(t, url, append(append(auth("embedder"), "--provision=off", "--http", "", "--fleet", "on"), extra...)...)
 	s.waitReady(t)
 	return url, caFile, s
 }
@@ -125,7 +125,7 @@ func TestOpsPermissionsEndToEnd(t *testing.T) {
 
 	a := connectProducer(t, url, caFile, "producer-a")
 	b := connectProducer(t, url, caFile, "producer-b")
-	ca, err := jetstream.NewClient(a.Conn, jetstream.WithRun("producer-a"))
+	ca, err := jetstream.NewClient(a.Conn, jetstream.WithTenant("producer-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -176,10 +176,10 @@ func TestOpsPermissionsEndToEnd(t *testing.T) {
 		t.Error("producer-b created a consumer over producer-a's stored results")
 	}
 
-	// Request-reply answers each producer on its private inbox through the
-	// embedder's allow_responses.
-	for _, p := range []*producer{a, b} {
-		c, err := jetstream.NewClient(p.Conn)
+	// Request-reply answers each producer on its private inbox, on its
+	// own endpoint subject.
+	for user, p := range map[string]*producer{"producer-a": a, "producer-b": b} {
+		c, err := jetstream.NewClient(p.Conn, jetstream.WithTenant(user))
 		if err != nil {
 			t.Fatal(err)
 		}

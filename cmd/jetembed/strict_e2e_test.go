@@ -32,25 +32,25 @@ func TestServeStrictJSON(t *testing.T) {
 		return m.Subject, m.Data, decodeMsg(t, m)
 	}
 
-	r.publish(nil, `{"id":"case","texts":["x"],"reply":"embed.results.strict.case","REPLY":"embed.results.strict.other"}`)
+	r.publishAs("strict", nil, `{"id":"case","texts":["x"],"reply":"embed.results.strict.case","REPLY":"embed.results.strict.other"}`)
 	if subj, _, res := next("case"); subj != "embed.results.strict.case" || res.Err() != nil {
 		t.Errorf("\"REPLY\" was honoured: result on %s (%v)", subj, res.Err())
 	}
 
-	r.publish(nil, `{"id":"dup","texts":["x"],"reply":"embed.results.strict.dup","texts":["y","z"]}`)
+	r.publishAs("strict", nil, `{"id":"dup","texts":["x"],"reply":"embed.results.strict.dup","texts":["y","z"]}`)
 	if _, _, res := next("dup"); res.Error == nil || res.Error.Code != schema.CodeBadPayload {
 		t.Errorf("duplicate key: result %+v, want bad_payload", res)
 	}
 	r.deadLetterCode("dup", schema.CodeBadPayload)
 
-	r.publish(nil, `{"id":"big","texts":["x"],"reply":"embed.results.strict.big","meta":{"n":1e999}}`)
+	r.publishAs("strict", nil, `{"id":"big","texts":["x"],"reply":"embed.results.strict.big","meta":{"n":1e999}}`)
 	if _, _, res := next("big"); res.Error == nil || res.Error.Code != schema.CodeBadPayload {
 		t.Errorf("meta 1e999: result %+v, want bad_payload", res)
 	}
 	r.deadLetterCode("big", schema.CodeBadPayload)
 
 	meta := `{ "z": 1.50, "a" : [1e2, "\u00e9"], "n": null }`
-	r.publish(nil, `{"id":"raw","texts":["x"],"reply":"embed.results.strict.raw","meta":`+meta+`}`)
+	r.publishAs("strict", nil, `{"id":"raw","texts":["x"],"reply":"embed.results.strict.raw","meta":`+meta+`}`)
 	if _, data, res := next("raw"); res.Err() != nil || !bytes.Contains(data, []byte(`"meta":`+meta)) {
 		t.Errorf("meta not echoed byte for byte (%v):\n%s", res.Err(), data)
 	}

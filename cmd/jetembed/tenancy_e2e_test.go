@@ -70,6 +70,10 @@ func newTenancyRig(t *testing.T, ctx context.Context) *tenancyRig {
 	if r.dlq, err = nc.SubscribeSync("embed.dlq.>"); err != nil {
 		t.Fatal(err)
 	}
+	// The server knows the subscription before any job is sent.
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
 	return r
 }
 

@@ -28,8 +28,8 @@ type delivery struct {
 	acked    time.Time // zero when the ack did not reach the server
 }
 
-// ledger records every delivery and ack of the run, by the job's
-// Nats-Msg-Id (its identity: reply and id hashed). The members' sinks
+// ledger records every delivery and ack of the run, by the job's subject
+// (one a job: embed.jobs.<run>.<id>). The members' sinks
 // write it from many goroutines.
 type ledger struct {
 	mu    sync.Mutex
@@ -216,10 +216,8 @@ type tracedSink struct {
 }
 
 func (s tracedSink) Submit(ctx context.Context, d consumer.Delivery) error {
-	var id string
-	if v := d.Header["Nats-Msg-Id"]; len(v) > 0 {
-		id = v[0]
-	}
+	// Every job has a subject of its own (the client's per-job subject).
+	id := d.Subject
 	if id != "" && d.Msg != nil {
 		i := s.l.delivered(id, s.member, d.NumDelivered, d.Received)
 		d.Msg = ackedMsg{Message: d.Msg, done: func() { s.l.acked(id, i, time.Now()) }}
