@@ -141,21 +141,30 @@ func (c *Client) Embed(ctx context.Context, texts ...string) (*schema.Result, er
 }
 
 // Request sends job to the request-reply endpoint and waits for its result
-// (bounded by ctx; without a deadline, 10 s). A result carrying a job-level
+// (bounded by ctx; without a deadline, 10 s). A job without a deadline
+// carries ctx's (see [schema.Job.Deadline]): a busy member keeps it in its
+// request queue no longer. A result carrying a job-level
 // error is returned together with that error, a *schema.Error; a result
 // stored as a blob is fetched and returned whole.
 func (c *Client) Request(ctx context.Context, job *schema.Job) (*schema.Result, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
+		defer cancel()
+	}
+	if job.Deadline == "" {
+		// The member learns how long this caller waits: a request that
+		// finds it busy waits in its queue that long at most.
+		j := *job
+		j.Deadline = callDeadline(ctx)
+		job = &j
+	}
 	data, err := schema.EncodeJob(job, c.o.enc)
 	if err != nil {
 		return nil, fmt.Errorf("request job %q: %w", job.ID, err)
 	}
 	h := nats.Header(schema.JobHeader(job, c.o.enc))
 	injectHeaders(ctx, h)
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, requestTimeout)
-		defer cancel()
-	}
 	reply, err := c.nc.RequestMsgWithContext(ctx, &nats.Msg{Subject: c.Endpoint(), Header: h, Data: data})
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, fmt.Errorf("%w on %s: %w", ErrNoService, c.Endpoint(), err)

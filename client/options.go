@@ -35,10 +35,15 @@ type options struct {
 	run           string
 	enc           schema.Encoding
 	outputs       []schema.Output
+
+	// rerankEndpoint and tokenizeEndpoint are the service's other
+	// endpoints (embed.v1.rerank, embed.v1.tokenize).
+	rerankEndpoint, tokenizeEndpoint string
 }
 
 func defaultOptions() options {
-	o := options{endpoint: DefaultEndpoint, run: nuid.Next(), blobsBucket: DefaultBlobsBucket, maxBlobBytes: DefaultMaxBlobBytes}
+	o := options{endpoint: DefaultEndpoint, rerankEndpoint: DefaultRerankEndpoint, tokenizeEndpoint: DefaultTokenizeEndpoint,
+		run: nuid.Next(), blobsBucket: DefaultBlobsBucket, maxBlobBytes: DefaultMaxBlobBytes}
 	o.streams(DefaultJobsSubject, DefaultResultsSubject, DefaultResultsStream)
 	return o
 }
@@ -106,6 +111,9 @@ type Names struct {
 	BlobsBucket string
 	// Endpoint is the request-reply subject (embed.v1.embed).
 	Endpoint string
+	// RerankEndpoint and TokenizeEndpoint are the subjects of the rerank
+	// and tokenize endpoints (embed.v1.rerank, embed.v1.tokenize).
+	RerankEndpoint, TokenizeEndpoint string
 }
 
 // WithNames sets the subjects, stream and bucket names of deployments that
@@ -124,6 +132,8 @@ func WithNames(n Names) Option {
 		o.streams(js, rs, st)
 		set(&o.blobsBucket, n.BlobsBucket)
 		set(&o.endpoint, n.Endpoint)
+		set(&o.rerankEndpoint, n.RerankEndpoint)
+		set(&o.tokenizeEndpoint, n.TokenizeEndpoint)
 	}
 }
 

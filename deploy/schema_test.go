@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -19,13 +20,14 @@ import (
 // types, which is the schema check possible without downloading the
 // OpenAPI schemas: the API types are the schema's source.
 var kinds = map[string]func() any{
-	"v1/Namespace":                  func() any { return &corev1.Namespace{} },
-	"v1/ConfigMap":                  func() any { return &corev1.ConfigMap{} },
-	"v1/Service":                    func() any { return &corev1.Service{} },
-	"v1/PersistentVolumeClaim":      func() any { return &corev1.PersistentVolumeClaim{} },
-	"apps/v1/Deployment":            func() any { return &appsv1.Deployment{} },
-	"batch/v1/Job":                  func() any { return &batchv1.Job{} },
-	"policy/v1/PodDisruptionBudget": func() any { return &policyv1.PodDisruptionBudget{} },
+	"v1/Namespace":                           func() any { return &corev1.Namespace{} },
+	"v1/ConfigMap":                           func() any { return &corev1.ConfigMap{} },
+	"v1/Service":                             func() any { return &corev1.Service{} },
+	"v1/PersistentVolumeClaim":               func() any { return &corev1.PersistentVolumeClaim{} },
+	"apps/v1/Deployment":                     func() any { return &appsv1.Deployment{} },
+	"batch/v1/Job":                           func() any { return &batchv1.Job{} },
+	"policy/v1/PodDisruptionBudget":          func() any { return &policyv1.PodDisruptionBudget{} },
+	"autoscaling/v2/HorizontalPodAutoscaler": func() any { return &autoscalingv2.HorizontalPodAutoscaler{} },
 }
 
 func TestManifestsStrictSchema(t *testing.T) {

@@ -59,7 +59,9 @@ func TestMain(m *testing.M) {
 
 // secretUsers maps the Secrets the manifests read a NATS password from to
 // the accounts.conf user whose password they hold.
-var secretUsers = map[string]string{"jetembed-nats": "embedder", "jetembed-provisioner": "provisioner"}
+// The gateway's API key Secret holds the "password" of user gateway-api.
+var secretUsers = map[string]string{"jetembed-nats": "embedder", "jetembed-provisioner": "provisioner",
+	"jetembed-gateway-nats": "gateway", "jetembed-gateway-api": "gateway-api"}
 
 // containerEnv is the environment Kubernetes gives container c: the
 // ConfigMap of its envFrom, then its env entries (values, ConfigMap keys,

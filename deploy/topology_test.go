@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -213,6 +214,9 @@ func TestDeployTopology(t *testing.T) {
 		checkResultJSON(t, m.Data, "first")
 	}
 
+	// The gateway Deployment, as its own NATS user, in front of them.
+	gatewayThrough(t, bin, objs, cm, local)
+
 	// A node dies while jobs are queued and running: every job gets its
 	// result all the same. Jobs the dying node had just sent to a consumer
 	// never arrive and come back after the consumer's AckWait (30s in the
@@ -337,4 +341,73 @@ func resultsFor(ctx context.Context, js natsjs.JetStream) (int, error) {
 		return 0, err
 	}
 	return len(info.State.Subjects), nil
+}
+
+// gatewayThrough runs the container of the gateway Deployment with its
+// manifest's args and environment (only the URLs, the CA and the ports
+// replaced) and calls it as a client of the Service would: embeddings and
+// rerank with the API key, /health without it, /readyz on the ops port.
+// It connects as the gateway user and stays inside its permissions.
+func gatewayThrough(t *testing.T, bin string, objs map[string]obj, cm obj, local map[string]string) {
+	t.Helper()
+	gw := mustObj(t, objs, "Deployment/jetembed-gateway")
+	svc := mustObj(t, objs, "Service/jetembed-gateway")
+	mustObj(t, objs, "HorizontalPodAutoscaler/jetembed-gateway")
+	c := get(gw, "spec", "template", "spec", "containers", 0)
+	apiPort, opsPort := natstest.FreePort(t), natstest.FreePort(t)
+	loc := map[string]string{"JETEMBED_NATS": local["JETEMBED_NATS"], "JETEMBED_NATS_TLS_CA": local["JETEMBED_NATS_TLS_CA"],
+		"JETEMBED_LISTEN": fmt.Sprintf("127.0.0.1:%d", apiPort), "JETEMBED_HTTP": fmt.Sprintf("127.0.0.1:%d", opsPort)}
+	env := containerEnv(t, c, cm, loc)
+	if env["JETEMBED_NATS_USER"] != "gateway" || env["JETEMBED_TENANT"] != "gateway" || env["JETEMBED_MODEL"] != "" {
+		t.Errorf("the gateway runs as user %q, tenant %q, model %q: want gateway, gateway and no model", env["JETEMBED_NATS_USER"], env["JETEMBED_TENANT"], env["JETEMBED_MODEL"])
+	}
+	var ports []string
+	for _, p := range list(svc, "spec", "ports") {
+		ports = append(ports, fmt.Sprint(get(p, "targetPort")))
+	}
+	if !slices.Contains(ports, "api") || !slices.Contains(ports, "http") {
+		t.Errorf("the gateway Service targets %v, want api and http", ports)
+	}
+	p := start(t, "gateway", bin, args(c), env)
+	waitReady(t, p, fmt.Sprintf("http://127.0.0.1:%d%s", opsPort, str(c, "readinessProbe", "httpGet", "path")))
+	key := password("gateway-api")
+	call := func(path, body string) (int, []byte) {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d%s", apiPort, path), strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	natstest.CheckFor(t, 30*time.Second, 200*time.Millisecond, func() error {
+		if code, b := call("/v1/embeddings", `{"input":["through the gateway","twice"]}`); code != 200 {
+			return fmt.Errorf("/v1/embeddings: %d %s", code, b)
+		}
+		return nil
+	})
+	if code, b := call("/rerank", `{"query":"which","texts":["this one","that one"]}`); code != 200 || !strings.HasPrefix(string(b), "[{") {
+		t.Errorf("/rerank through the gateway: %d %s", code, b)
+	}
+	if code, b := call("/tokenize", `{"inputs":"a b"}`); code != 200 {
+		t.Errorf("/tokenize through the gateway: %d %s", code, b)
+	}
+	req, _ := http.NewRequest(http.MethodPost, fmt.Sprintf("http://127.0.0.1:%d/v1/embeddings", apiPort), strings.NewReader(`{"input":"x"}`))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("a call without the key: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/health", apiPort)); err != nil || resp.StatusCode != 200 {
+		t.Errorf("/health: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if l := strings.ToLower(p.log.String()); strings.Contains(l, "permission") || strings.Contains(l, "nats async error") {
+		t.Errorf("the gateway logged a permission problem:\n%s", p.log.String())
+	}
 }

@@ -28,6 +28,12 @@ type Member struct {
 	// Model is the model it serves, as name@sha256-prefix.
 	Model   string
 	Version string
+	// InteractiveTokens is its interactive capacity in estimated tokens
+	// ([schema.EstimateTokens]); 0 when it does not say.
+	InteractiveTokens int
+	// MaxTokens is the longest text it embeds, in tokens (the rest is cut
+	// or refused); 0 when it does not say.
+	MaxTokens int
 }
 
 // Pinger asks the embed service for one member's identity (the micro
@@ -35,6 +41,13 @@ type Member struct {
 // [ErrNoMember] when nothing answered.
 type Pinger interface {
 	Ping(ctx context.Context) (Member, error)
+}
+
+// MemberLister is what a [Pinger] may also do: list every member of the
+// embed service with its capacity, so that the gateway sizes its window
+// on the whole fleet. Without it the gateway counts one member.
+type MemberLister interface {
+	Members(ctx context.Context) ([]Member, error)
 }
 
 // ErrNoMember means no member of the embed service answered: nothing serves
@@ -54,6 +67,20 @@ const (
 	DefaultColBERTBytes  = 64 << 10
 	DefaultHealthWindow  = 10 * time.Second
 	DefaultRetryAfter    = time.Second
+	// DefaultMemberTokens is a member's interactive capacity when it does
+	// not say (serve's default with one session).
+	DefaultMemberTokens = 32768
+	// DefaultMaxConns caps the open connections when the file limit is
+	// higher; the cap always stays below the file limit.
+	DefaultMaxConns = 4096
+	// DefaultHeaderTimeout bounds the reading of a request's headers, and
+	// is the base of its body's deadline.
+	DefaultHeaderTimeout = 5 * time.Second
+	// DefaultMinBodyRate is the slowest a body may arrive, in bytes a
+	// second, on average after the header timeout's grace.
+	DefaultMinBodyRate = 100 << 10
+	// DefaultBodyBudget bounds the bytes of all request bodies being read.
+	DefaultBodyBudget = 256 << 20
 )
 
 // Config configures a [Server]. Requester is required; every zero limit
@@ -92,10 +119,32 @@ type Config struct {
 	// Timeout bounds one HTTP call, all its fleet jobs included; past it
 	// the call is answered 504. The jobs carry it as their deadline.
 	Timeout time.Duration
-	// MaxConcurrent bounds the embedding calls in flight in this gateway;
-	// beyond it a call is answered 429 with Retry-After. With MaxBodyBytes
-	// it bounds the gateway's memory.
+	// MaxConcurrent bounds the calls in flight in this gateway, counted
+	// once a call is authenticated and its body read; beyond it a call is
+	// answered 429 gateway_busy with Retry-After.
 	MaxConcurrent int
+	// MaxConns caps the gateway's open connections; 0 means
+	// [DefaultMaxConns]. It is always kept below the process's file limit
+	// (RLIMIT_NOFILE) less a reserve for NATS, the ops port and files. At
+	// the cap, an idle keep-alive connection is closed for the new one;
+	// with none idle, the new one is answered 503 and closed.
+	MaxConns int
+	// ClientConns and ClientConcurrent bound the open connections and the
+	// calls in progress (bodies being read included) of one client
+	// address; 0 means half of the connection cap (MaxConns as the file
+	// limit allows) and half of MaxConcurrent.
+	ClientConns, ClientConcurrent int
+	// HeaderTimeout bounds the reading of a request's headers; the body
+	// then has HeaderTimeout plus its length at MinBodyRate.
+	HeaderTimeout time.Duration
+	MinBodyRate   int
+	// BodyBudget bounds the bytes of all the bodies being read at once:
+	// beyond it a call is answered 429 gateway_busy.
+	BodyBudget int64
+	// AllowWeakTLS starts with a certificate that is expired, not yet
+	// valid, or has an RSA key under 2048 bits (logged as an error).
+	AllowWeakTLS bool
+
 	// HealthWindow is how recent a member's answer must be for /health to
 	// say ok without asking again.
 	HealthWindow time.Duration
@@ -136,6 +185,17 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RetryAfter <= 0 {
 		c.RetryAfter = DefaultRetryAfter
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	def(&c.ClientConcurrent, max(c.MaxConcurrent/2, 1))
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = DefaultHeaderTimeout
+	}
+	def(&c.MinBodyRate, DefaultMinBodyRate)
+	if c.BodyBudget <= 0 {
+		c.BodyBudget = max(DefaultBodyBudget, 2*c.MaxBodyBytes)
 	}
 	c.JobTexts = min(c.JobTexts, schema.DefaultMaxTexts)
 	if c.Logger == nil {

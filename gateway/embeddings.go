@@ -17,21 +17,11 @@ const (
 	kindBoth               // POST /v1/embeddings:both
 )
 
-// endpoint is the handler of one embeddings endpoint: take a slot, decode
-// and check the call, run the fleet jobs, answer the list envelope.
+// endpoint is the handler of one embeddings endpoint: decode and check
+// the call, run the fleet jobs, answer the list envelope.
 func (s *Server) endpoint(k kind) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		// The slot is taken before the body is read: bodies in memory are
-		// bounded by MaxConcurrent x MaxBodyBytes.
-		select {
-		case s.busy <- struct{}{}:
-			defer func() { <-s.busy }()
-		default:
-			writeError(w, newError(http.StatusTooManyRequests, codeGatewayBusy,
-				"this gateway has %d calls in flight, its limit: retry later", s.cfg.MaxConcurrent), s.retryAfter())
-			return
-		}
-		req, texts, aerr := decodeRequest(w, r, &s.cfg)
+	return s.post(func(w http.ResponseWriter, r *http.Request, body []byte) {
+		req, texts, aerr := decodeRequest(body, &s.cfg)
 		if aerr == nil {
 			aerr = s.checkDimensions(k, req)
 		}
@@ -45,18 +35,8 @@ func (s *Server) endpoint(k kind) http.HandlerFunc {
 			writeError(w, aerr, s.retryAfter())
 			return
 		}
-		s.metrics.inputs(len(texts))
-		ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
-		defer cancel()
-		out, err := s.embed(ctx, texts, k.outputs(req), req.Truncate)
-		if err != nil {
-			aerr := fleetError(err)
-			level := slog.LevelDebug // refusals the client hears about
-			if aerr.Status >= 500 && aerr.Status != http.StatusServiceUnavailable {
-				level = slog.LevelWarn
-			}
-			s.cfg.Logger.Log(ctx, level, "gateway call failed", "path", r.URL.Path, "inputs", len(texts), "status", aerr.Status, "code", aerr.Code)
-			writeError(w, aerr, s.retryAfter())
+		out, ok := s.run(w, r, texts, k.outputs(req), req.Truncate)
+		if !ok {
 			return
 		}
 		resp, aerr := s.response(k, req, out)
@@ -65,7 +45,43 @@ func (s *Server) endpoint(k kind) http.HandlerFunc {
 			return
 		}
 		writeJSON(w, http.StatusOK, resp)
+	})
+}
+
+// run embeds texts for one HTTP call, bounded by the call timeout and
+// the connection to the fleet; a failure is answered (ok false).
+func (s *Server) run(w http.ResponseWriter, r *http.Request, texts []string, outputs []schema.Output, truncate *bool) (*embedded, bool) {
+	s.metrics.inputs(len(texts))
+	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.Timeout)
+	defer cancel()
+	ctx, unlink, aerr := s.linked(ctx)
+	defer unlink()
+	if aerr != nil {
+		writeError(w, aerr, s.retryAfter())
+		return nil, false
 	}
+	out, err := s.embed(ctx, texts, outputs, truncate)
+	if err != nil {
+		s.fail(ctx, w, r, len(texts), err)
+		return nil, false
+	}
+	return out, true
+}
+
+// fail answers a failed fleet call and logs it.
+func (s *Server) fail(ctx context.Context, w http.ResponseWriter, r *http.Request, inputs int, err error) {
+	aerr := fleetError(err)
+	if aerr.Status == http.StatusTooManyRequests && aerr.retryAfter == 0 {
+		// The fleet refused it overloaded: come back when what is in
+		// flight here has drained.
+		aerr.retryAfter = s.window.retryAfter(s.cfg.RetryAfter)
+	}
+	level := slog.LevelDebug // refusals the client hears about
+	if aerr.Status >= 500 && aerr.Status != http.StatusServiceUnavailable {
+		level = slog.LevelWarn
+	}
+	s.cfg.Logger.Log(ctx, level, "gateway call failed", "path", r.URL.Path, "inputs", inputs, "status", aerr.Status, "code", aerr.Code)
+	writeError(w, aerr, s.retryAfter())
 }
 
 func (k kind) outputs(req *embedRequest) []schema.Output {

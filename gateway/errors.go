@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"time"
+	"unicode/utf8"
 
 	"github.com/jetembed/jetembed/schema"
 )
@@ -41,6 +43,15 @@ const (
 	codeFleetError         = "fleet_error"
 	codeCanaryFailed       = "canary_failed"
 	codeUnsupportedContent = "unsupported_media_type"
+	codeUnsupportedCoding  = "unsupported_content_encoding"
+	codeClientBusy         = "client_busy"
+	codeFleetUnreachable   = "fleet_unreachable"
+	codeTooManyConns       = "too_many_connections"
+	codeBodyTimeout        = "body_timeout"
+	codeInvalidWeights     = "invalid_weights"
+	codeNoTokenizer        = "tokenize_unsupported"
+	codeNoReranker         = "rerank_unsupported"
+	codeUnsupportedOption  = "unsupported_option"
 )
 
 // apiError is one answer that is not a success: the HTTP status and the
@@ -51,8 +62,11 @@ type apiError struct {
 	Type    string `json:"type"`
 	Param   any    `json:"param"`
 	Code    string `json:"code"`
-	// retry is set on answers the client may retry: 429 and 503.
-	retry bool
+	// retry is set on answers the client may retry: 429 and 503;
+	// retryAfter, when set, is their Retry-After (else the configured
+	// one).
+	retry      bool
+	retryAfter time.Duration
 }
 
 func (e *apiError) Error() string { return e.Code + ": " + e.Message }
@@ -131,6 +145,9 @@ func fleetError(err error) *apiError {
 			}
 		}
 		return newError(status, string(se.Code), "%s", se.Message)
+	case errors.Is(err, ErrFleetUnreachable):
+		e := newError(http.StatusServiceUnavailable, codeFleetUnreachable, "the gateway lost its connection to the fleet during the call: retry shortly")
+		return e
 	case errors.Is(err, ErrNoMember):
 		return newError(http.StatusServiceUnavailable, codeNoMember, "no member of the embed service answered: the fleet is down or starting")
 	case errors.Is(err, context.DeadlineExceeded):
@@ -158,6 +175,9 @@ func itemError(index int, e *schema.Error) *apiError {
 // answers that ask the client to come back.
 func writeError(w http.ResponseWriter, e *apiError, retryAfter int) {
 	if e.retry {
+		if e.retryAfter > 0 {
+			retryAfter = int((e.retryAfter + time.Second - 1) / time.Second)
+		}
 		w.Header().Set("Retry-After", strconv.Itoa(max(retryAfter, 1)))
 	}
 	writeJSON(w, e.Status, struct {
@@ -181,4 +201,19 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
+}
+
+// short quotes a value from the request for a message, cut to 64 bytes
+// (on a rune boundary) with its length: an answer never echoes more of
+// the caller's bytes than that.
+func short(s string) string {
+	const n = 64
+	if len(s) <= n {
+		return strconv.Quote(s)
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%s... (%d bytes)", strconv.Quote(s[:cut]), len(s))
 }

@@ -205,7 +205,7 @@ func TestNoMemberAndTimeout(t *testing.T) {
 }
 
 func TestBusyGateway(t *testing.T) {
-	r := newRig(t, true, func(c *gateway.Config) { c.MaxConcurrent = 1 })
+	r := newRig(t, true, func(c *gateway.Config) { c.MaxConcurrent, c.ClientConcurrent = 1, 10 })
 	slow := make(chan answer, 1)
 	go func() { slow <- r.post(t, "/v1/embeddings", `{"input":"slow"}`) }()
 	natstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {

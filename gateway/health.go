@@ -27,6 +27,7 @@ type health struct {
 	last   atomic.Int64 // unix nanoseconds of the last answer
 	model  atomic.Pointer[string]
 	dim    atomic.Int64 // dense dimension seen, 0 until a dense vector came back
+	ver    atomic.Pointer[string]
 	flight singleflight.Group
 }
 
@@ -36,6 +37,15 @@ func (h *health) sawModel(m string) {
 	if p := h.model.Load(); p == nil || *p != m {
 		h.model.Store(&m)
 	}
+}
+
+func (h *health) sawVersion(v string) { h.ver.Store(&v) }
+
+func (h *health) memberVersion() string {
+	if p := h.ver.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func (h *health) servedModel() string {
@@ -94,6 +104,11 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	window := s.cfg.HealthWindow
+	if s.linkDown() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "unavailable: the gateway has no connection to NATS")
+		return
+	}
 	ago := s.health.since(time.Now())
 	if ago >= window {
 		if err := s.health.ping(r.Context()); err != nil {
@@ -192,11 +207,11 @@ func (s *Server) checkModel(ctx context.Context, want string) *apiError {
 		return nil
 	}
 	name, _, _ := strings.Cut(served, "@")
-	short := want[strings.LastIndex(want, "/")+1:]
-	if strings.EqualFold(want, served) || strings.EqualFold(want, name) || strings.EqualFold(short, name) {
+	base := want[strings.LastIndex(want, "/")+1:]
+	if strings.EqualFold(want, served) || strings.EqualFold(want, name) || strings.EqualFold(base, name) {
 		return nil
 	}
-	e := newError(http.StatusNotFound, codeModelNotFound, "the model %q is not served here: the fleet serves %q (GET /v1/models)", want, served)
+	e := newError(http.StatusNotFound, codeModelNotFound, "the model %s is not served here: the fleet serves %q (GET /v1/models)", short(want), served)
 	e.Param = "model"
 	return e
 }

@@ -20,6 +20,7 @@ var MetricNames = []string{
 	"jetembed_gateway_inputs_total",
 	"jetembed_gateway_fleet_calls_total",
 	"jetembed_gateway_in_flight",
+	"jetembed_gateway_connections_refused_total",
 }
 
 // metrics records what the gateway does; a nil *metrics records nothing.
@@ -29,6 +30,7 @@ type metrics struct {
 	inputCount prometheus.Counter
 	fleet      *prometheus.CounterVec
 	inFlight   prometheus.Gauge
+	refused    prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -47,8 +49,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help: "Request-reply jobs sent to the fleet, by outcome: ok, an error code, no_member, timeout or fleet_error."}, []string{"outcome"}),
 		inFlight: prometheus.NewGauge(prometheus.GaugeOpts{Name: "jetembed_gateway_in_flight",
 			Help: "HTTP calls being answered."}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "jetembed_gateway_connections_refused_total",
+			Help: "Connections refused at the connection caps (no idle one to close for them)."}),
 	}
-	for _, c := range []prometheus.Collector{m.requests, m.seconds, m.inputCount, m.fleet, m.inFlight} {
+	for _, c := range []prometheus.Collector{m.requests, m.seconds, m.inputCount, m.fleet, m.inFlight, m.refused} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("gateway: metrics: %w", err)
 		}
@@ -68,6 +72,10 @@ func (w *statusWriter) WriteHeader(code int) {
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// Unwrap lets http.ResponseController reach the connection (the body's
+// read deadline).
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *statusWriter) Write(b []byte) (int, error) {
 	if w.status == 0 {
@@ -92,6 +100,12 @@ func (m *metrics) instrument(endpoint string, h http.Handler) http.Handler {
 		m.requests.WithLabelValues(endpoint, strconv.Itoa(sw.status)).Inc()
 		m.seconds.WithLabelValues(endpoint).Observe(time.Since(start).Seconds())
 	})
+}
+
+func (m *metrics) refusedConn() {
+	if m != nil {
+		m.refused.Inc()
+	}
 }
 
 func (m *metrics) inputs(n int) {

@@ -5,11 +5,8 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
-	"errors"
-	"io"
 	"math"
 	"net/http"
-	"strings"
 
 	"github.com/jetembed/jetembed/schema"
 )
@@ -31,83 +28,88 @@ type embedRequest struct {
 	ReturnColBERT bool `json:"return_colbert_vecs"`
 }
 
-// decodeRequest reads and checks the body: JSON within the size limit,
-// input a string or an array of 1..maxInputs strings, encoding_format float
-// or base64.
-func decodeRequest(w http.ResponseWriter, r *http.Request, c *Config) (*embedRequest, []string, *apiError) {
-	if ct := r.Header.Get("Content-Type"); ct != "" && !strings.HasPrefix(strings.ToLower(ct), "application/json") {
-		return nil, nil, newError(http.StatusUnsupportedMediaType, codeUnsupportedContent, "the body must be JSON (Content-Type: application/json), not %q", ct)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, c.MaxBodyBytes))
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		return nil, nil, newError(http.StatusRequestEntityTooLarge, codeBodyTooLarge, "the body is over the limit of %d bytes", c.MaxBodyBytes)
-	}
-	if err != nil {
-		return nil, nil, newError(http.StatusBadRequest, codeInvalidJSON, "the body could not be read: %v", err)
-	}
+// decodeRequest checks the body of an embeddings call: a JSON object by
+// the strict rules, input a string or an array of 1..maxInputs strings,
+// encoding_format float or base64.
+func decodeRequest(body []byte, c *Config) (*embedRequest, []string, *apiError) {
 	var req embedRequest
-	dec := json.NewDecoder(bytes.NewReader(body))
-	if err := dec.Decode(&req); err != nil {
-		return nil, nil, newError(http.StatusBadRequest, codeInvalidJSON, "the body is not a JSON object of the embeddings API: %v", err)
-	}
-	if dec.More() {
-		return nil, nil, newError(http.StatusBadRequest, codeInvalidJSON, "the body holds more than one JSON value")
+	if aerr := decodeObject(body, req.fields()); aerr != nil {
+		return nil, nil, aerr
 	}
 	switch req.EncodingFormat {
 	case "", "float", "base64":
 	default:
-		return nil, nil, badParam("encoding_format", codeEncodingFormat, "encoding_format %q is not supported (want float or base64)", req.EncodingFormat)
+		return nil, nil, badParam("encoding_format", codeEncodingFormat, "encoding_format %s is not supported (want float or base64)", short(req.EncodingFormat))
 	}
 	texts, aerr := parseInput(req.Input, c.MaxInputs)
 	if aerr != nil {
 		return nil, nil, aerr
 	}
+	if aerr := checkTexts(texts, c); aerr != nil {
+		return nil, nil, aerr
+	}
+	return &req, texts, nil
+}
+
+// fields are the body's fields by their exact names.
+func (req *embedRequest) fields() fields {
+	return fields{"input": &req.Input, "model": &req.Model, "encoding_format": &req.EncodingFormat,
+		"dimensions": &req.Dimensions, "truncate": &req.Truncate, "colbert": &req.ColBERT,
+		"return_colbert_vecs": &req.ReturnColBERT}
+}
+
+// checkTexts refuses a text over MaxTextBytes before it reaches the fleet.
+func checkTexts(texts []string, c *Config) *apiError {
 	for i, t := range texts {
 		if len(t) > c.MaxTextBytes {
 			e := newError(http.StatusRequestEntityTooLarge, string(schema.CodeJobTooLarge), "input[%d] is %d bytes, over the limit of %d", i, len(t), c.MaxTextBytes)
 			e.Param = "input"
-			return nil, nil, e
+			return e
 		}
 	}
-	return &req, texts, nil
+	return nil
 }
 
 // parseInput accepts a string or an array of strings; token-id inputs (an
 // array of integers, or of arrays of integers) are refused by name.
 func parseInput(raw json.RawMessage, maxInputs int) ([]string, *apiError) {
+	return parseInputs(raw, "input", maxInputs)
+}
+
+// parseInputs is parseInput for the field name (input, or TEI's inputs).
+func parseInputs(raw json.RawMessage, name string, maxInputs int) ([]string, *apiError) {
 	raw = bytes.TrimSpace(raw)
 	if len(raw) == 0 || bytes.Equal(raw, []byte("null")) {
-		return nil, badParam("input", codeInvalidInput, "input is required: a string or an array of strings")
+		return nil, badParam(name, codeInvalidInput, "%s is required: a string or an array of strings", name)
 	}
 	var one string
 	if raw[0] == '"' {
 		if err := json.Unmarshal(raw, &one); err != nil {
-			return nil, badParam("input", codeInvalidInput, "input is not a valid JSON string: %v", err)
+			return nil, badParam(name, codeInvalidInput, "%s is not a valid JSON string", name)
 		}
 		return []string{one}, nil
 	}
 	if raw[0] != '[' {
-		return nil, badParam("input", codeInvalidInput, "input must be a string or an array of strings")
+		return nil, badParam(name, codeInvalidInput, "%s must be a string or an array of strings", name)
 	}
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
-		return nil, badParam("input", codeInvalidInput, "input is not a valid JSON array: %v", err)
+		return nil, badParam(name, codeInvalidInput, "%s is not a valid JSON array", name)
 	}
 	switch {
 	case len(items) == 0:
-		return nil, badParam("input", codeInvalidInput, "input is an empty array: give at least one string")
+		return nil, badParam(name, codeInvalidInput, "%s is an empty array: give at least one string", name)
 	case len(items) > maxInputs:
-		return nil, badParam("input", codeTooManyInputs, "input has %d items, over the limit of %d a call: split it into several calls", len(items), maxInputs)
+		return nil, badParam(name, codeTooManyInputs, "%s has %d items, over the limit of %d a call: split it into several calls", name, len(items), maxInputs)
 	}
 	texts := make([]string, len(items))
 	for i, it := range items {
 		it = bytes.TrimSpace(it)
 		if len(it) > 0 && (it[0] == '[' || it[0] == '-' || it[0] >= '0' && it[0] <= '9') {
-			return nil, badParam("input", codeTokenIDs, "input[%d] is token ids: this gateway embeds text only (it tokenizes with the model's own tokenizer); send the text", i)
+			return nil, badParam(name, codeTokenIDs, "%s[%d] is token ids: this gateway embeds text only (it tokenizes with the model's own tokenizer); send the text", name, i)
 		}
 		if err := json.Unmarshal(it, &texts[i]); err != nil || len(it) == 0 || it[0] != '"' {
-			return nil, badParam("input", codeInvalidInput, "input[%d] is not a string", i)
+			return nil, badParam(name, codeInvalidInput, "%s[%d] is not a string", name, i)
 		}
 	}
 	return texts, nil

@@ -58,6 +58,16 @@ func startFakeFleet(t testing.TB, nc *nats.Conn) *fakeFleet {
 	if err != nil {
 		t.Fatal(err)
 	}
+	err = svc.AddEndpoint(jetstream.RerankEndpointName, micro.HandlerFunc(f.rerank),
+		micro.WithEndpointSubject(jetstream.RerankSubject), micro.WithEndpointQueueGroup(jetstream.ServiceQueueGroup))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = svc.AddEndpoint(jetstream.TokenizeName, micro.HandlerFunc(f.tokenize),
+		micro.WithEndpointSubject(jetstream.TokenizeSubject), micro.WithEndpointQueueGroup(jetstream.ServiceQueueGroup))
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +131,72 @@ func (f *fakeFleet) handle(req micro.Request) {
 	_ = req.Respond(data, micro.WithHeaders(micro.Headers(schema.ResultHeader(res, "", req.Reply(), enc))))
 }
 
+// fakeItem is the fake fleet's vectors of text.
+func fakeItem(text string) schema.Item {
+	return schema.Item{Tokens: len(text) + 2, Dense: fakeDense(text),
+		Sparse:  &schema.Sparse{IDs: []uint32{uint32(len(text))}, Weights: []float32{0.5}},
+		ColBERT: []schema.Vector{fakeDense(text), fakeDense(text + "x")}}
+}
+
+// rerank scores the fake vectors with the hybrid formula.
+func (f *fakeFleet) rerank(req micro.Request) {
+	enc := schema.EncodingFor(req.Headers().Get(schema.HeaderContentType))
+	rr, se := schema.Limits{}.DecodeRerankRequest(req.Data(), enc)
+	if se != nil {
+		_ = req.Error(string(se.Code), se.Message, nil)
+		return
+	}
+	f.mu.Lock()
+	f.seen = append(f.seen, len(rr.Texts)+1)
+	f.mu.Unlock()
+	w := schema.DefaultRerankWeights
+	if rr.Weights != nil {
+		w = *rr.Weights
+	}
+	q := fakeItem(rr.Query)
+	res := &schema.RerankResult{V: 1, ID: rr.ID, Model: fakeModel}
+	for i, text := range rr.Texts {
+		if strings.HasPrefix(text, "code:") {
+			res = &schema.RerankResult{V: 1, ID: rr.ID, Error: schema.Errorf(schema.Code(strings.TrimPrefix(text, "code:")), "fake refusal")}
+			break
+		}
+		it := fakeItem(text)
+		sc := schema.HybridScore(&q, &it, w)
+		sc.Index = i
+		res.Scores = append(res.Scores, sc)
+		res.Usage.Tokens += it.Tokens
+	}
+	data, _ := schema.EncodeRerankResult(res, enc)
+	h := map[string][]string{schema.HeaderContentType: {enc.ContentType()}}
+	if res.Error != nil {
+		_ = req.Error(string(res.Error.Code), string(res.Error.Code), data, micro.WithHeaders(h))
+		return
+	}
+	_ = req.Respond(data, micro.WithHeaders(h))
+}
+
+// tokenize answers a token per word, between <s> and </s>.
+func (f *fakeFleet) tokenize(req micro.Request) {
+	enc := schema.EncodingFor(req.Headers().Get(schema.HeaderContentType))
+	tr, se := schema.Limits{}.DecodeTokenizeRequest(req.Data(), enc)
+	if se != nil {
+		_ = req.Error(string(se.Code), se.Message, nil)
+		return
+	}
+	res := &schema.TokenizeResult{V: 1, ID: tr.ID, Model: fakeModel}
+	for _, text := range tr.Texts {
+		it := schema.TokenizeItem{IDs: []uint32{0}, Tokens: []string{"<s>"}, Special: []bool{true}}
+		for _, w := range strings.Fields(text) {
+			it.IDs, it.Tokens, it.Special = append(it.IDs, uint32(len(w))), append(it.Tokens, "▁"+w), append(it.Special, false)
+		}
+		it.IDs, it.Tokens, it.Special = append(it.IDs, 2), append(it.Tokens, "</s>"), append(it.Special, true)
+		it.Count = len(it.IDs)
+		res.Items = append(res.Items, it)
+	}
+	data, _ := schema.EncodeTokenizeResult(res, enc)
+	_ = req.Respond(data, micro.WithHeaders(map[string][]string{schema.HeaderContentType: {enc.ContentType()}}))
+}
+
 func (f *fakeFleet) jobSizes() []int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -142,6 +218,22 @@ func (f fleet) Request(ctx context.Context, job *schema.Job) (*schema.Result, er
 	return res, err
 }
 
+func (f fleet) Rerank(ctx context.Context, req *schema.RerankRequest) (*schema.RerankResult, error) {
+	res, err := f.c.RerankRequest(ctx, req)
+	if errors.Is(err, client.ErrNoService) {
+		return nil, fmt.Errorf("%w: %w", gateway.ErrNoMember, err)
+	}
+	return res, err
+}
+
+func (f fleet) Tokenize(ctx context.Context, req *schema.TokenizeRequest) (*schema.TokenizeResult, error) {
+	res, err := f.c.TokenizeRequest(ctx, req)
+	if errors.Is(err, client.ErrNoService) {
+		return nil, fmt.Errorf("%w: %w", gateway.ErrNoMember, err)
+	}
+	return res, err
+}
+
 func (f fleet) Ping(ctx context.Context) (gateway.Member, error) {
 	m, err := jetstream.PingService(ctx, f.nc)
 	if errors.Is(err, jetstream.ErrNoService) {
@@ -156,6 +248,7 @@ func (f fleet) Ping(ctx context.Context) (gateway.Member, error) {
 // rig is a gateway served on a loopback port in front of a fake fleet on a
 // real nats-server.
 type rig struct {
+	gw    *gateway.Server
 	url   string
 	nc    *nats.Conn
 	fake  *fakeFleet
@@ -189,6 +282,7 @@ func newRig(t testing.TB, withFleet bool, tweak func(*gateway.Config)) *rig {
 	if err != nil {
 		t.Fatal(err)
 	}
+	r.gw = gw
 	r.url = "http://" + serve(t, gw)
 	return r
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -16,13 +17,18 @@ import (
 // Server is the HTTP gateway. Create it with [New], serve it with
 // [Server.Serve] or mount [Server.Handler].
 type Server struct {
-	cfg     Config
-	health  health
-	metrics *metrics
-	busy    chan struct{}
-	keySum  [sha256.Size]byte
-	cert    *tls.Certificate
-	handler http.Handler
+	cfg      Config
+	health   health
+	metrics  *metrics
+	busy     chan struct{}
+	keySum   [sha256.Size]byte
+	cert     *tls.Certificate
+	handler  http.Handler
+	window   *window
+	capacity *capacity
+	link     *link
+	bodies   *byteBudget
+	clients  clientCounts
 }
 
 // New validates cfg (with defaults applied), loads the TLS key pair and
@@ -32,7 +38,8 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, busy: make(chan struct{}, cfg.MaxConcurrent)}
+	s := &Server{cfg: cfg, busy: make(chan struct{}, cfg.MaxConcurrent), window: &window{cap: DefaultMemberTokens},
+		capacity: newCapacity(), link: newLink(), bodies: &byteBudget{cap: cfg.BodyBudget}}
 	s.health.pinger = cfg.Pinger
 	if cfg.APIKey != "" {
 		s.keySum = sha256.Sum256([]byte(cfg.APIKey))
@@ -41,6 +48,9 @@ func New(cfg Config) (*Server, error) {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
 		if err != nil {
 			return nil, fmt.Errorf("%w: tls key pair: %w", ErrInvalidConfig, err)
+		}
+		if err := checkCert(&cert, time.Now(), cfg.AllowWeakTLS, cfg.Logger); err != nil {
+			return nil, err
 		}
 		s.cert = &cert
 	}
@@ -67,13 +77,15 @@ func (s *Server) routes() http.Handler {
 		mux.Handle(path, s.metrics.instrument(name, s.only(method, authed, h)))
 	}
 	route(http.MethodPost, "/v1/embeddings", "embeddings", true, s.endpoint(kindDense))
+	route(http.MethodPost, "/v1/rerank", "rerank-v1", true, s.rerankV1())
 	route(http.MethodPost, "/v1/sparse-embeddings", "sparse-embeddings", true, s.endpoint(kindSparse))
 	route(http.MethodPost, "/v1/embeddings:both", "embeddings:both", true, s.endpoint(kindBoth))
 	route(http.MethodGet, "/v1/models", "models", true, s.handleModels)
 	route(http.MethodGet, "/health", "health", false, s.handleHealth)
 	route(http.MethodGet, "/health/deep", "health-deep", true, s.handleDeep)
+	s.teiRoutes(route)
 	mux.Handle("/", s.metrics.instrument("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, newError(http.StatusNotFound, codeNotFound, "no endpoint %s %s (see GET /v1/models, POST /v1/embeddings)", r.Method, r.URL.Path), 0)
+		writeError(w, newError(http.StatusNotFound, codeNotFound, "no endpoint %s %s (see GET /v1/models, POST /v1/embeddings, GET /info)", short(r.Method), short(r.URL.Path)), 0)
 	})))
 	return mux
 }
@@ -83,7 +95,7 @@ func (s *Server) only(method string, authed bool, h http.HandlerFunc) http.Handl
 	return func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
 			w.Header().Set("Allow", method)
-			writeError(w, newError(http.StatusMethodNotAllowed, codeMethodNotAllowed, "%s takes %s, not %s", r.URL.Path, method, r.Method), 0)
+			writeError(w, newError(http.StatusMethodNotAllowed, codeMethodNotAllowed, "%s takes %s, not %s", short(r.URL.Path), method, short(r.Method)), 0)
 			return
 		}
 		if authed && !s.authorized(r) {
@@ -111,23 +123,36 @@ func (s *Server) authorized(r *http.Request) bool {
 
 // Serve answers on ln until ctx ends, then shuts down gracefully: calls in
 // flight get up to the call timeout to finish. It closes ln, and returns
-// nil after a shutdown caused by ctx.
+// nil after a shutdown caused by ctx. The connections it keeps open are
+// capped below the process's file limit (see [Config.MaxConns]).
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	maxConns := ConnCap(s.cfg.MaxConns, fileLimit())
+	perClient := s.cfg.ClientConns
+	if perClient <= 0 {
+		perClient = max(maxConns/2, 1)
+	}
+	cl := newConns(ln, maxConns, min(perClient, maxConns), s.cert != nil, s.cfg.Logger, s.metrics.refusedConn)
+	errLog := slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)
 	srv := &http.Server{
-		Handler:           s.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       s.cfg.Timeout,
+		Handler: s.handler,
+		// Bodies get a deadline sized to them when their handler reads
+		// them (readBody): no ReadTimeout, which would also cut a call
+		// whose body came in time.
+		ReadHeaderTimeout: s.cfg.HeaderTimeout,
 		WriteTimeout:      s.cfg.Timeout + 10*time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       time.Minute,
 		MaxHeaderBytes:    64 << 10,
+		ConnState:         cl.track,
+		ErrorLog:          errLog,
+		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: max(min(s.cfg.ClientConcurrent, 250), 1)},
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	errc := make(chan error, 1)
 	if s.cert != nil {
-		srv.TLSConfig = &tls.Config{Certificates: []tls.Certificate{*s.cert}, MinVersion: tls.VersionTLS12}
-		go func() { errc <- srv.ServeTLS(ln, "", "") }()
+		srv.TLSConfig = tlsConfig(*s.cert)
+		go func() { errc <- srv.ServeTLS(cl, "", "") }()
 	} else {
-		go func() { errc <- srv.Serve(ln) }()
+		go func() { errc <- srv.Serve(cl) }()
 	}
 	select {
 	case err := <-errc:

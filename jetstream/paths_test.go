@@ -314,14 +314,15 @@ func TestInFlightBudgetStopsPulling(t *testing.T) {
 	}
 }
 
-// TestRequestOverBudgetIsAnsweredOverloaded: a request never waits for the
-// interactive in-flight budget (its caller is waiting): it is answered
-// overloaded, retriable, at once, while the request holding the budget
-// completes.
-func TestRequestOverBudgetIsAnsweredOverloaded(t *testing.T) {
+// TestRequestOverBudgetWaitsThenOverloaded: a request that finds the
+// interactive budget full waits in the request queue without holding the
+// service's handler (its caller is waiting: it gets vectors once the
+// request ahead is done); one that finds the queue full too is answered
+// overloaded, retriable, at once, while the others complete.
+func TestRequestOverBudgetWaitsThenOverloaded(t *testing.T) {
 	srv := newServer(t, nil)
 	w := startWorker(t, srv, delayEmbedder{Engine: openEngine(t, engine.Config{}), pause: 2 * time.Second}, workerOptions{
-		cfg: consumer.Config{InteractiveTokens: 1, Patience: time.Millisecond},
+		cfg: consumer.Config{InteractiveTokens: 1, RequestQueueTokens: 1, Patience: time.Millisecond},
 	})
 	c, err := jetstream.NewClient(srv.nc)
 	if err != nil {
@@ -329,7 +330,7 @@ func TestRequestOverBudgetIsAnsweredOverloaded(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	first := make(chan error, 1)
+	first, second := make(chan error, 1), make(chan *schema.Result, 1)
 	go func() {
 		_, err := c.Embed(ctx, "holds the budget")
 		first <- err
@@ -340,11 +341,20 @@ func TestRequestOverBudgetIsAnsweredOverloaded(t *testing.T) {
 		}
 		return nil
 	})
-	res, err := c.Embed(ctx, "finds it full")
-	if res == nil || res.Error == nil || res.Error.Code != schema.CodeOverloaded || !res.Error.Retriable {
-		t.Errorf("second request: %+v, %v; want a retriable overloaded answer", res, err)
+	go func() {
+		res, _ := c.Embed(ctx, "waits its turn")
+		second <- res
+	}()
+	time.Sleep(200 * time.Millisecond) // the second is in the queue
+	start := time.Now()
+	res, err := c.Embed(ctx, "finds the queue full")
+	if res == nil || res.Error == nil || res.Error.Code != schema.CodeOverloaded || !res.Error.Retriable || time.Since(start) > time.Second {
+		t.Errorf("third request: %+v, %v after %s; want a retriable overloaded answer at once", res, err, time.Since(start))
 	}
 	if err := <-first; err != nil {
 		t.Errorf("first request: %v", err)
+	}
+	if res := <-second; res == nil || res.Error != nil || len(res.Items) != 1 || len(res.Items[0].Dense) == 0 {
+		t.Errorf("the waiting request: %+v, want vectors", res)
 	}
 }

@@ -127,6 +127,8 @@ type workerOptions struct {
 	pull  []jetstream.PullOption
 	// subject is the request-reply endpoint; empty: the default.
 	subject string
+	// tokenizer serves the tokenize endpoint; nil: none.
+	tokenizer jetstream.Tokenizer
 }
 
 // startWorker runs a consumer on emb against srv, like serve does.
@@ -139,7 +141,7 @@ func startWorker(t testing.TB, srv *server, emb consumer.Embedder, o workerOptio
 	}
 	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
 		Config: srv.cfg, Consumer: o.cfg, Embedder: emb, Sink: o.sink, Blobs: o.blobs,
-		Service: jetstream.ServiceOptions{Version: "test", Subject: o.subject}, Pull: o.pull, Logger: log,
+		Service: jetstream.ServiceOptions{Version: "test", Subject: o.subject, Tokenizer: o.tokenizer}, Pull: o.pull, Logger: log,
 	})
 	if err != nil {
 		t.Fatal(err)

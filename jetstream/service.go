@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jetembed/jetembed/schema"
 )
 
 // The request-reply service: `nats micro ls` lists it as ServiceName, and
@@ -44,6 +46,29 @@ type ServiceOptions struct {
 	// Logger receives refused requests at debug level; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// Tokenizer, when set, serves the tokenize endpoint
+	// ([TokenizeSubject]); without it the endpoint is not registered.
+	Tokenizer Tokenizer
+	// RerankBytes bounds the text of one rerank request; 0 means
+	// [DefaultRerankBytes].
+	RerankBytes int
+	// NoRerank leaves the rerank endpoint ([RerankSubject]) out.
+	NoRerank bool
+	// Replies is the reply policy a tokenize answer's inbox is checked
+	// against (the consumer checks the others); the zero value is its
+	// defaults. [StartWorker] sets the consumer's.
+	Replies schema.ReplyPolicy
+}
+
+// tenantOf returns how a request on an endpoint of base (bare, or
+// base.<tenant> when tenanted) names its tenant.
+func tenantOf(base string, tenanted bool) func(subject string) string {
+	return func(subject string) string {
+		if !tenanted {
+			return ""
+		}
+		return strings.TrimPrefix(subject, base+".")
+	}
 }
 
 // StartService registers the NATS micro service [ServiceName] on nc with
@@ -110,6 +135,47 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 		if err != nil {
 			_ = svc.Stop()
 			return nil, fmt.Errorf("micro endpoint %s: %w", ep.subject, err)
+		}
+	}
+	// The rerank and tokenize endpoints, each bare and per tenant as the
+	// embed endpoint is.
+	var limits schema.Limits
+	type extra struct {
+		name, subject, format string
+		handler               func(tenanted bool) micro.Handler
+	}
+	var extras []extra
+	if !o.NoRerank {
+		maxBytes := o.RerankBytes
+		if maxBytes <= 0 {
+			maxBytes = DefaultRerankBytes
+		}
+		extras = append(extras, extra{RerankEndpointName, RerankSubject, "jetembed rerank request v1 (query, texts, weights)",
+			func(tenanted bool) micro.Handler {
+				return rerankHandler(ctx, nc, sink, log, limits, maxBytes, tenantOf(RerankSubject, tenanted))
+			}})
+	}
+	if o.Tokenizer != nil {
+		extras = append(extras, extra{TokenizeName, TokenizeSubject, "jetembed tokenize request v1 (texts, add_special)",
+			func(tenanted bool) micro.Handler {
+				return tokenizeHandler(o.Tokenizer, o.Metadata["model"], log, limits, o.Replies, tenantOf(TokenizeSubject, tenanted))
+			}})
+	}
+	for _, x := range extras {
+		for _, tenanted := range []bool{false, true} {
+			name, subj := x.name, x.subject
+			if tenanted {
+				name, subj = name+"-tenant", subj+".*"
+			}
+			err = svc.AddEndpoint(name, x.handler(tenanted),
+				micro.WithEndpointSubject(subj),
+				micro.WithEndpointQueueGroup(queue),
+				micro.WithEndpointMetadata(map[string]string{"format": x.format + ": msgpack, or JSON with Content-Type: application/json"}),
+			)
+			if err != nil {
+				_ = svc.Stop()
+				return nil, fmt.Errorf("micro endpoint %s: %w", subj, err)
+			}
 		}
 	}
 	// Once StartService returns, a request must find the endpoint: the

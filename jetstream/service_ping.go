@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -18,6 +20,33 @@ type ServiceMember struct {
 	Version string
 	// Model is the model it serves (the "model" metadata of [StartService]).
 	Model string
+	// InteractiveTokens is its interactive capacity, the estimated tokens
+	// of requests it holds at once (the [MetaInteractiveTokens]
+	// metadata); 0 when it does not say.
+	InteractiveTokens int
+	// MaxTokens is the longest text it embeds ([MetaMaxTokens]); 0 when
+	// it does not say.
+	MaxTokens int
+}
+
+// MetaInteractiveTokens is the service metadata key under which a member
+// publishes its interactive capacity (serve's --interactive-tokens): a
+// gateway sizes the parts of its calls and its window by it.
+const MetaInteractiveTokens = "interactive_tokens"
+
+// MetaMaxTokens is the service metadata key of a member's longest text in
+// tokens (the model's maximum, or serve's --max-tokens).
+const MetaMaxTokens = "max_tokens"
+
+func memberOf(info micro.Info) ServiceMember {
+	m := ServiceMember{ID: info.ID, Version: info.Version, Model: info.Metadata["model"]}
+	if n, err := strconv.Atoi(info.Metadata[MetaInteractiveTokens]); err == nil && n > 0 {
+		m.InteractiveTokens = n
+	}
+	if n, err := strconv.Atoi(info.Metadata[MetaMaxTokens]); err == nil && n > 0 {
+		m.MaxTokens = n
+	}
+	return m
 }
 
 // PingService asks the embed service who serves it: the first member to
@@ -39,7 +68,57 @@ func PingService(ctx context.Context, nc *nats.Conn) (ServiceMember, error) {
 	if err := json.Unmarshal(msg.Data, &info); err != nil {
 		return ServiceMember{}, fmt.Errorf("ping %s: the answer does not decode: %w", subject, err)
 	}
-	return ServiceMember{ID: info.ID, Version: info.Version, Model: info.Metadata["model"]}, nil
+	return memberOf(info), nil
+}
+
+// ServiceMembers asks every member of the embed service who it is: the
+// $SRV.INFO.embed answers that arrive until linger has passed after the
+// first one (or ctx ends), one per member. When none answers the error
+// wraps [ErrNoService].
+func ServiceMembers(ctx context.Context, nc *nats.Conn, linger time.Duration) ([]ServiceMember, error) {
+	subject, err := micro.ControlSubject(micro.InfoVerb, ServiceName, "")
+	if err != nil {
+		return nil, err
+	}
+	inbox := nc.NewInbox()
+	sub, err := nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, fmt.Errorf("members of %s: %w", subject, err)
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	// A fleet of thousands still answers in a bounded number of messages.
+	_ = sub.SetPendingLimits(4096, 16<<20)
+	if err := nc.PublishRequest(subject, inbox, nil); err != nil {
+		return nil, fmt.Errorf("members of %s: %w", subject, err)
+	}
+	var (
+		members []ServiceMember
+		seen    = map[string]bool{}
+	)
+	for {
+		wctx := ctx
+		var cancel context.CancelFunc = func() {}
+		if len(members) > 0 {
+			wctx, cancel = context.WithTimeout(ctx, linger)
+		}
+		msg, err := sub.NextMsgWithContext(wctx)
+		cancel()
+		if err != nil {
+			if len(members) > 0 {
+				return members, nil
+			}
+			if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+				return nil, fmt.Errorf("%w on %s: %w", ErrNoService, subject, err)
+			}
+			return nil, fmt.Errorf("members of %s: %w", subject, err)
+		}
+		var info micro.Info
+		if json.Unmarshal(msg.Data, &info) != nil || info.ID == "" || seen[info.ID] {
+			continue
+		}
+		seen[info.ID] = true
+		members = append(members, memberOf(info))
+	}
 }
 
 // ServicePinger is [PingService] on nc, as a function value.

@@ -134,6 +134,9 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	// The tokenize endpoint answers without the consumer: it checks its
+	// inboxes against the consumer's reply policy.
+	cfg.Service.Replies = cfg.Consumer.Replies
 	if cfg.Service.Logger == nil {
 		cfg.Service.Logger = cfg.Logger
 	}

@@ -22,6 +22,17 @@
 //	item:   dense, sparse {ids, weights}, colbert, tokens, truncated,
 //	        error {code, message}
 //
+// The rerank and tokenize endpoints of the service have their own bodies
+// ([RerankRequest], [TokenizeRequest]), decoded by the same strict rules:
+//
+//	rerank request:   v, id, query, texts, weights {dense, sparse, colbert},
+//	                  truncate, deadline
+//	rerank result:    v, id, model, scores [{index, score, dense, sparse,
+//	                  colbert, tokens, error}], usage, error
+//	tokenize request: v, id, texts, add_special
+//	tokenize result:  v, id, model, items [{ids, tokens, special, count,
+//	                  error}], error
+//
 // Empty fields are omitted. An absent "v" means 1; any other version is
 // refused with bad_version. Absent "outputs" means [dense]; absent
 // "truncate" means true. Unknown fields are ignored. Field names match

@@ -57,6 +57,13 @@ func (l Limits) WithDefaults() Limits {
 	return l
 }
 
+// EstimateTokens is the token estimate every budget of the fleet counts
+// in (a member's interactive capacity, the gateway's parts and window):
+// len(text)/3 + 2, which over-counts Latin text (about 4 bytes a token)
+// and is near for CJK (3 bytes a character, often a token each), so the
+// budgets err on the side of memory.
+func EstimateTokens(text string) int { return len(text)/3 + 2 }
+
 // CheckPayload returns an *Error with [CodeJobTooLarge] when an encoded job
 // of n bytes is over MaxJobBytes, and nil otherwise. Checking before
 // decoding keeps a huge body from being parsed at all.

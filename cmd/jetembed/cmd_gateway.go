@@ -22,7 +22,7 @@ import (
 func init() {
 	register(command{
 		name:    "gateway",
-		summary: "serve the OpenAI-compatible HTTP embeddings API in front of the fleet (embed.v1.embed)",
+		summary: "serve the HTTP API (OpenAI, TEI, rerank) in front of the fleet (embed.v1.embed, embed.v1.rerank, embed.v1.tokenize)",
 		run:     runGateway,
 	})
 }
@@ -39,13 +39,20 @@ type gatewayFlags struct {
 	maxConcurrent   *int
 	colbertBytes    *int
 	timeout         *time.Duration
+	maxConns        *int
+	clientConns     *int
+	clientCalls     *int
+	headerTimeout   *time.Duration
+	minBodyRate     *int
+	bodyBudget      *int
+	allowWeakTLS    *bool
 }
 
 // addGatewayFlags adds the API flags; listenFlag names the address flag
 // (--listen in gateway, --http-api in serve and dev, where it is off by
 // default).
 func addGatewayFlags(fs *flagSet, listenFlag, listenDefault string) *gatewayFlags {
-	listenUsage := "address of the HTTP embeddings API (/v1/embeddings, /v1/sparse-embeddings, /v1/embeddings:both, /v1/models, /health)"
+	listenUsage := "address of the HTTP embeddings API (OpenAI /v1/embeddings, /v1/models, /v1/rerank; TEI /embed, /embed_sparse, /embed_all, /rerank, /tokenize, /info; /v1/sparse-embeddings, /v1/embeddings:both, /health)"
 	if listenDefault == "" {
 		listenUsage += " in this process (empty: off)"
 	}
@@ -58,7 +65,14 @@ func addGatewayFlags(fs *flagSet, listenFlag, listenDefault string) *gatewayFlag
 		maxInputs:     fs.Int("api-max-inputs", gateway.DefaultMaxInputs, "most inputs in one HTTP API call; more are refused with 400"),
 		jobTexts:      fs.Int("api-job-texts", gateway.DefaultJobTexts, "most texts in one fleet job; a larger call is split into jobs sent concurrently and reassembled in order"),
 		jobB:          fs.Int("api-job-bytes", 0, "most bytes of text in one fleet job (0: 512 KiB or half the NATS server's max_payload, the smaller)"),
-		maxConcurrent: fs.Int("api-max-concurrent", gateway.DefaultMaxConcurrent, "HTTP API calls in flight at once; beyond, 429 with Retry-After (with --api-max-body-bytes, this bounds the API's memory)"),
+		maxConcurrent: fs.Int("api-max-concurrent", gateway.DefaultMaxConcurrent, "HTTP API calls in flight at once, counted once a call is authenticated and its body read; beyond, 429 gateway_busy with Retry-After"),
+		maxConns:      fs.Int("api-max-conns", gateway.DefaultMaxConns, "open HTTP API connections, kept below the process's file limit (RLIMIT_NOFILE) less a reserve; at the cap an idle keep-alive connection is closed for a new one, with none idle the new one gets 503"),
+		clientConns:   fs.Int("api-client-conns", 0, "open HTTP API connections of one client address (0: half of the connection cap, --api-max-conns as the file limit allows)"),
+		clientCalls:   fs.Int("api-client-concurrent", 0, "HTTP API calls in progress (bodies being read included) of one client address; beyond, 429 client_busy (0: half of --api-max-concurrent)"),
+		headerTimeout: fs.Duration("api-header-timeout", gateway.DefaultHeaderTimeout, "time to read an HTTP API request's headers; its body then has this plus its length at --api-min-body-rate, else 408 body_timeout"),
+		minBodyRate:   fs.Int("api-min-body-rate", gateway.DefaultMinBodyRate, "slowest an HTTP API request body may arrive, bytes a second on average after the header timeout's grace"),
+		bodyBudget:    fs.Int("api-body-budget", gateway.DefaultBodyBudget, "bytes of all HTTP API request bodies being read at once; beyond, 429 gateway_busy (with --api-max-concurrent x --api-max-body-bytes, this bounds the API's memory)"),
+		allowWeakTLS:  fs.Bool("tls-allow-weak", false, "start HTTPS even with an expired or not yet valid certificate or an RSA key under 2048 bits (logged as an error at start)"),
 		colbertBytes:  fs.Int("api-colbert-bytes", gateway.DefaultColBERTBytes, "most bytes of text in one HTTP API call that asks for colbert vectors (about 4 KiB of answer a token); more is refused with 413"),
 		timeout:       fs.Duration("api-timeout", gateway.DefaultTimeout, "bound on one HTTP API call, all its fleet jobs included; past it, 504"),
 	}
@@ -106,7 +120,7 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	gw, err := newGateway(log, gf, gatewayFleet{c, jetstream.ServicePinger(nc)}, nc.MaxPayload(), prom.Registerer())
+	gw, err := newGateway(log, gf, gatewayFleet{c, nc}, nc.MaxPayload(), prom.Registerer())
 	if err != nil {
 		return err
 	}
@@ -122,6 +136,7 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 			_ = telemetry.ServeListener(opsCtx, ln, telemetry.Health{NATSConnected: nc.IsConnected}, prom.Handler())
 		}()
 	}
+	watchLink(ctx, gw, nc)
 	wait, err := serveGateway(ctx, log, gw, *gf.listen)
 	if err != nil {
 		return err
@@ -135,6 +150,8 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 type apiFleet interface {
 	gateway.Requester
 	gateway.Pinger
+	gateway.Reranker
+	gateway.Tokenizer
 }
 
 // newGateway builds the API server from its flags, in front of fleet; the
@@ -146,15 +163,39 @@ func newGateway(log *slog.Logger, gf *gatewayFlags, fleet apiFleet, maxPayload i
 	}
 	gw, err := gateway.New(gateway.Config{
 		Requester: fleet, Pinger: fleet,
-		APIKey: *gf.apiKey, TLSCertFile: *gf.tlsCert, TLSKeyFile: *gf.tlsKey,
+		APIKey: *gf.apiKey, TLSCertFile: *gf.tlsCert, TLSKeyFile: *gf.tlsKey, AllowWeakTLS: *gf.allowWeakTLS,
 		MaxBodyBytes: int64(*gf.maxBody), MaxInputs: *gf.maxInputs,
 		JobTexts: *gf.jobTexts, JobBytes: jobBytes, MaxConcurrent: *gf.maxConcurrent, ColBERTBytes: *gf.colbertBytes,
+		MaxConns: *gf.maxConns, ClientConns: *gf.clientConns, ClientConcurrent: *gf.clientCalls,
+		HeaderTimeout: *gf.headerTimeout, MinBodyRate: *gf.minBodyRate, BodyBudget: int64(*gf.bodyBudget),
 		Timeout: *gf.timeout, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return gw, nil
+}
+
+// watchLink tells gw whether nc is connected, from nc's status changes
+// (re-reading the status, as nats.go drops events when the channel is
+// full, and every second besides), until ctx ends.
+func watchLink(ctx context.Context, gw *gateway.Server, nc *jetstream.Conn) {
+	ch := nc.StatusChanged()
+	gw.SetConnected(nc.IsConnected())
+	go func() {
+		defer nc.RemoveStatusListener(ch)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-ch:
+			case <-t.C:
+			}
+			gw.SetConnected(nc.IsConnected())
+		}
+	}()
 }
 
 // serveGateway listens on addr and serves gw until ctx ends; wait returns
@@ -185,6 +226,8 @@ func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, w *jetstr
 	if err != nil {
 		return nil, err
 	}
+	// No link to watch: the fleet is this process, whether NATS is up or
+	// not.
 	apiCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	wait, err := serveGateway(apiCtx, log, gw, *gf.listen)
 	if err != nil {
@@ -200,18 +243,34 @@ func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, w *jetstr
 }
 
 // gatewayFleet is the gateway's view of the fleet: request-reply through
-// the producer client, liveness through the service's $SRV.INFO.
+// the producer client (embed, rerank and tokenize), liveness and capacity
+// through the service's $SRV.INFO.
 type gatewayFleet struct {
 	client *client.Client
-	ping   func(context.Context) (jetstream.ServiceMember, error)
+	nc     *jetstream.Conn
+}
+
+// noMember marks "nobody serves the endpoint" as the gateway knows it.
+func noMember(err error) error {
+	if errors.Is(err, client.ErrNoService) || errors.Is(err, jetstream.ErrNoService) {
+		return fmt.Errorf("%w: %w", gateway.ErrNoMember, err)
+	}
+	return err
 }
 
 func (f gatewayFleet) Request(ctx context.Context, job *schema.Job) (*schema.Result, error) {
 	res, err := f.client.Request(ctx, job)
-	if errors.Is(err, client.ErrNoService) {
-		return nil, fmt.Errorf("%w: %w", gateway.ErrNoMember, err)
-	}
-	return res, err
+	return res, noMember(err)
+}
+
+func (f gatewayFleet) Rerank(ctx context.Context, req *schema.RerankRequest) (*schema.RerankResult, error) {
+	res, err := f.client.RerankRequest(ctx, req)
+	return res, noMember(err)
+}
+
+func (f gatewayFleet) Tokenize(ctx context.Context, req *schema.TokenizeRequest) (*schema.TokenizeResult, error) {
+	res, err := f.client.TokenizeRequest(ctx, req)
+	return res, noMember(err)
 }
 
 // localFleet is the HTTP API's view of this process's own worker.
@@ -221,15 +280,42 @@ func (f localFleet) Request(ctx context.Context, job *schema.Job) (*schema.Resul
 	return f.w.Request(ctx, job)
 }
 
+func (f localFleet) Rerank(ctx context.Context, req *schema.RerankRequest) (*schema.RerankResult, error) {
+	return f.w.Rerank(ctx, req)
+}
+
+func (f localFleet) Tokenize(ctx context.Context, req *schema.TokenizeRequest) (*schema.TokenizeResult, error) {
+	return f.w.Tokenize(ctx, req)
+}
+
 func (f localFleet) Ping(context.Context) (gateway.Member, error) {
-	m := f.w.Member()
-	return gateway.Member{ID: m.ID, Model: m.Model, Version: m.Version}, nil
+	return gatewayMember(f.w.Member()), nil
 }
 
 func (f gatewayFleet) Ping(ctx context.Context) (gateway.Member, error) {
-	m, err := f.ping(ctx)
-	if errors.Is(err, jetstream.ErrNoService) {
-		return gateway.Member{}, fmt.Errorf("%w: %w", gateway.ErrNoMember, err)
+	m, err := jetstream.PingService(ctx, f.nc)
+	if err != nil {
+		return gateway.Member{}, noMember(err)
 	}
-	return gateway.Member{ID: m.ID, Model: m.Model, Version: m.Version}, err
+	return gatewayMember(m), nil
+}
+
+// memberLinger is how long the gateway waits for more members' answers
+// after the first.
+const memberLinger = 100 * time.Millisecond
+
+func (f gatewayFleet) Members(ctx context.Context) ([]gateway.Member, error) {
+	ms, err := jetstream.ServiceMembers(ctx, f.nc, memberLinger)
+	if err != nil {
+		return nil, noMember(err)
+	}
+	out := make([]gateway.Member, len(ms))
+	for i, m := range ms {
+		out[i] = gatewayMember(m)
+	}
+	return out, nil
+}
+
+func gatewayMember(m jetstream.ServiceMember) gateway.Member {
+	return gateway.Member{ID: m.ID, Model: m.Model, Version: m.Version, InteractiveTokens: m.InteractiveTokens, MaxTokens: m.MaxTokens}
 }

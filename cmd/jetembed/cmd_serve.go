@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -162,7 +163,7 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	}
 	stopFleet := sync.OnceFunc(stop)
 	defer stopFleet()
-	wc := c.worker(log, metrics, emb, e.ModelID())
+	wc := c.worker(log, metrics, emb, e.ModelID(), e.MaxTokens())
 	wc.Consumer.MaxResultBytes = c.resultLimit(e)
 	w, err := jetstream.StartWorker(ctx, nc, wc)
 	if errors.Is(err, consumer.ErrConfig) {
@@ -239,22 +240,17 @@ func stopFatal(log *slog.Logger, live *liveState, w *jetstream.Worker, stopFleet
 
 // worker is the worker's config: by default the patience window ends
 // once the queued jobs would fill every session's run once.
-func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb consumer.Embedder, model string) jetstream.WorkerConfig {
-	gather := c.GatherTokens
-	if gather <= 0 {
-		gather = *c.Engine.maxBatchTokens
-		if gather <= 0 {
-			gather = consumer.DefaultMaxBatchTokens
-		}
-		gather *= max(*c.Engine.sessions, 1)
-	}
+func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb consumer.Embedder, model string, maxTokens int) jetstream.WorkerConfig {
+	gather := c.gatherTokens()
 	return jetstream.WorkerConfig{
 		Config: c.JetStream,
 		Consumer: consumer.Config{Replies: c.Replies, Patience: c.Patience, MaxBatchTokens: gather, InFlightTokens: c.InFlightTokens, InteractiveTokens: c.InteractiveTokens,
 			Logger: log, Metrics: metrics},
-		Embedder:    emb,
-		Blobs:       c.Blobs,
-		Service:     jetstream.ServiceOptions{Version: version, Metadata: map[string]string{"model": model}, Logger: log},
+		Embedder: emb,
+		Blobs:    c.Blobs,
+		Service: jetstream.ServiceOptions{Version: version, Logger: log, Tokenizer: c.Engine.tokenizeFunc(maxTokens),
+			Metadata: map[string]string{"model": model,
+				jetstream.MetaInteractiveTokens: strconv.Itoa(c.InteractiveTokens), jetstream.MetaMaxTokens: strconv.Itoa(maxTokens)}},
 		PrefetchMax: c.PrefetchMax,
 		Pull:        []jetstream.PullOption{jetstream.PrefetchBytes(c.PrefetchBytes)},
 		Grace:       c.Grace,

@@ -49,7 +49,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long bulk jobs wait before they go to the engine, so its packer has more texts to choose from (interactive jobs wait none)"),
 		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens of queued jobs that end the patience window early (0: max-batch-tokens x sessions)"),
 		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds; when full it stops pulling (0: 4 x gather-tokens; interactive jobs have a budget of their own)"),
-		interactive:    fs.Int("interactive-tokens", 0, "estimated tokens of the interactive jobs and requests this process holds, a budget apart from the bulk one so a backlog never refuses a request (0: gather-tokens)"),
+		interactive:    fs.Int("interactive-tokens", 0, "the one knob of this process's interactive capacity: estimated tokens of the requests and interactive jobs it holds (apart from the bulk budget, so a backlog never refuses a request; requests beyond it wait in a queue of up to 8 times as many tokens), also the engine's interactive admission budget and what a gateway sizes its calls by (0: 2 x gather-tokens)"),
 		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4"),
 		prefetchBytes:  fs.Int("prefetch-bytes", jetstream.DefaultPrefetchBytes, "byte cap of the jobs buffered ahead of the consumer: pull requests ask for no more than fits (raised to the server's max payload)"),
 		grace:          fs.Duration("grace", 30*time.Second, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed"),
@@ -127,12 +127,53 @@ func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *eng
 	if err := c.LogLevel.UnmarshalText([]byte(*sf.logLevel)); err != nil {
 		return c, fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
 	}
+	c.InteractiveTokens = interactiveTokens(*sf.interactive, c.gatherTokens(), ef)
 	var err error
 	if c.Replies, err = sf.replyPolicy(cfg); err != nil {
 		return c, err
 	}
 	c.Provision, err = provisionMode(*sf.provision)
 	return c, err
+}
+
+// gatherTokens is --gather-tokens, or its default: what fills every
+// session's run once.
+func (c serveConfig) gatherTokens() int {
+	if c.GatherTokens > 0 {
+		return c.GatherTokens
+	}
+	gather := consumer.DefaultMaxBatchTokens
+	if c.Engine != nil && c.Engine.maxBatchTokens != nil && *c.Engine.maxBatchTokens > 0 {
+		gather = *c.Engine.maxBatchTokens
+	}
+	if c.Engine != nil && c.Engine.sessions != nil {
+		gather *= max(*c.Engine.sessions, 1)
+	}
+	return gather
+}
+
+// interactiveTokens is the process's one interactive capacity: the
+// consumer's budget of held requests and the engine's interactive
+// admission alike, so that what the consumer takes in the engine runs.
+// --engine-interactive-tokens, the second knob it replaces, is a
+// deprecated alias read when --interactive-tokens is not set.
+func interactiveTokens(flag, gather int, ef *engineFlags) int {
+	n := flag
+	if ef != nil && ef.interactive != nil && *ef.interactive > 0 {
+		if n <= 0 {
+			n = *ef.interactive
+		}
+		if ef.warn != nil {
+			fmt.Fprintf(ef.warn, "warning: --engine-interactive-tokens (JETEMBED_ENGINE_INTERACTIVE_TOKENS) is deprecated: --interactive-tokens is the one interactive budget, the engine's included; using %d\n", n)
+		}
+	}
+	if n <= 0 {
+		n = 2 * gather
+	}
+	if ef != nil && ef.interactive != nil {
+		*ef.interactive = n
+	}
+	return n
 }
 
 // printConfig prints every flag's effective value (flag, environment, or

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -226,20 +227,48 @@ func TestServePrintConfig(t *testing.T) {
 
 // TestServeBudgetFlags: the consumer's three token budgets reach the
 // worker's configuration as given, and the gather default follows the
-// engine's batch size and sessions.
+// engine's batch size and sessions. --interactive-tokens is the one
+// interactive knob: the engine's interactive admission is the same
+// number, its default is 2 x gather, and the old second knob
+// --engine-interactive-tokens is a deprecated alias of it.
 func TestServeBudgetFlags(t *testing.T) {
-	fs := newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard})
-	pf := addProvisionFlags(fs, false)
-	ef := addEngineFlags(fs, true)
-	ff := addFleetFlags(fs)
-	sf := addServeFlags(fs, "off")
-	_, c, done, err := parseServe(fs, []string{"--in-flight-tokens", "999", "--interactive-tokens", "1234",
-		"--max-batch-tokens", "2048", "--sessions", "3"}, stdio{out: io.Discard, err: io.Discard}, pf, ef, ff, sf)
-	if err != nil || done {
-		t.Fatalf("parse: done %v, %v", done, err)
-	}
-	w := c.worker(nil, nil, nil, "m")
-	if got := w.Consumer; got.InFlightTokens != 999 || got.InteractiveTokens != 1234 || got.MaxBatchTokens != 2048*3 {
-		t.Errorf("consumer config %+v: want in-flight 999, interactive 1234, gather 6144", got)
+	for _, c := range []struct {
+		args              []string
+		interactive       int
+		deprecatedWarning bool
+	}{
+		{[]string{"--in-flight-tokens", "999", "--interactive-tokens", "1234"}, 1234, false},
+		{nil, 2 * 2048 * 3, false},
+		{[]string{"--engine-interactive-tokens", "4321"}, 4321, true},
+		{[]string{"--engine-interactive-tokens", "4321", "--interactive-tokens", "1234"}, 1234, true},
+	} {
+		var stderr strings.Builder
+		fs := newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: &stderr})
+		pf := addProvisionFlags(fs, false)
+		ef := addEngineFlags(fs, true)
+		ff := addFleetFlags(fs)
+		sf := addServeFlags(fs, "off")
+		_, sc, done, err := parseServe(fs, append([]string{"--max-batch-tokens", "2048", "--sessions", "3"}, c.args...),
+			stdio{out: io.Discard, err: io.Discard}, pf, ef, ff, sf)
+		if err != nil || done {
+			t.Fatalf("parse: done %v, %v", done, err)
+		}
+		w := sc.worker(nil, nil, nil, "m", 8192)
+		if got := w.Consumer; got.InteractiveTokens != c.interactive || got.MaxBatchTokens != 2048*3 {
+			t.Errorf("%q: consumer config %+v: want interactive %d, gather 6144", c.args, got, c.interactive)
+		}
+		if len(c.args) > 1 && c.args[0] == "--in-flight-tokens" && w.Consumer.InFlightTokens != 999 {
+			t.Errorf("in-flight %d, want 999", w.Consumer.InFlightTokens)
+		}
+		ecfg, _, err := ef.config()
+		if err != nil || ecfg.InteractiveTokens != c.interactive {
+			t.Errorf("%q: engine interactive %d (%v), want %d: the one knob", c.args, ecfg.InteractiveTokens, err, c.interactive)
+		}
+		if got := w.Service.Metadata[jetstream.MetaInteractiveTokens]; got != strconv.Itoa(c.interactive) {
+			t.Errorf("%q: service metadata says %q", c.args, got)
+		}
+		if warned := strings.Contains(stderr.String(), "deprecated"); warned != c.deprecatedWarning {
+			t.Errorf("%q: deprecation warning %v, want %v: %s", c.args, warned, c.deprecatedWarning, stderr.String())
+		}
 	}
 }

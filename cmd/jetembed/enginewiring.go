@@ -12,6 +12,7 @@ import (
 	"github.com/jetembed/jetembed/engine/model"
 	"github.com/jetembed/jetembed/engine/ort"
 	"github.com/jetembed/jetembed/engine/tokenizer"
+	"github.com/jetembed/jetembed/jetstream"
 )
 
 // engineFlags are the flags of every command that runs the model (embed,
@@ -53,6 +54,8 @@ type engineFlags struct {
 	// attentionNote how attention runs (set by open).
 	budgetNote    string
 	attentionNote string
+	// tok is the tokenizer open loaded (serve's tokenize endpoint uses it).
+	tok *tokenizer.Tokenizer
 }
 
 // addEngineFlags defines the engine flags on fs. warm says whether the
@@ -80,7 +83,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 		maxBatch:        fs.Int("max-batch", 0, "texts per session run (0: 64)"),
 		tiers:           fs.String("tiers", "", "padded sequence tiers, comma separated (default: none on cpu without the guard, where a chunk is padded to its own longest text; else 4 per octave from 8 to max tokens)"),
 		admission:       fs.Int("engine-admission-tokens", 0, "engine admission budget: tokens of embed calls in progress; beyond it a call is refused as overloaded (0: 8 x max-batch-tokens x sessions)"),
-		interactive:     fs.Int("engine-interactive-tokens", 0, "the engine's admission budget of interactive calls (requests, priority interactive jobs), apart from the bulk one (0: 2 x max-batch-tokens)"),
+		interactive:     fs.Int("engine-interactive-tokens", 0, "deprecated alias of --interactive-tokens (serve, dev), which now sets the engine's interactive admission too; ignored by embed and warmup"),
 		guard:           fs.String("guard", "auto", "JIT guard refusing unwarmed long shapes: auto (on for tensorrt), on or off"),
 		guardSeq:        fs.Int("guard-seq", 4096, "sequence length from which the JIT guard applies"),
 		breaker:         fs.Int("breaker-threshold", 3, "consecutive run errors that drop and reload a session"),
@@ -231,6 +234,7 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 	if err != nil {
 		return nil, nil, err
 	}
+	f.tok = tok
 	if unk, ok := tok.TokenToID("<unk>"); ok {
 		cfg.SparseSkip = []int32{unk}
 	}
@@ -354,4 +358,27 @@ func ints(flag, s string) ([]int, error) {
 		out = append(out, n)
 	}
 	return out, nil
+}
+
+// tokenizeFunc is the tokenize endpoint's view of the tokenizer open
+// loaded, cut at maxTokens as the engine cuts; nil before open.
+func (f *engineFlags) tokenizeFunc(maxTokens int) jetstream.Tokenizer {
+	tok := f.tok
+	if tok == nil {
+		return nil
+	}
+	special := map[int32]bool{}
+	for _, id := range tok.SpecialIDs() {
+		special[id] = true
+	}
+	return func(text string, addSpecial bool) ([]uint32, []string, []bool, int) {
+		e := tok.Encode(text, tokenizer.Options{AddSpecialTokens: addSpecial, MaxTokens: maxTokens})
+		ids, toks, sp := make([]uint32, len(e.IDs)), make([]string, len(e.IDs)), make([]bool, len(e.IDs))
+		for i, id := range e.IDs {
+			ids[i] = uint32(id)
+			toks[i], _ = tok.IDToToken(id)
+			sp[i] = special[id]
+		}
+		return ids, toks, sp, e.Count
+	}
 }

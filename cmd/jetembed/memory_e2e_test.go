@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -27,12 +28,23 @@ import (
 // these arguments (separated by newlines) and exit.
 const envHelperArgs = "JETEMBED_TEST_HELPER_ARGS"
 
+// envHelperNofile, when set, is the file limit (RLIMIT_NOFILE, soft and
+// hard) the helper process runs under.
+const envHelperNofile = "JETEMBED_TEST_HELPER_NOFILE"
+
 // TestMemoryHelperProcess is not a test: it is the child process of
 // TestMemoryReturnsAfterLongTexts.
 func TestMemoryHelperProcess(t *testing.T) {
 	args := os.Getenv(envHelperArgs)
 	if args == "" {
 		t.Skip("helper process only")
+	}
+	if n, err := strconv.ParseUint(os.Getenv(envHelperNofile), 10, 64); err == nil {
+		// Hard and soft: Go raises the soft limit to the hard one at start.
+		if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+			fmt.Fprintln(os.Stderr, "setrlimit:", err)
+			os.Exit(3)
+		}
 	}
 	os.Exit(runMain(context.Background(), strings.Split(args, "\n"), stdio{in: os.Stdin, out: os.Stdout, err: os.Stderr}))
 }

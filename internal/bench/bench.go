@@ -107,6 +107,8 @@ type Report struct {
 	PeerEngine       Rate
 	PeerEngineRounds []float64
 	PeerErr          error
+	// Gateway is the HTTP gateway against bare request-reply.
+	Gateway Gateway
 	// DenseFLOPs is what one token costs in the encoder's dense layers
 	// alone (2 x layers x (4h^2 + 2h x intermediate)): a floor on the
 	// arithmetic of a run, to read a rate against the cores' peak.
@@ -255,6 +257,12 @@ func (u *suite) latencies(ctx context.Context, e *engine.Engine) error {
 		return fmt.Errorf("latency under a backlog: %w", err)
 	}
 	u.logf("request-reply under a backlog: p50 %v p99 %v, %d refused", r.Backlog.P50, r.Backlog.P99, r.Backlog.Refused)
+	if r.Gateway, err = gatewayBench(ctx, e, u.cc, n); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	g := r.Gateway
+	u.logf("gateway: p50 %v p99 %v (bare %v / %v); %.0f calls/s with %d callers (bare %.0f): ratio %.2f",
+		g.HTTPP50, g.HTTPP99, g.BareP50, g.BareP99, g.HTTPRate, g.Callers, g.BareRate, g.Ratio())
 	return nil
 }
 

@@ -107,6 +107,9 @@ func TestRunTiny(t *testing.T) {
 	if r.Loaded.LoadTexts <= 0 {
 		t.Errorf("no load during the loaded latency run: %+v", r.Loaded)
 	}
+	if g := r.Gateway; g.Calls != cfg.Requests || g.HTTPP50 <= 0 || g.BareP50 <= 0 || g.HTTPRate <= 0 || g.BareRate <= 0 || g.Failed != 0 {
+		t.Errorf("gateway %+v", g)
+	}
 	if r.Pipeline.PeakRSS == 0 || r.Pipeline.BaseRSS == 0 {
 		t.Errorf("peak RSS %d, base %d", r.Pipeline.PeakRSS, r.Pipeline.BaseRSS)
 	}
@@ -114,7 +117,7 @@ func TestRunTiny(t *testing.T) {
 	if err := r.Markdown(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Pipeline efficiency", "Loop overhead", "naive baseline", "Packing", "added latency", "Peak RSS"} {
+	for _, want := range []string{"Pipeline efficiency", "Loop overhead", "naive baseline", "Packing", "added latency", "HTTP gateway / bare request-reply", "Peak RSS"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}

@@ -121,6 +121,11 @@ func (r *Report) Markdown(w io.Writer) error {
 	bound := i99 + engine.DefaultMaxChunkLatency + GoalBacklogSlack
 	p("| Request-reply added latency under a bulk backlog (producer at %.0f texts/s, %d of %d jobs done at the end): p50 / p99, refused | %s / %s, %d refused | p99 <= %s (idle p99 + max-chunk-latency + %s), 0 refused | %s |\n",
 		r.Backlog.LoadTexts, r.Backlog.LoadDone, r.Backlog.LoadJobs, ms(b50), ms(b99), r.Backlog.Refused, ms(bound), ms(GoalBacklogSlack), verdict(b99 <= bound && r.Backlog.Refused == 0))
+	if g := r.Gateway; g.Calls > 0 {
+		a50, a99 := g.Added()
+		p("| HTTP gateway / bare request-reply, one short text: calls/s with %d callers (ratio), added latency p50 / p99 | %.0f / %.0f (%.2f), %s / %s | reported | |\n",
+			g.Callers, g.HTTPRate, g.BareRate, g.Ratio(), ms(a50), ms(a99))
+	}
 	p("| Session busy fraction during the best bulk run (time in Run / wall / sessions) | %.3f | reported | |\n", r.Busy)
 	p("| Peak RSS of the bulk run (VmHWM) / RSS before it | %d MiB / %d MiB | bounded by the in-flight budget | |\n\n",
 		r.Pipeline.PeakRSS>>20, r.Pipeline.BaseRSS>>20)
@@ -172,6 +177,7 @@ const method = `How each figure is made (package internal/bench):
 - Pipeline: a fresh embedded nats-server, the streams provisioned with the defaults, every job queued first, then a consumer like serve's (fetch loop, consumer, publisher, micro service) is started and timed until the last result is stored in EMBED_RESULTS.
 - No-op loop: the same pipeline and engine (tokenizer, packer, scheduler, heads) on sessions that return zeros at once; its time per text, divided by the real engine's time per text, is the overhead.
 - Naive baseline: the same pipeline with one job per Embed call and one session run per job, padded to the job's longest text, no packing across jobs (dense only).
+- Gateway: a fresh nats-server and worker on the same engine, and jetembed's HTTP gateway (package gateway, as ` + "`jetembed gateway`" + ` runs it) in front of that service on a loopback port. The short text is asked alternately through the Go client (request-reply) and as POST /v1/embeddings through the gateway, sequentially, for the latencies; then 16 callers at once ask it for 2 s each way, twice, alternating, for the calls/s (each keeps its best). The ratio and the added latency are of the same run.
 - Arrival-order batching: fixed batches of 32 texts in arrival order on bare sessions, each padded to its longest text, tokenizing inside the timing.
 - Latency: sequential request-reply calls of one short text through the micro service, one every 200 ms (at most one minute), each preceded by a bare Embed of the same text; the added latency is the request percentile minus the bare p50. Under load a producer queues corpus jobs at half the measured pipeline rate meanwhile; under a backlog at twice that rate, so bulk work piles up in the stream and the engine; a request answered overloaded is counted as refused.
 - Peer: @huggingface/transformers feature-extraction (CLS pooling, normalized) on onnxruntime-node's bundled CPU ONNX Runtime, the same model.onnx and tokenizer.json through symlinks, intra-op threads = sessions x threads, every batch size warmed once and then timed over the same texts in two rounds, keeping the best; jetembed's bare engine is timed on those texts right before and right after the peer, keeping the best.

@@ -106,7 +106,10 @@ func (c *Consumer) runJob(ctx context.Context, j *job) {
 	if len(texts) > 0 {
 		runCtx, runSpan := startRun(ctx, []*job{j}, len(texts))
 		if j.interactive {
-			runCtx = engine.WithInteractive(runCtx)
+			// The consumer's interactive budget admitted the job: the
+			// engine's (in real tokens, which the estimate may undercount)
+			// makes it wait, never refuses it.
+			runCtx = engine.WithAdmissionWait(engine.WithInteractive(runCtx))
 		}
 		if c.cfg.MaxResultBytes > 0 {
 			runCtx = engine.WithOutputLimit(runCtx, c.cfg.MaxResultBytes)

@@ -21,6 +21,7 @@ const (
 	DefaultAckWait            = 30 * time.Second
 	DefaultInProgressFraction = 0.5
 	DefaultMaxDeliver         = 5
+	DefaultRequestWait        = 10 * time.Second
 )
 
 // Config tunes a [Consumer]. The zero value is usable after
@@ -41,9 +42,19 @@ type Config struct {
 	// Default 4 x MaxBatchTokens.
 	InFlightTokens int
 	// InteractiveTokens is the interactive jobs' own in-flight budget, so
-	// a bulk backlog never refuses them; a request-reply delivery that
-	// finds it full is answered overloaded. Default MaxBatchTokens.
+	// a bulk backlog never refuses them. Default 2 x MaxBatchTokens.
 	InteractiveTokens int
+	// RequestQueueTokens bounds the estimated tokens of the request-reply
+	// deliveries waiting for interactive room (their bodies are held
+	// meanwhile, about 3 bytes a token); beyond it a request is answered
+	// overloaded. Within it, a request waits as long as its deadline
+	// allows at the measured drain rate. Default 8 x InteractiveTokens.
+	RequestQueueTokens int
+	// RequestWait is the longest a request without a deadline waits for
+	// interactive room before it is answered overloaded (one with a
+	// deadline waits until then at most). Default 10 s, the Go client's
+	// request timeout.
+	RequestWait time.Duration
 	// AckWait is the JetStream consumer's AckWait. A held message is sent
 	// InProgress each time it has waited InProgressFraction of it since
 	// its delivery or its last InProgress, until it is settled.
@@ -99,7 +110,13 @@ func (c Config) WithDefaults() Config {
 		c.InFlightTokens = 4 * c.MaxBatchTokens
 	}
 	if c.InteractiveTokens <= 0 {
-		c.InteractiveTokens = c.MaxBatchTokens
+		c.InteractiveTokens = 2 * c.MaxBatchTokens
+	}
+	if c.RequestQueueTokens <= 0 {
+		c.RequestQueueTokens = 8 * c.InteractiveTokens
+	}
+	if c.RequestWait <= 0 {
+		c.RequestWait = DefaultRequestWait
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = DefaultAckWait
@@ -114,7 +131,7 @@ func (c Config) WithDefaults() Config {
 	c.Limits = c.Limits.WithDefaults()
 	c.Replies = c.Replies.WithDefaults()
 	if c.EstimateTokens == nil {
-		c.EstimateTokens = estimateTokens
+		c.EstimateTokens = schema.EstimateTokens
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -144,11 +161,6 @@ func (c Config) validate() error {
 	}
 	return nil
 }
-
-// estimateTokens over-counts tokens for Latin text (about 4 bytes a token)
-// and is near for CJK (3 bytes a character, often a token each), so the
-// budgets err on the side of memory.
-func estimateTokens(text string) int { return len(text)/3 + 2 }
 
 // Backoff is the NAK delay policy: Base x 2^(n-1) for delivery n, capped at
 // Max, then spread by up to ±Jitter of itself so jobs refused together do

@@ -44,6 +44,15 @@ type Consumer struct {
 	// heldTokens are the estimated tokens held, bulk [0] and interactive
 	// [1], each against its own budget.
 	heldTokens [2]int
+	// waitReq are the request-reply deliveries waiting for interactive
+	// room, in arrival order, and waitTokens their cost (see
+	// requests.go); meter measures the interactive drain rate.
+	waitReq    []*job
+	waitTokens int
+	meter      drainMeter
+	// stopped is set once the queue was given back: nothing joins it
+	// after that.
+	stopped    bool
 	space      chan struct{} // closed when held tokens drop
 	arrived    chan struct{} // a job was queued (capacity 1)
 	draining   chan struct{} // closed by Drain
@@ -126,9 +135,11 @@ func (c *Consumer) isDraining() bool {
 // request-reply deliveries and jobs with priority "interactive") is full,
 // Submit blocks until there is room, ctx is done (the delivery is NAKed
 // without delay and ctx's error returned) or Drain begins (NAKed,
-// [ErrDraining]). A request-reply delivery (Respond set) never waits: it is
-// answered overloaded and Submit returns [ErrOverloaded]; a bulk backlog
-// never fills its budget.
+// [ErrDraining]). A request-reply delivery (Respond set) never blocks
+// Submit: it waits in a queue of its own, first come first served, and is
+// answered overloaded (Submit returns [ErrOverloaded]) only when that
+// queue is full or it could not start before its deadline at the measured
+// drain rate (see requests.go); a bulk backlog never fills its budget.
 func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 	now := c.cfg.Now()
 	j, jobErr := c.safeAdmit(d, now)
@@ -138,19 +149,24 @@ func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 	}
 	c.mu.Lock()
 	for {
-		if c.isDraining() {
+		if c.isDraining() || c.stopped {
 			c.mu.Unlock()
 			c.settle(ctx, j, c.decide(j, nil, errShutdown))
 			return ErrDraining
 		}
 		budget := c.budget(j)
 		j.cost = min(max(j.tokens, 1), budget)
-		if c.heldTokens[j.class()]+j.cost <= budget {
+		// Requests are served in arrival order: none passes one waiting.
+		if c.heldTokens[j.class()]+j.cost <= budget && (d.Respond == nil || len(c.waitReq) == 0) {
 			break
 		}
 		if d.Respond != nil {
+			se := c.queueRequest(j, now)
 			c.mu.Unlock()
-			c.settle(ctx, j, c.decide(j, nil, schema.Errorf(schema.CodeOverloaded, "consumer interactive in-flight budget full")))
+			if se == nil {
+				return nil
+			}
+			c.settle(ctx, j, c.decide(j, nil, se))
 			return ErrOverloaded
 		}
 		// Heartbeats keep it alive meanwhile: the wait can outlast AckWait.
@@ -172,20 +188,29 @@ func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 			return done
 		}
 	}
+	c.hold(j, c.cfg.Now())
+	c.mu.Unlock()
+	return nil
+}
+
+// hold charges j to its budget and queues it for the next batch. c.mu is
+// held.
+func (c *Consumer) hold(j *job, now time.Time) {
+	if j.interactive {
+		c.meter.tick(now, c.heldTokens[1] > 0, 0)
+	}
 	c.heldTokens[j.class()] += j.cost
 	c.held[j] = struct{}{}
-	j.queued = c.cfg.Now()
+	j.queued = now
 	c.queue = append(c.queue, j)
 	c.queuedTokens += j.tokens
 	if j.interactive {
 		c.queuedInteractive++
 	}
-	c.mu.Unlock()
 	select {
 	case c.arrived <- struct{}{}:
 	default:
 	}
-	return nil
 }
 
 // budget is the in-flight budget of j's class.
@@ -230,7 +255,16 @@ func (c *Consumer) release(j *job) {
 		return
 	}
 	delete(c.held, j)
-	c.heldTokens[j.class()] -= j.cost
+	if j.interactive {
+		now := c.cfg.Now()
+		c.meter.tick(now, true, j.cost)
+		c.heldTokens[1] -= j.cost
+		if !c.stopped && !c.isDraining() {
+			c.admitWaiting(now)
+		}
+	} else {
+		c.heldTokens[0] -= j.cost
+	}
 	close(c.space)
 	c.space = make(chan struct{})
 }
@@ -289,7 +323,9 @@ func (c *Consumer) nakQueued(ctx context.Context) {
 	c.mu.Lock()
 	q := c.queue
 	c.queue, c.queuedTokens, c.queuedInteractive = nil, 0, 0
+	c.stopped = true
 	c.mu.Unlock()
+	c.failWaiting(ctx)
 	for _, j := range q {
 		c.settle(ctx, j, c.decide(j, nil, errShutdown))
 	}

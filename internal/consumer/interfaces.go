@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/schema"
 )
 
 // Message is the acknowledgement side of one delivery. nats.go's
@@ -49,6 +50,12 @@ type Delivery struct {
 	// Respond, when set, answers a request-reply delivery directly
 	// instead of publishing to a subject (micro.Request.Respond).
 	Respond func(header map[string][]string, data []byte) error
+	// Answer, when set with Respond, makes the answer of a request-reply
+	// delivery from its whole result instead of the wire result: the
+	// rerank endpoint answers scores this way, so the vectors never leave
+	// the process (and no payload limit or blob applies). It gets error
+	// results too.
+	Answer func(res *schema.Result) (header map[string][]string, data []byte)
 	// Local marks a request made inside this process (the HTTP API of
 	// serve): its answer never travels as a message, so the server's max
 	// payload does not bound it and no blob is stored.

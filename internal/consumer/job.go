@@ -38,6 +38,7 @@ type job struct {
 	// their own in-flight budget.
 	interactive bool
 	queued      time.Time         // when it entered the queue
+	expiry      *time.Timer       // a waiting request's deadline (requests.go)
 	run         trace.SpanContext // the span of the Embed call that served it
 
 	// mu orders an InProgress against the settlement, so that no

@@ -204,15 +204,17 @@ func TestRunCancel(t *testing.T) {
 
 // TestBudget: Submit blocks while the bulk in-flight budget is full and
 // resumes when a job is settled; a request is still admitted (interactive
-// work has its own budget) and answered overloaded only when that budget
-// is full; a blocked Submit whose context ends NAKs its delivery. Under
+// work has its own budget), one that finds that budget full waits in the
+// request queue (Submit returns at once) and runs when room frees, and
+// one is answered overloaded only when the queue is full too; a blocked
+// Submit whose context ends NAKs its delivery. Under
 // synctest, "still blocked" is a fact (synctest.Wait), not a 20ms guess.
 func TestBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
 		// "aaaaaaaaa" estimates 9/3+2 = 5 tokens: the bulk budget holds two
 		// jobs, the interactive one one.
-		r := newRig(t, Config{InFlightTokens: 10, MaxBatchTokens: 5, InteractiveTokens: 5}, emb, nil)
+		r := newRig(t, Config{InFlightTokens: 10, MaxBatchTokens: 5, InteractiveTokens: 5, RequestQueueTokens: 5}, emb, nil)
 		text := "aaaaaaaaa"
 		var msgs []*fakeMsg
 		for _, id := range []string{"a", "b"} {
@@ -235,6 +237,12 @@ func TestBudget(t *testing.T) {
 			t.Errorf("request Submit with the bulk budget full: %v, want it admitted", err)
 		}
 		<-emb.started
+		queued, queuedMsg := delivery(t, schema.NewJob("queued-req", text), schema.EncodingJSON, 1)
+		var queuedAnswer []byte
+		queued.Respond = func(_ map[string][]string, data []byte) error { queuedAnswer = data; return nil }
+		if err := r.c.Submit(context.Background(), queued); err != nil {
+			t.Errorf("request Submit with the interactive budget full: %v, want it queued", err)
+		}
 		req, reqMsg := delivery(t, schema.NewJob("req", text), schema.EncodingJSON, 1)
 		var answer []byte
 		req.Respond = func(_ map[string][]string, data []byte) error { answer = data; return nil }
@@ -269,13 +277,15 @@ func TestBudget(t *testing.T) {
 		if err := <-submitted; err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range append(msgs, wm, firstMsg) {
+		for _, m := range append(msgs, wm, firstMsg, queuedMsg) {
 			if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
 				t.Errorf("calls %v, want [ack]", got)
 			}
 		}
-		if res, err := schema.DecodeResult(firstAnswer, schema.EncodingJSON); err != nil || res.Error != nil {
-			t.Errorf("first request answer %+v, %v; want vectors", res, err)
+		for name, a := range map[string][]byte{"first": firstAnswer, "queued": queuedAnswer} {
+			if res, err := schema.DecodeResult(a, schema.EncodingJSON); err != nil || res.Error != nil {
+				t.Errorf("%s request answer %+v, %v; want vectors", name, res, err)
+			}
 		}
 	})
 }

@@ -84,6 +84,14 @@ func (c *Consumer) sendResult(ctx context.Context, j *job, out outcome) outcome 
 	if res.Model == "" {
 		res.Model = c.model
 	}
+	if j.d.Answer != nil && j.d.Respond != nil {
+		h, data := j.d.Answer(res)
+		if err := j.d.Respond(h, data); err != nil {
+			c.cfg.Logger.Warn("answer not sent", "job", j.id, "err", err)
+			return c.publishFailed(j, out, err)
+		}
+		return out
+	}
 	if res.Meta == nil {
 		res.EchoMeta(j.wire)
 	}

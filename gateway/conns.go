@@ -1,0 +1,218 @@
+package gateway
+
+import (
+	"crypto/tls"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// connReserve is how many file descriptors of the process's limit the
+// connection cap leaves for everything else: NATS, the ops port and its
+// scrapes, files, and the connections being refused.
+func connReserve(limit int) int { return max(32, limit/8) }
+
+// ConnCap is the cap on open connections for a process whose file limit
+// is nofile (0: unknown): want (0: [DefaultMaxConns]), kept below nofile
+// less a reserve.
+func ConnCap(want, nofile int) int {
+	if want <= 0 {
+		want = DefaultMaxConns
+	}
+	if nofile > 0 {
+		want = min(want, max(nofile-connReserve(nofile), 1))
+	}
+	return want
+}
+
+// conns is a listener that keeps the connections it hands out under a cap,
+// in all and per client address. At the cap, a new connection takes the
+// place of the oldest idle one (a keep-alive connection between requests,
+// else one that has sent no request yet); with none to close (all busy
+// with calls), it is answered 503 (plain HTTP) or closed (TLS). Accept errors (the process
+// out of file descriptors) close an idle connection, are logged as the
+// process's logs are, at most once a second, and are retried with backoff:
+// Accept returns only when the listener is closed.
+type conns struct {
+	net.Listener
+	max, perClient int
+	tls            bool
+	log            *slog.Logger
+
+	mu       sync.Mutex
+	open     map[net.Conn]*connInfo
+	byClient map[string]int
+	lastLog  time.Time
+	skipped  int    // accept errors not logged since the last line
+	refused  func() // counts a refused connection in the metrics
+}
+
+type connInfo struct {
+	client string
+	state  http.ConnState
+	since  time.Time // of the state
+}
+
+func newConns(ln net.Listener, max, perClient int, tls bool, log *slog.Logger, refused func()) *conns {
+	return &conns{Listener: ln, max: max, perClient: perClient, tls: tls, log: log,
+		open: make(map[net.Conn]*connInfo), byClient: make(map[string]int), refused: refused}
+}
+
+// Accept returns the next connection the caps allow.
+func (l *conns) Accept() (net.Conn, error) {
+	delay := 5 * time.Millisecond
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return nil, err
+			}
+			var ne net.Error
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) || errors.As(err, &ne) && ne.Timeout() {
+				l.shedOne()
+			}
+			l.logAcceptError(err)
+			time.Sleep(delay)
+			delay = min(2*delay, time.Second)
+			continue
+		}
+		delay = 5 * time.Millisecond
+		if l.admit(c) {
+			return c, nil
+		}
+		l.refuse(c)
+	}
+}
+
+// admit counts c in, closing an idle connection to make room when at a
+// cap; false means c may not stay.
+func (l *conns) admit(c net.Conn) bool {
+	client := hostOf(c.RemoteAddr())
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.byClient[client] >= l.perClient && !l.shedLocked(client) {
+		return false
+	}
+	if len(l.open) >= l.max && !l.shedLocked("") {
+		return false
+	}
+	l.open[c] = &connInfo{client: client, state: http.StateNew, since: time.Now()}
+	l.byClient[client]++
+	return true
+}
+
+// shedOne closes the oldest idle connection.
+func (l *conns) shedOne() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.shedLocked("")
+}
+
+// shedLocked closes the oldest idle connection of client (any client when
+// empty): an idle keep-alive first, else the one that has waited longest
+// without sending a request (a client that means to call sends its
+// request as soon as it connects). It forgets it at once, so the room is
+// there now.
+func (l *conns) shedLocked(client string) bool {
+	var victim net.Conn
+	var oldest time.Time
+	for _, want := range []http.ConnState{http.StateIdle, http.StateNew} {
+		for c, ci := range l.open {
+			if client != "" && ci.client != client || ci.state != want {
+				continue
+			}
+			if victim == nil || ci.since.Before(oldest) {
+				victim, oldest = c, ci.since
+			}
+		}
+		if victim != nil {
+			break
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	l.forgetLocked(victim)
+	_ = victim.Close()
+	return true
+}
+
+func (l *conns) forgetLocked(c net.Conn) {
+	ci, ok := l.open[c]
+	if !ok {
+		return
+	}
+	delete(l.open, c)
+	if l.byClient[ci.client]--; l.byClient[ci.client] <= 0 {
+		delete(l.byClient, ci.client)
+	}
+}
+
+// refused503 is written to a plain HTTP connection the caps refuse.
+var refused503 = func() []byte {
+	body := `{"error":{"message":"too many open connections to this gateway: retry shortly","type":"server_error","param":null,"code":"` + codeTooManyConns + `"}}` + "\n"
+	return []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\n\r\n" + body)
+}()
+
+func (l *conns) refuse(c net.Conn) {
+	if l.refused != nil {
+		l.refused()
+	}
+	if !l.tls {
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		_, _ = c.Write(refused503)
+	}
+	_ = c.Close()
+}
+
+// track follows the http.Server's view of each connection (its
+// ConnState hook).
+func (l *conns) track(c net.Conn, state http.ConnState) {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch state {
+	case http.StateClosed, http.StateHijacked:
+		l.forgetLocked(c)
+	default:
+		if ci, ok := l.open[c]; ok {
+			ci.state, ci.since = state, time.Now()
+		}
+	}
+}
+
+// logAcceptError logs an accept failure at most once a second, with how
+// many were not logged.
+func (l *conns) logAcceptError(err error) {
+	l.mu.Lock()
+	now := time.Now()
+	if now.Sub(l.lastLog) < time.Second {
+		l.skipped++
+		l.mu.Unlock()
+		return
+	}
+	l.lastLog = now
+	n, skipped := len(l.open), l.skipped
+	l.skipped = 0
+	l.mu.Unlock()
+	l.log.Warn("gateway: accepting a connection failed; closing an idle one and retrying", "err", err, "open", n, "max", l.max, "unlogged", skipped)
+}
+
+func hostOf(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(a.String())
+	if err != nil {
+		return a.String()
+	}
+	return host
+}

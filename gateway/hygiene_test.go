@@ -1,0 +1,231 @@
+package gateway_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetembed/jetembed/gateway"
+)
+
+// dialFrom connects to addr from the loopback address local (127.0.0.2
+// is another client than 127.0.0.1 to the gateway's per-client limits).
+func dialFrom(t *testing.T, local, addr string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(local)}, Timeout: 5 * time.Second}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// trickle sends the headers of a POST with a body of n bytes, then one
+// byte every every until stop is closed or the write fails.
+func trickle(c net.Conn, host string, n int, every time.Duration, stop <-chan struct{}) {
+	fmt.Fprintf(c, "POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", host, n)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		if _, err := c.Write([]byte(" ")); err != nil {
+			return
+		}
+	}
+}
+
+// TestSlowBodiesHoldNoSlot is reproduction 3 of issue 24: 64 connections
+// trickling a 1 MiB body (no API key set) used to hold every concurrency
+// slot, each taken before its body was read, and every other call was
+// answered 429 gateway_busy for the 30 s of the read timeout. Now a slot
+// is taken once the body is in, a client may hold only its share of calls
+// in progress, and the others' calls are answered at once.
+func TestSlowBodiesHoldNoSlot(t *testing.T) {
+	r := newRig(t, true, nil)
+	addr := strings.TrimPrefix(r.url, "http://")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer close(stop)
+	for range gateway.DefaultMaxConcurrent {
+		c := dialFrom(t, "127.0.0.2", addr)
+		wg.Go(func() { trickle(c, addr, 1<<20, 500*time.Millisecond, stop) })
+	}
+	time.Sleep(300 * time.Millisecond) // the trickles are all in their bodies
+	for i := range 5 {
+		start := time.Now()
+		a := r.post(t, "/v1/embeddings", `{"input":"a legitimate call"}`)
+		if a.status != 200 {
+			t.Fatalf("call %d during the trickle: %d %s", i, a.status, a.body)
+		}
+		if took := time.Since(start); took > 2*time.Second {
+			t.Errorf("call %d took %s", i, took)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// TestSlowBodyDeadline: a body that comes slower than MinBodyRate after
+// the header timeout's grace is answered 408 body_timeout and its
+// connection closed; one that keeps the pace is read.
+func TestSlowBodyDeadline(t *testing.T) {
+	r := newRig(t, true, func(c *gateway.Config) { c.HeaderTimeout, c.MinBodyRate = 300*time.Millisecond, 1000 })
+	addr := strings.TrimPrefix(r.url, "http://")
+	c := dialFrom(t, "127.0.0.1", addr)
+	stop := make(chan struct{})
+	defer close(stop)
+	start := time.Now()
+	// 2000 bytes may take 0.3 + 2 s; at a byte every 50 ms they take 100 s.
+	go trickle(c, addr, 2000, 50*time.Millisecond, stop)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	took := time.Since(start)
+	if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "body_timeout") || took > 4*time.Second {
+		t.Errorf("a trickled body: %d %s after %s", resp.StatusCode, body, took)
+	}
+	if a := r.post(t, "/v1/embeddings", `{"input":"`+strings.Repeat("x", 1500)+`"}`); a.status != 200 {
+		t.Errorf("a body at full speed: %d %s", a.status, a.body)
+	}
+}
+
+// TestClientLimits: one client address may have ClientConcurrent calls in
+// progress (bodies being read included) and ClientConns connections; the
+// others are not affected.
+func TestClientLimits(t *testing.T) {
+	r := newRig(t, true, func(c *gateway.Config) { c.ClientConcurrent, c.ClientConns = 2, 3 })
+	addr := strings.TrimPrefix(r.url, "http://")
+	stop := make(chan struct{})
+	defer close(stop)
+	for range 2 {
+		c := dialFrom(t, "127.0.0.2", addr)
+		go trickle(c, addr, 1<<20, 200*time.Millisecond, stop)
+	}
+	time.Sleep(200 * time.Millisecond)
+	third := dialFrom(t, "127.0.0.2", addr)
+	fmt.Fprintf(third, "POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: 13\r\n\r\n{\"input\":\"a\"}", addr)
+	resp, err := http.ReadResponse(bufio.NewReader(third), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 429 || !strings.Contains(string(body), "client_busy") || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("a third call of the client: %d %s", resp.StatusCode, body)
+	}
+	// A fourth connection of that client: the third is idle after its
+	// answer, and closed for the fourth.
+	time.Sleep(100 * time.Millisecond)
+	fourth := dialFrom(t, "127.0.0.2", addr)
+	fmt.Fprintf(fourth, "GET /health HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+	if resp, err := http.ReadResponse(bufio.NewReader(fourth), nil); err != nil || resp.StatusCode != 200 {
+		t.Errorf("a fourth connection, the third idle: %v %v", resp, err)
+	}
+	fifth := dialFrom(t, "127.0.0.2", addr)
+	_ = fifth.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err = http.ReadResponse(bufio.NewReader(fifth), nil)
+	if err == nil {
+		body, _ = io.ReadAll(resp.Body)
+	}
+	// The fourth is idle again now: it is the one closed, or the fifth is
+	// refused; either way the client stays at three.
+	if err == nil && (resp.StatusCode != 503 || !strings.Contains(string(body), "too_many_connections")) {
+		t.Errorf("a fifth connection: %d %s", resp.StatusCode, body)
+	}
+	if a := r.post(t, "/v1/embeddings", `{"input":"another client"}`); a.status != 200 {
+		t.Errorf("another client: %d %s", a.status, a.body)
+	}
+}
+
+// TestConnectionCap: at the cap a new connection takes the place of the
+// oldest idle keep-alive one, and of a connection that sent nothing for a
+// second; with every connection busy it is answered 503 at once.
+func TestConnectionCap(t *testing.T) {
+	const maxConns = 6
+	r := newRig(t, true, func(c *gateway.Config) { c.MaxConns, c.ClientConns = maxConns, 100 })
+	addr := strings.TrimPrefix(r.url, "http://")
+	for range maxConns {
+		c := dialFrom(t, "127.0.0.2", addr)
+		fmt.Fprintf(c, "GET /health HTTP/1.1\r\nHost: %s\r\n\r\n", addr)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	for i := range 3 {
+		if a := r.post(t, "/v1/embeddings", `{"input":"past the idle ones"}`); a.status != 200 {
+			t.Fatalf("call %d with %d idle keep-alive connections open: %d %s", i, maxConns, a.status, a.body)
+		}
+		http.DefaultClient.CloseIdleConnections()
+	}
+	// Silent connections: shed, oldest first, once no keep-alive is idle.
+	for range maxConns {
+		dialFrom(t, "127.0.0.3", addr)
+	}
+	time.Sleep(100 * time.Millisecond) // accepted
+	if a := r.post(t, "/v1/embeddings", `{"input":"past the silent ones"}`); a.status != 200 {
+		t.Fatalf("a call with silent connections open: %d %s", a.status, a.body)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	// Busy connections: nothing to shed.
+	stop := make(chan struct{})
+	defer close(stop)
+	for range maxConns {
+		c := dialFrom(t, "127.0.0.4", addr)
+		go trickle(c, addr, 1<<20, 100*time.Millisecond, stop)
+	}
+	time.Sleep(300 * time.Millisecond)
+	c := dialFrom(t, "127.0.0.1", addr)
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("a connection past the cap: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), `"code":"too_many_connections"`) {
+		t.Errorf("a connection past the cap: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestFleetOutageFailsFast: while the gateway's connection to the fleet is
+// down a call is answered 503 fleet_unreachable with Retry-After at once,
+// and a call in flight when it drops is answered then, not at its
+// timeout.
+func TestFleetOutageFailsFast(t *testing.T) {
+	r := newRig(t, true, nil)
+	got := make(chan answer, 1)
+	start := time.Now()
+	go func() { got <- r.post(t, "/v1/embeddings", `{"input":"slow"}`) }()
+	time.Sleep(300 * time.Millisecond)
+	r.gw.SetConnected(false)
+	a := <-got
+	if took := time.Since(start); a.status != 503 || a.errField("code") != "fleet_unreachable" || a.header.Get("Retry-After") == "" || took > time.Second {
+		t.Errorf("in flight at the outage: %d %s after %s", a.status, a.body, took)
+	}
+	start = time.Now()
+	if a := r.post(t, "/v1/embeddings", `{"input":"a"}`); a.status != 503 || a.errField("code") != "fleet_unreachable" || time.Since(start) > 200*time.Millisecond {
+		t.Errorf("during the outage: %d %s", a.status, a.body)
+	}
+	if a := r.do(t, http.MethodGet, "/health", ""); a.status != 503 || !strings.Contains(string(a.body), "no connection to NATS") {
+		t.Errorf("/health during the outage: %d %s", a.status, a.body)
+	}
+	r.gw.SetConnected(true)
+	if a := r.post(t, "/v1/embeddings", `{"input":"a"}`); a.status != 200 {
+		t.Errorf("after the outage: %d %s", a.status, a.body)
+	}
+}
