@@ -260,5 +260,5 @@ func dlqPrefix(subjects []string) string {
 		}
 		return base
 	}
-	return "embed.dlq."
+	return strings.TrimSuffix(schema.SubjectDLQ, ">")
 }

@@ -13,10 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
-	"go.opentelemetry.io/otel/metric"
 
-	"github.com/jetembed/jetembed/internal/consumer"
-	"github.com/jetembed/jetembed/internal/telemetry"
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/jobloop"
 )
 
 // ErrWorkerStopped is the cause [Worker.Err] wraps when a worker stopped on
@@ -32,16 +31,16 @@ type WorkerConfig struct {
 	Config Config
 	// Consumer tunes the job loop; its AckWait and MaxDeliver are replaced
 	// by the server's.
-	Consumer consumer.Config
+	Consumer jobloop.Config
 	// Embedder makes the vectors.
-	Embedder consumer.Embedder
+	Embedder engine.Embedder
 	// Blobs stores results over the server's max payload in the blobs
 	// Object Store bucket and replies with a reference (serve --blobs);
 	// false answers them result_too_large.
 	Blobs bool
 	// Sink, when set, wraps the consumer on its way from the fetch loop and
 	// the service (tests look at deliveries there).
-	Sink func(*consumer.Consumer) Sink
+	Sink func(*jobloop.Loop) Sink
 	// Service registers the request-reply service; its Logger defaults to
 	// Logger.
 	Service ServiceOptions
@@ -80,7 +79,7 @@ func (s ServerSettings) equal(o ServerSettings) bool {
 
 // limits are the consumer's view: the shortest ack wait any delivery gets
 // (a BackOff step below AckWait shortens it) and the last delivery.
-func (s ServerSettings) limits() consumer.DeliveryLimits {
+func (s ServerSettings) limits() jobloop.DeliveryLimits {
 	ackWait := s.AckWait
 	for _, d := range s.BackOff {
 		if d > 0 && d < ackWait {
@@ -91,7 +90,7 @@ func (s ServerSettings) limits() consumer.DeliveryLimits {
 	if maxDeliver <= 0 {
 		maxDeliver = -1
 	}
-	return consumer.DeliveryLimits{AckWait: ackWait, MaxDeliver: maxDeliver}
+	return jobloop.DeliveryLimits{AckWait: ackWait, MaxDeliver: maxDeliver}
 }
 
 // Worker is one consumer process's work: the job loop, the request-reply
@@ -104,7 +103,7 @@ type Worker struct {
 	js   natsjs.JetStream
 	cfg  WorkerConfig
 	log  *slog.Logger
-	cons *consumer.Consumer
+	cons *jobloop.Loop
 	sink Sink
 	svc  micro.Service
 
@@ -171,7 +170,7 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 	if cc.Logger == nil {
 		cc.Logger = cfg.Logger
 	}
-	cons, err := consumer.New(cc, cfg.Embedder, pub)
+	cons, err := jobloop.New(cc, cfg.Embedder, pub)
 	if err != nil {
 		return nil, err
 	}
@@ -213,8 +212,8 @@ func (w *Worker) pull(jc natsjs.Consumer, st ServerSettings) (*PullLoop, error) 
 	return Pull(context.Background(), jc, w.sink, append(opts, w.cfg.Pull...)...)
 }
 
-// Consumer is the job loop, for its Stats.
-func (w *Worker) Consumer() *consumer.Consumer { return w.cons }
+// Loop is the job loop, for its Stats.
+func (w *Worker) Loop() *jobloop.Loop { return w.cons }
 
 // Settings are the server's consumer settings the worker runs with.
 func (w *Worker) Settings() ServerSettings {
@@ -371,52 +370,4 @@ func (w *Worker) setBacklog(info *natsjs.ConsumerInfo) {
 	}
 	w.pending.Store(int64(info.NumPending))
 	w.ackPending.Store(int64(info.NumAckPending))
-}
-
-// The job loop's types that a program running a [Worker] itself names (the
-// loop is internal/consumer's; these are the same types under jetstream's
-// name).
-type (
-	// ConsumerConfig tunes the job loop ([WorkerConfig.Consumer]).
-	ConsumerConfig = consumer.Config
-	// Backoff is the NAK delay schedule of [ConsumerConfig.NakBackoff].
-	Backoff = consumer.Backoff
-	// Embedder makes the vectors ([WorkerConfig.Embedder]); *engine.Engine
-	// is one.
-	Embedder = consumer.Embedder
-	// JobLoop is the worker's job loop ([Worker.Consumer]); a [Sink]
-	// wrapper (WorkerConfig.Sink) hands deliveries on to it.
-	JobLoop = consumer.Consumer
-	// Delivery is one job (a JetStream message or a request) as a [Sink]
-	// takes it.
-	Delivery = consumer.Delivery
-	// LoopStats is what the job loop has done ([JobLoop.Stats]).
-	LoopStats = consumer.Stats
-	// LoopMetrics is what the job loop records ([ConsumerConfig.Metrics]);
-	// [NewMetrics] makes jetembed's own on a meter provider.
-	LoopMetrics = consumer.Metrics
-	// Outcome labels a job's disposition in [LoopMetrics].
-	Outcome = telemetry.Outcome
-	// DeadLetter is one copy for the DLQ stream ([Publisher.PublishDLQ]).
-	DeadLetter = consumer.DeadLetter
-)
-
-// The outcomes a job's disposition is counted under.
-const (
-	OutcomeOK    = telemetry.OutcomeOK
-	OutcomeError = telemetry.OutcomeError
-	OutcomeNak   = telemetry.OutcomeNak
-	OutcomeTerm  = telemetry.OutcomeTerm
-)
-
-// NewMetrics creates jetembed's job-loop instruments (the jetembed_*
-// families serve exposes on /metrics) on a meter of mp, for a program that
-// runs a [Worker] with its own OpenTelemetry SDK: set the result as
-// [ConsumerConfig.Metrics]. This package uses the OpenTelemetry API only.
-func NewMetrics(mp metric.MeterProvider) (LoopMetrics, error) {
-	m, err := telemetry.NewMetrics(mp)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jetembed/jetembed/internal/devserver"
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
 )
 
 func init() {
@@ -127,7 +128,7 @@ func printDevHelp(io stdio, cfg jetstream.Config, url, dir, api string) {
 	fmt.Fprintf(io.out, "read results: nats sub '%s.>' --server %s\n", results, url)
 	fmt.Fprintf(io.out, "submit a job: nats pub -H Content-Type:application/json %s.demo '{\"v\":1,\"id\":\"1\",\"texts\":[\"hello\"],\"reply\":\"%s.1\"}' --server %s\n",
 		subjectRoot(cfg.Jobs.Subjects[0]), results, url)
-	fmt.Fprintf(io.out, "request:      nats req %s '{\"id\":\"1\",\"texts\":[\"hello\"]}' -H Content-Type:application/json --server %s\n", jetstream.EndpointSubject, url)
+	fmt.Fprintf(io.out, "request:      nats req %s '{\"id\":\"1\",\"texts\":[\"hello\"]}' -H Content-Type:application/json --server %s\n", schema.SubjectEmbed, url)
 	fmt.Fprintf(io.out, "or:           jetembed submit --nats %s --text hello\n", url)
 	fmt.Fprintln(io.out, "max payload:  8 MiB here; a standard nats-server takes 1 MiB (jetembed submit reads it and cuts its jobs to fit)")
 	if a := api; a != "" {

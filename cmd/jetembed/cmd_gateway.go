@@ -252,7 +252,7 @@ type gatewayFleet struct {
 
 // noMember marks "nobody serves the endpoint" as the gateway knows it.
 func noMember(err error) error {
-	if errors.Is(err, client.ErrNoService) || errors.Is(err, jetstream.ErrNoService) {
+	if errors.Is(err, client.ErrNoService) || errors.Is(err, client.ErrNoService) {
 		return fmt.Errorf("%w: %w", gateway.ErrNoMember, err)
 	}
 	return err
@@ -293,7 +293,7 @@ func (f localFleet) Ping(context.Context) (gateway.Member, error) {
 }
 
 func (f gatewayFleet) Ping(ctx context.Context) (gateway.Member, error) {
-	m, err := jetstream.PingService(ctx, f.nc)
+	m, err := f.client.PingService(ctx)
 	if err != nil {
 		return gateway.Member{}, noMember(err)
 	}
@@ -305,7 +305,7 @@ func (f gatewayFleet) Ping(ctx context.Context) (gateway.Member, error) {
 const memberLinger = 100 * time.Millisecond
 
 func (f gatewayFleet) Members(ctx context.Context) ([]gateway.Member, error) {
-	ms, err := jetstream.ServiceMembers(ctx, f.nc, memberLinger)
+	ms, err := f.client.ServiceMembers(ctx, memberLinger)
 	if err != nil {
 		return nil, noMember(err)
 	}
@@ -316,6 +316,6 @@ func (f gatewayFleet) Members(ctx context.Context) ([]gateway.Member, error) {
 	return out, nil
 }
 
-func gatewayMember(m jetstream.ServiceMember) gateway.Member {
+func gatewayMember(m client.ServiceMember) gateway.Member {
 	return gateway.Member{ID: m.ID, Model: m.Model, Version: m.Version, InteractiveTokens: m.InteractiveTokens, MaxTokens: m.MaxTokens}
 }

@@ -13,11 +13,12 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/mallocenv"
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/internal/telemetry/export"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
+	"github.com/jetembed/jetembed/schema"
 )
 
 func init() {
@@ -166,7 +167,7 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	wc := c.worker(log, metrics, emb, e.ModelID(), e.MaxTokens())
 	wc.Consumer.MaxResultBytes = c.resultLimit(e)
 	w, err := jetstream.StartWorker(ctx, nc, wc)
-	if errors.Is(err, consumer.ErrConfig) {
+	if errors.Is(err, jobloop.ErrConfig) {
 		return false, fmt.Errorf("%w: %w", errUsage, err)
 	} else if err != nil {
 		return gone(), err
@@ -186,7 +187,7 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	defer stopAPI()
 	if first {
 		log.Info("ready", "model", e.ModelID(), "nats", jetstream.RedactURL(nc.ConnectedUrl()), "stream", c.JetStream.Jobs.Name,
-			"consumer", c.JetStream.Consumer.Name, "endpoint", jetstream.EndpointSubject, "version", version,
+			"consumer", c.JetStream.Consumer.Name, "endpoint", schema.SubjectEmbed, "version", version,
 			"memory_budget", c.Engine.budgetNote, "attention", c.Engine.attentionNote, "malloc", mallocenv.Mode(), "max_result_bytes", wc.Consumer.MaxResultBytes)
 	} else {
 		log.Info("serving again on a new connection", "nats", jetstream.RedactURL(nc.ConnectedUrl()))
@@ -201,7 +202,7 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	if gone() {
 		<-w.Stopped()
 		stopFleet()
-		st := w.Consumer().Stats()
+		st := w.Loop().Stats()
 		log.Info("connection lost: the jobs it held come back after ack-wait", "jobs", st.Jobs, "texts", st.Texts)
 		return true, nil
 	}
@@ -214,7 +215,7 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	if err := drainConn(nc); err != nil {
 		log.Warn("nats drain", "err", err)
 	}
-	st := w.Consumer().Stats()
+	st := w.Loop().Stats()
 	log.Info("stopped", "jobs", st.Jobs, "texts", st.Texts)
 	return false, w.Err()
 }
@@ -240,17 +241,17 @@ func stopFatal(log *slog.Logger, live *liveState, w *jetstream.Worker, stopFleet
 
 // worker is the worker's config: by default the patience window ends
 // once the queued jobs would fill every session's run once.
-func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb consumer.Embedder, model string, maxTokens int) jetstream.WorkerConfig {
+func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb engine.Embedder, model string, maxTokens int) jetstream.WorkerConfig {
 	gather := c.gatherTokens()
 	return jetstream.WorkerConfig{
 		Config: c.JetStream,
-		Consumer: consumer.Config{Replies: c.Replies, Patience: c.Patience, MaxBatchTokens: gather, InFlightTokens: c.InFlightTokens, InteractiveTokens: c.InteractiveTokens,
+		Consumer: jobloop.Config{Replies: c.Replies, Patience: c.Patience, MaxBatchTokens: gather, InFlightTokens: c.InFlightTokens, InteractiveTokens: c.InteractiveTokens,
 			Logger: log, Metrics: metrics},
 		Embedder: emb,
 		Blobs:    c.Blobs,
 		Service: jetstream.ServiceOptions{Version: version, Logger: log, Tokenizer: c.Engine.tokenizeFunc(maxTokens),
-			Metadata: map[string]string{"model": model,
-				jetstream.MetaInteractiveTokens: strconv.Itoa(c.InteractiveTokens), jetstream.MetaMaxTokens: strconv.Itoa(maxTokens)}},
+			Metadata: map[string]string{schema.MetaModel: model,
+				schema.MetaInteractiveTokens: strconv.Itoa(c.InteractiveTokens), schema.MetaMaxTokens: strconv.Itoa(maxTokens)}},
 		PrefetchMax: c.PrefetchMax,
 		Pull:        []jetstream.PullOption{jetstream.PrefetchBytes(c.PrefetchBytes)},
 		Grace:       c.Grace,

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -46,7 +46,7 @@ type serveFlags struct {
 // --provision (off for serve, create for dev).
 func addServeFlags(fs *flagSet, provision string) *serveFlags {
 	return &serveFlags{
-		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long bulk jobs wait before they go to the engine, so its packer has more texts to choose from (interactive jobs wait none)"),
+		patience:       fs.Duration("patience", jobloop.DefaultPatience, "how long bulk jobs wait before they go to the engine, so its packer has more texts to choose from (interactive jobs wait none)"),
 		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens of queued jobs that end the patience window early (0: max-batch-tokens x sessions)"),
 		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds; when full it stops pulling (0: 4 x gather-tokens; interactive jobs have a budget of their own)"),
 		interactive:    fs.Int("interactive-tokens", 0, "the one knob of this process's interactive capacity: estimated tokens of the requests and interactive jobs it holds (apart from the bulk budget, so a backlog never refuses a request; requests beyond it wait in a queue of up to 8 times as many tokens), also the engine's interactive admission budget and what a gateway sizes its calls by (0: 2 x gather-tokens)"),
@@ -142,7 +142,7 @@ func (c serveConfig) gatherTokens() int {
 	if c.GatherTokens > 0 {
 		return c.GatherTokens
 	}
-	gather := consumer.DefaultMaxBatchTokens
+	gather := jobloop.DefaultMaxBatchTokens
 	if c.Engine != nil && c.Engine.maxBatchTokens != nil && *c.Engine.maxBatchTokens > 0 {
 		gather = *c.Engine.maxBatchTokens
 	}

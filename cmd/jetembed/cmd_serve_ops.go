@@ -83,7 +83,7 @@ func observe(log *slog.Logger, metrics *telemetry.Metrics, w *jetstream.Worker, 
 	}
 	if heartbeat > 0 {
 		go telemetry.Heartbeat(bg, log, heartbeat, func() telemetry.HeartbeatStats {
-			st := w.Consumer().Stats()
+			st := w.Loop().Stats()
 			pending, _ := w.Backlog()
 			return telemetry.HeartbeatStats{Texts: st.Texts, Tokens: st.Tokens, Jobs: st.Jobs, Pending: pending, InFlight: st.Held}
 		})

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -74,7 +74,7 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := jetstream.NewClient(nc, jetstream.WithRun("drain"))
+	c, err := client.New(nc, client.WithRun("drain"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +264,7 @@ func TestServeBudgetFlags(t *testing.T) {
 		if err != nil || ecfg.InteractiveTokens != c.interactive {
 			t.Errorf("%q: engine interactive %d (%v), want %d: the one knob", c.args, ecfg.InteractiveTokens, err, c.interactive)
 		}
-		if got := w.Service.Metadata[jetstream.MetaInteractiveTokens]; got != strconv.Itoa(c.interactive) {
+		if got := w.Service.Metadata[schema.MetaInteractiveTokens]; got != strconv.Itoa(c.interactive) {
 			t.Errorf("%q: service metadata says %q", c.args, got)
 		}
 		if warned := strings.Contains(stderr.String(), "deprecated"); warned != c.deprecatedWarning {

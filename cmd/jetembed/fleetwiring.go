@@ -20,7 +20,6 @@ import (
 	"github.com/jetembed/jetembed/engine/model"
 	"github.com/jetembed/jetembed/engine/ort"
 	"github.com/jetembed/jetembed/fleet"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/jetstream"
 )
 
@@ -117,7 +116,7 @@ func openSharingProbe(ctx context.Context, log *slog.Logger, js natsjs.JetStream
 // the fleet off it returns e itself. serve joins again on every new
 // connection.
 func joinFleet(ctx context.Context, log *slog.Logger, js natsjs.JetStream, e *engine.Engine, sm string, ef *engineFlags, ff *fleetFlags, cfg jetstream.Config) (
-	emb consumer.Embedder, stop func(), err error) {
+	emb engine.Embedder, stop func(), err error) {
 	if on, err := ff.on(ef); err != nil || !on {
 		return e, func() {}, err
 	}

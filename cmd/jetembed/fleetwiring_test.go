@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine/model"
 	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
@@ -42,7 +43,7 @@ func TestServeFleetHealsRefusedJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := jetstream.NewClient(nc, jetstream.WithRun("fleet"))
+	c, err := client.New(nc, client.WithRun("fleet"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +141,7 @@ func TestServeFleetAutoIsOffOnCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := jetstream.NewClient(nc, jetstream.WithRun("cpu"))
+	c, err := client.New(nc, client.WithRun("cpu"))
 	if err != nil {
 		t.Fatal(err)
 	}

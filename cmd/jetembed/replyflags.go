@@ -18,7 +18,7 @@ func (f *serveFlags) replyPolicy(cfg jetstream.Config) (schema.ReplyPolicy, erro
 		return schema.ReplyPolicy{}, fmt.Errorf("%w: --reply-allow: %w", errUsage, err)
 	}
 	deny := append(schema.DefaultReplyDeny(), cfg.Jobs.Subjects...)
-	deny = append(append(deny, cfg.DLQ.Subjects...), jetstream.EndpointSubject, jetstream.EndpointSubject+".>")
+	deny = append(append(deny, cfg.DLQ.Subjects...), schema.SubjectEmbed, schema.SubjectEmbed+".>")
 	p := schema.ReplyPolicy{Allow: allow, Deny: deny, MaxBytes: *f.maxReplyBytes,
 		Tenancy: schema.Tenancy{Off: *f.tenantToken == 0, Token: *f.tenantToken, ResultsPrefix: *f.tenantResults, InboxPrefix: *f.tenantInbox}}
 	if p.Tenancy.Off {

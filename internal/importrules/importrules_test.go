@@ -44,9 +44,9 @@ var mayImport = map[string][]string{
 	"internal/devserver":        {},
 	"internal/telemetry":        {"schema", "internal/tracehdr"},
 	"internal/telemetry/export": {"internal/telemetry", "internal/tracehdr"},
-	"internal/consumer":         {"engine", "schema", "internal/telemetry"},
+	"jobloop":                   {"engine", "schema", "internal/telemetry"},
 	"fleet":                     {"engine", "schema"},
-	"jetstream":                 {"client", "internal/consumer", "fleet", "schema", "internal/telemetry"},
+	"jetstream":                 {"client", "jobloop", "engine", "fleet", "schema", "internal/telemetry"},
 	"gateway":                   {"schema"},
 	"internal/bench":            {anyPkg},
 	"internal/bench/fleet":      {},
@@ -207,7 +207,7 @@ var sdkPaths = []string{"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/ote
 // registers its own Prometheus collectors and the bench and test rigs are
 // not libraries, so they are left out.
 func TestLibrariesPullNoSDK(t *testing.T) {
-	libs := []string{"schema", "client", "engine", "engine/ort", "internal/consumer", "fleet", "jetstream", "internal/telemetry"}
+	libs := []string{"schema", "client", "engine", "engine/ort", "jobloop", "fleet", "jetstream", "internal/telemetry"}
 	args := make([]string, len(libs))
 	for i, l := range libs {
 		args[i] = "./" + l

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jetembed/jetembed/engine"
 	jfleet "github.com/jetembed/jetembed/fleet"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 )
 
 // member is one consumer process of the fleet: its own connection, the
@@ -75,9 +75,9 @@ func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) 
 	}
 	m.w, err = jetstream.StartWorker(ctx, m.nc, jetstream.WorkerConfig{
 		Config:      env.cfg,
-		Consumer:    consumer.Config{Logger: env.log, MaxBatchTokens: env.batchTokens, InFlightTokens: env.inFlight},
+		Consumer:    jobloop.Config{Logger: env.log, MaxBatchTokens: env.batchTokens, InFlightTokens: env.inFlight},
 		Embedder:    jfleet.Wrap(m.eng, m.fl),
-		Sink:        func(c *consumer.Consumer) jetstream.Sink { return tracedSink{c: c, l: env.ledger, member: idx} },
+		Sink:        func(c *jobloop.Loop) jetstream.Sink { return tracedSink{c: c, l: env.ledger, member: idx} },
 		PrefetchMax: env.prefetch,
 		Grace:       10 * time.Second,
 		Logger:      env.log,
