@@ -229,7 +229,10 @@ func (c Config) validate() error {
 			return fmt.Errorf("%w: warm-up shape %v outside 1..%d tokens", ErrConfig, s, c.MaxTokens)
 		}
 	}
-	return c.packConfig().Validate()
+	if err := c.packConfig().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
 }
 
 // chunkMemory is the workspace budget of one session's chunk; 0 none.

@@ -165,7 +165,7 @@ func (c Config) MaxDeliveriesSubject() string {
 }
 
 // Validate reports every problem of c at once, wrapped in
-// [ErrInvalidConfig].
+// [ErrConfig].
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -223,7 +223,7 @@ func (c Config) Validate() error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
 }
 
 // validate adds what is wrong with the consumer's settings.

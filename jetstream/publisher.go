@@ -80,7 +80,7 @@ func NewPublisher(nc *nats.Conn, cfg Config) (*Publisher, error) {
 		return nil, fmt.Errorf("publisher: %w", err)
 	}
 	if len(cfg.DLQ.Subjects) == 0 || len(cfg.Results.Subjects) == 0 {
-		return nil, fmt.Errorf("%w: publisher needs the results and dlq subjects", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: publisher needs the results and dlq subjects", ErrConfig)
 	}
 	base := strings.TrimSuffix(strings.TrimSuffix(cfg.DLQ.Subjects[0], ">"), "*")
 	if !strings.HasSuffix(base, ".") {

@@ -28,7 +28,7 @@ type statser interface {
 
 // PullLoop is a running fetch loop started by [Pull]. Like nats.go's
 // ConsumeContext it is stopped with [PullLoop.Stop] or [PullLoop.Drain] and
-// reports the end through [PullLoop.Closed].
+// reports the end through [PullLoop.Done].
 //
 // Three goroutines share the prefetch buffer: the fetcher issues one pull
 // request at a time and appends what it brings; the submitter hands the
@@ -148,9 +148,9 @@ func (p *PullLoop) Drain() {
 	signal(p.more)
 }
 
-// Closed is closed when the loop has ended and every message it pulled was
+// Done is closed when the loop has ended and every message it pulled was
 // handed to the sink or NAKed.
-func (p *PullLoop) Closed() <-chan struct{} { return p.done }
+func (p *PullLoop) Done() <-chan struct{} { return p.done }
 
 func signal(c chan struct{}) {
 	select {

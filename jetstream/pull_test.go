@@ -207,7 +207,7 @@ func TestPullStopGivesBackBufferedMessages(t *testing.T) {
 	})
 	loop.Stop()
 	select {
-	case <-loop.Closed():
+	case <-loop.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("loop not closed after Stop")
 	}
@@ -264,7 +264,7 @@ func TestPullDrainHandsOverBufferedMessages(t *testing.T) {
 	loop.Drain()
 	close(sink.open)
 	select {
-	case <-loop.Closed():
+	case <-loop.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("loop not closed after Drain")
 	}

@@ -96,7 +96,7 @@ func (s ServerSettings) limits() jobloop.DeliveryLimits {
 // Worker is one consumer process's work: the job loop, the request-reply
 // service and the fetch loop of the shared durable consumer, started by
 // [StartWorker]. Like nats.go's ConsumeContext it is stopped with
-// [Worker.Stop] and reports its end through [Worker.Stopped] and
+// [Worker.Stop] and reports its end through [Worker.Done] and
 // [Worker.Err].
 type Worker struct {
 	nc   *nats.Conn
@@ -235,13 +235,13 @@ func (w *Worker) Prefetch() int {
 	return w.loop.Prefetch()
 }
 
-// Stopped is closed once the worker has stopped, after [Worker.Stop] or on
+// Done is closed once the worker has stopped, after [Worker.Stop] or on
 // its own (see [Worker.Err]).
-func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+func (w *Worker) Done() <-chan struct{} { return w.stopped }
 
 // Err is nil after a requested stop, and wraps [ErrWorkerStopped] with the
 // cause when the worker stopped on its own. It is valid once
-// [Worker.Stopped] is closed.
+// [Worker.Done] is closed.
 func (w *Worker) Err() error {
 	select {
 	case <-w.stopped:
@@ -274,7 +274,7 @@ func (w *Worker) stop(ctx context.Context, cause error) error {
 		w.log.Warn("micro service stop", "err", err)
 	}
 	err := w.drain(ctx)
-	<-loop.Closed()
+	<-loop.Done()
 	close(w.stopped)
 	return err
 }
@@ -297,7 +297,7 @@ func (w *Worker) watch() {
 	defer t.Stop()
 	for {
 		w.mu.Lock()
-		closed := w.loop.Closed()
+		closed := w.loop.Done()
 		w.mu.Unlock()
 		var cause error
 		select {

@@ -117,7 +117,7 @@ func TestWorkerStopsOnItsOwn(t *testing.T) {
 	}
 	nc.Close()
 	select {
-	case <-w.Stopped():
+	case <-w.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("worker did not stop after its connection closed")
 	}

@@ -195,12 +195,12 @@ func serveOn(ctx context.Context, log *slog.Logger, c serveConfig, live *liveSta
 	select {
 	case <-ctx.Done():
 		log.Info("stopping: draining in-flight jobs", "grace", c.Grace)
-	case <-w.Stopped():
+	case <-w.Done():
 	case <-e.Fatal():
 		return false, stopFatal(log, live, w, stopFleet, nc, e)
 	}
 	if gone() {
-		<-w.Stopped()
+		<-w.Done()
 		stopFleet()
 		st := w.Loop().Stats()
 		log.Info("connection lost: the jobs it held come back after ack-wait", "jobs", st.Jobs, "texts", st.Texts)

@@ -149,7 +149,7 @@ func joinFleet(ctx context.Context, log *slog.Logger, js natsjs.JetStream, e *en
 		stopBG()
 		return nil, nil, fmt.Errorf("%w (provision the bucket, or serve with --fleet=off)", err)
 	}
-	return fleet.Wrap(e, fl), func() { fl.Stop(); stopBG() }, nil
+	return fleet.Wrap(e, fl), func() { _ = fl.Stop(context.Background()); stopBG() }, nil
 }
 
 // shareProbe installs the cost coefficients a peer stored for this model,

@@ -94,8 +94,8 @@ func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) 
 // fleet after AckWait.
 func (m *member) kill() {
 	m.nc.Close()
-	<-m.w.Stopped()
-	m.fl.Stop()
+	<-m.w.Done()
+	_ = m.fl.Stop(context.Background())
 	m.eng.Close()
 }
 
@@ -103,14 +103,14 @@ func (m *member) kill() {
 // leave the fleet, drain the connection.
 func (m *member) stop(ctx context.Context) error {
 	err := m.w.Stop(ctx)
-	m.fl.Stop()
+	_ = m.fl.Stop(context.Background())
 	m.close()
 	return err
 }
 
 func (m *member) close() {
 	if m.fl != nil {
-		m.fl.Stop()
+		_ = m.fl.Stop(context.Background())
 	}
 	if m.nc != nil {
 		m.nc.Close()
