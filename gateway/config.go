@@ -204,6 +204,14 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
+// JobBytesFor is the [Config.JobBytes] for a NATS server whose
+// max_payload is maxPayload: [DefaultJobBytes] or half the max payload,
+// the smaller (a job's texts and their headers must fit one message), and
+// at least 1 KiB.
+func JobBytesFor(maxPayload int64) int {
+	return int(min(DefaultJobBytes, max(maxPayload/2, 1024)))
+}
+
 // ErrConfig means a [Config] does not validate.
 var ErrConfig = errors.New("gateway: invalid config")
 

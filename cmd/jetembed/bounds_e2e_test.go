@@ -83,7 +83,11 @@ func TestDLQFloodBounded(t *testing.T) {
 		t.Errorf("EMBED_DLQ grew by %d bytes for %d jobs: over %d KiB each", grown, n+1, 3*jobloop.DLQExcerptBytes>>10)
 	}
 	codes := map[string]int{}
-	for l, err := range jetstream.Letters(ctx, js, "EMBED_DLQ", "") {
+	dl, err := jetstream.OpenDeadLetters(js.Conn(), "EMBED_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l, err := range dl.Letters(ctx, "") {
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,7 +8,6 @@ import (
 	"io"
 	"math"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,7 +231,7 @@ func TestServePrintConfig(t *testing.T) {
 // number, its default is 2 x gather, and the old second knob
 // --engine-interactive-tokens is a deprecated alias of it.
 func TestServeBudgetFlags(t *testing.T) {
-	for _, c := range []struct {
+	for _, tc := range []struct {
 		args              []string
 		interactive       int
 		deprecatedWarning bool
@@ -243,32 +242,23 @@ func TestServeBudgetFlags(t *testing.T) {
 		{[]string{"--engine-interactive-tokens", "4321", "--interactive-tokens", "1234"}, 1234, true},
 	} {
 		var stderr strings.Builder
-		fs := newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: &stderr})
-		pf := addProvisionFlags(fs, false)
-		ef := addEngineFlags(fs, true)
-		ff := addFleetFlags(fs)
-		sf := addServeFlags(fs, "off")
-		_, sc, done, err := parseServe(fs, append([]string{"--max-batch-tokens", "2048", "--sessions", "3"}, c.args...),
-			stdio{out: io.Discard, err: io.Discard}, pf, ef, ff, sf)
+		sc := addServeCommand(newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: &stderr}), true, true, "off")
+		c, done, err := sc.parse(append([]string{"--max-batch-tokens", "2048", "--sessions", "3"}, tc.args...),
+			stdio{out: io.Discard, err: &stderr})
 		if err != nil || done {
 			t.Fatalf("parse: done %v, %v", done, err)
 		}
-		w := sc.worker(nil, nil, nil, "m", 8192)
-		if got := w.Consumer; got.InteractiveTokens != c.interactive || got.MaxBatchTokens != 2048*3 {
-			t.Errorf("%q: consumer config %+v: want interactive %d, gather 6144", c.args, got, c.interactive)
+		if got := c.Runtime.Loop; got.InteractiveTokens != tc.interactive || got.MaxBatchTokens != 2048*3 {
+			t.Errorf("%q: job loop config %+v: want interactive %d, gather 6144", tc.args, got, tc.interactive)
 		}
-		if len(c.args) > 1 && c.args[0] == "--in-flight-tokens" && w.Consumer.InFlightTokens != 999 {
-			t.Errorf("in-flight %d, want 999", w.Consumer.InFlightTokens)
+		if len(tc.args) > 1 && tc.args[0] == "--in-flight-tokens" && c.Runtime.Loop.InFlightTokens != 999 {
+			t.Errorf("in-flight %d, want 999", c.Runtime.Loop.InFlightTokens)
 		}
-		ecfg, _, err := ef.config()
-		if err != nil || ecfg.InteractiveTokens != c.interactive {
-			t.Errorf("%q: engine interactive %d (%v), want %d: the one knob", c.args, ecfg.InteractiveTokens, err, c.interactive)
+		if got := c.Engine.Engine.InteractiveTokens; got != tc.interactive {
+			t.Errorf("%q: engine interactive %d, want %d: the one knob", tc.args, got, tc.interactive)
 		}
-		if got := w.Service.Metadata[schema.MetaInteractiveTokens]; got != strconv.Itoa(c.interactive) {
-			t.Errorf("%q: service metadata says %q", c.args, got)
-		}
-		if warned := strings.Contains(stderr.String(), "deprecated"); warned != c.deprecatedWarning {
-			t.Errorf("%q: deprecation warning %v, want %v: %s", c.args, warned, c.deprecatedWarning, stderr.String())
+		if warned := strings.Contains(stderr.String(), "deprecated"); warned != tc.deprecatedWarning {
+			t.Errorf("%q: deprecation warning %v, want %v: %s", tc.args, warned, tc.deprecatedWarning, stderr.String())
 		}
 	}
 }

@@ -166,7 +166,7 @@ func submitFile(ctx context.Context, o jetstream.Options, log *slog.Logger, f su
 	if *f.tenant != "" {
 		jobs = ""
 	}
-	err = b.run(ctx, newInputReader(r), sum, w, io.err, newWatch(nc, jobs, *f.consumer))
+	err = b.run(ctx, newInputReader(r), sum, w, io.err, jetstream.RunWatch(nc, jobs, *f.consumer))
 	if ferr := nc.Drain(); err == nil && ferr != nil {
 		err = ferr
 	}

@@ -99,7 +99,11 @@ func TestServeTakesPeerProbe(t *testing.T) {
 	if err := fs.Parse([]string{"--threads", "1"}); err != nil {
 		t.Fatal(err)
 	}
-	arch := hardware(context.Background(), ef)
+	ec, err := ef.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch := ec.Provider.Hardware(context.Background())
 	if !strings.HasPrefix(arch, "cpu-") || !strings.HasSuffix(arch, "-t1") {
 		t.Fatalf("hardware = %q, want cpu-<arch>-<model>-t1", arch)
 	}

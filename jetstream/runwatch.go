@@ -1,4 +1,4 @@
-package main
+package jetstream
 
 import (
 	"cmp"
@@ -12,16 +12,18 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// stallAfter is how long a run may go without an answer, with jobs out,
-// before submit looks at the jobs consumer to say why.
-const stallAfter = 3 * time.Second
+// StallAfter is how long a producer's run may go without an answer, with
+// jobs out, before [RunWatch] looks at the jobs consumer to say why.
+const StallAfter = 3 * time.Second
 
-// newWatch returns the status function of a bulk run on nc: the
-// connection's state (disconnected, reconnecting, reconnected) when it is
-// not plainly connected, else, once the run stalled, what the jobs
+// RunWatch returns the status function of a producer's bulk run on nc
+// (`jetembed submit`'s status line): the connection's state
+// (disconnected, reconnecting, reconnected) when it is not plainly
+// connected, else, once the run stalled for [StallAfter], what the jobs
 // consumer stream/consumer says: missing, or nobody pulling (not looked at
-// when stream is "").
-func newWatch(nc *nats.Conn, stream, consumer string) func(ctx context.Context, stalled time.Duration) string {
+// when stream is ""). It hooks nc's disconnect and reconnect handlers,
+// calling the ones already set.
+func RunWatch(nc *nats.Conn, stream, consumer string) func(ctx context.Context, stalled time.Duration) string {
 	var mu sync.Mutex
 	conn := ""
 	set := func(s string) {
@@ -50,7 +52,7 @@ func newWatch(nc *nats.Conn, stream, consumer string) func(ctx context.Context, 
 		if s != "" || !nc.IsConnected() {
 			return cmp.Or(s, "disconnected from NATS, reconnecting")
 		}
-		if stalled < stallAfter || jsErr != nil || stream == "" {
+		if stalled < StallAfter || jsErr != nil || stream == "" {
 			return ""
 		}
 		ictx, cancel := context.WithTimeout(ctx, 2*time.Second)
