@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// TestUseFromAnotherModule follows the README: a fresh module requires
+// TestUseFromAnotherModule follows docs/clients.md: a fresh module requires
 // github.com/jetembed/jetembed with a replace to this checkout, imports
 // client, and builds; its packages include no server side. It runs offline
 // (GOPROXY=off) with go.sum seeded from this repository's.

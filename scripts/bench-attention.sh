@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# bench-attention.sh measures the attention rewrite (README, "Attention:
-# fused or graph") and prints a Markdown section:
+# bench-attention.sh measures the attention rewrite (docs/architecture.md,
+# "Attention: fused or graph") and prints a Markdown section:
 #
 # 1. Per length class, graph vs fused: engine/ort's TestAttentionClasses
 #    runs each shape in a child process of its own (one session, 1 thread

@@ -12,7 +12,7 @@ import (
 // flagSet wraps a [flag.FlagSet] so that every flag can also be set by a
 // JETEMBED_* environment variable. The order of precedence is: command-line
 // flag, environment variable, default. Every binding is recorded so that
-// `--print-config` and the README table check can list them.
+// `--print-config` and the check of docs/configuration.md can list them.
 type flagSet struct {
 	*flag.FlagSet
 	bindings []binding

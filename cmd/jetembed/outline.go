@@ -8,7 +8,7 @@ import (
 )
 
 // outputLine is one line of the output of submit, embed and results, the
-// same on every path (README "Output lines"): the id of its input line
+// same on every path (docs/commands.md, "Output lines"): the id of its input line
 // (the line's "id", else its line number), the model, and the item:
 // dense, sparse {ids, weights}, colbert, tokens, truncated, or error
 // {code, message}.

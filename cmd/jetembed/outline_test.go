@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// outputKeys are the only keys an output line may have (README "Output
-// lines").
+// outputKeys are the only keys an output line may have (docs/commands.md,
+// "Output lines").
 var outputKeys = []string{"id", "model", "dense", "sparse", "colbert", "tokens", "truncated", "error"}
 
 // checkOutputLines holds every line of out to the documented output line

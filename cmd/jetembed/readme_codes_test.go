@@ -19,52 +19,49 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// TestReadmeMetrics checks the README's metric names against the ones
-// telemetry exposes, both ways, so a renamed metric cannot leave the
-// operations section (and the alerts people copy from it) behind.
+// TestReadmeMetrics checks the documentation's metric names against the
+// ones telemetry exposes, both ways, so a renamed metric cannot leave the
+// operations page (and the alerts people copy from it) behind: every name
+// the README or a page of docs/ mentions exists, and every metric is on the
+// operations page.
 func TestReadmeMetrics(t *testing.T) {
-	b, err := os.ReadFile(readmePath)
-	if err != nil {
-		t.Fatal(err)
-	}
 	names := append(slices.Clone(telemetry.MetricNames), gateway.MetricNames...)
-	mentioned := map[string]bool{}
-	for _, m := range regexp.MustCompile(`jetembed_[a-z_]+`).FindAllString(string(b), -1) {
-		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
-			if base := strings.TrimSuffix(m, suffix); base != m && slices.Contains(names, base) {
-				m = base
+	metrics := func(text string) map[string]bool {
+		mentioned := map[string]bool{}
+		for _, m := range regexp.MustCompile(`jetembed_[a-z_]+`).FindAllString(text, -1) {
+			for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+				if base := strings.TrimSuffix(m, suffix); base != m && slices.Contains(names, base) {
+					m = base
+				}
 			}
+			mentioned[m] = true
 		}
-		mentioned[m] = true
+		return mentioned
 	}
-	for m := range mentioned {
+	for m := range metrics(allDocs(t)) {
 		if !slices.Contains(names, m) {
-			t.Errorf("README mentions metric %s, which neither telemetry nor the gateway exposes", m)
+			t.Errorf("the documentation mentions metric %s, which neither telemetry nor the gateway exposes", m)
 		}
 	}
+	onOps := metrics(readDoc(t, opsPage))
 	for _, m := range names {
-		if !mentioned[m] {
-			t.Errorf("metric %s is not in the README", m)
+		if !onOps[m] {
+			t.Errorf("metric %s is not in %s", m, opsPage)
 		}
 	}
 }
 
 // TestGatewayMapsEveryCode checks that the HTTP gateway has a status for
-// every error code of the wire contract, and that the README's HTTP API
-// error table names it.
+// every error code of the wire contract, and that the HTTP API page's error
+// table names it.
 func TestGatewayMapsEveryCode(t *testing.T) {
-	b, err := os.ReadFile(readmePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, section, _ := strings.Cut(string(b), "## HTTP API")
-	section, _, _ = strings.Cut(section, "\n## ")
+	page := readDoc(t, httpAPIPage)
 	for _, c := range schemaCodes(t) {
 		if _, ok := gateway.CodeStatus(schema.Code(c)); !ok {
 			t.Errorf("the gateway has no HTTP status for code %s", c)
 		}
-		if !strings.Contains(section, "`"+c+"`") {
-			t.Errorf("the README's HTTP API section does not name code %s", c)
+		if !strings.Contains(page, "`"+c+"`") {
+			t.Errorf("%s does not name code %s", httpAPIPage, c)
 		}
 	}
 }
@@ -112,36 +109,33 @@ func schemaCodes(t *testing.T) []string {
 	return codes
 }
 
-// TestReadmeErrorCodes checks the README's error code table against the
-// codes of package schema, both ways, and its Retriable column against
+// TestReadmeErrorCodes checks the wire contract's error code table against
+// the codes of package schema, both ways, and its Retriable column against
 // [schema.Code.Retriable].
 func TestReadmeErrorCodes(t *testing.T) {
-	b, err := os.ReadFile(readmePath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rows := regexp.MustCompile("(?m)^\\| `([a-z_0-9]+)` \\| (job|item) \\| (yes|no) \\|").FindAllStringSubmatch(string(b), -1)
+	rows := regexp.MustCompile("(?m)^\\| `([a-z_0-9]+)` \\| (job|item) \\| (yes|no) \\|").FindAllStringSubmatch(readDoc(t, wirePage), -1)
 	documented := map[string]bool{}
 	for _, r := range rows {
 		documented[r[1]] = true
 		if got, want := r[3] == "yes", schema.Code(r[1]).Retriable(); got != want {
-			t.Errorf("README says %s retriable=%s; schema says %v", r[1], r[3], want)
+			t.Errorf("%s says %s retriable=%s; schema says %v", wirePage, r[1], r[3], want)
 		}
 	}
 	codes := schemaCodes(t)
 	for _, c := range codes {
 		if !documented[c] {
-			t.Errorf("error code %s is not in the README's table", c)
+			t.Errorf("error code %s is not in the table of %s", c, wirePage)
 		}
 	}
 	for c := range documented {
 		if !slices.Contains(codes, c) {
-			t.Errorf("README documents error code %s, which schema does not define", c)
+			t.Errorf("%s documents error code %s, which schema does not define", wirePage, c)
 		}
 	}
 }
 
-// TestReadmeGoExample builds the Go program of the README's quick start
+// TestReadmeGoExample builds every Go program of the documentation (the
+// README's quick start, and any ```go block with a main package in docs/)
 // against the packages of this tree, so the documented client API cannot
 // drift from the real one.
 func TestReadmeGoExample(t *testing.T) {
@@ -152,35 +146,35 @@ func TestReadmeGoExample(t *testing.T) {
 	if err != nil {
 		t.Skip("no go command")
 	}
-	b, err := os.ReadFile(readmePath)
-	if err != nil {
-		t.Fatal(err)
+	program := regexp.MustCompile("(?s)```go\n(package main\n.*?)```")
+	if !program.MatchString(readDoc(t, readmePath)) {
+		t.Fatal("README.md has no ```go block with a main package (the quick start's)")
 	}
-	m := regexp.MustCompile("(?s)```go\n(package main\n.*?)```").FindSubmatch(b)
-	if m == nil {
-		t.Fatal("README has no ```go block with a main package")
-	}
-	// The program builds inside the module, against this tree's packages,
+	programs := program.FindAllStringSubmatch(allDocs(t), -1)
+	// Each program builds inside the module, against this tree's packages,
 	// through an overlay: nothing is written into the shared work tree.
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmp := t.TempDir()
-	src, overlay := filepath.Join(tmp, "main.go"), filepath.Join(tmp, "overlay.json")
-	if err := os.WriteFile(src, m[1], 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ov, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, ".readme-example", "main.go"): src}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(overlay, ov, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(goBin, "build", "-overlay", overlay, "-o", os.DevNull, "./.readme-example")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("the README's Go example does not build: %v\n%s", err, out)
+	for i, m := range programs {
+		tmp := t.TempDir()
+		src, overlay := filepath.Join(tmp, "main.go"), filepath.Join(tmp, "overlay.json")
+		if err := os.WriteFile(src, []byte(m[1]), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		ov, err := json.Marshal(map[string]map[string]string{"Replace": {filepath.Join(root, ".readme-example", "main.go"): src}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(overlay, ov, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(goBin, "build", "-overlay", overlay, "-o", os.DevNull, "./.readme-example")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			first, _, _ := strings.Cut(m[1], "\nfunc ")
+			t.Errorf("Go program %d of the documentation does not build: %v\n%s\n(its start:\n%s)", i+1, err, out, first)
+		}
 	}
 }

@@ -4,7 +4,7 @@
 // (glibc's malloc_trim). It is engine/ort's one cgo file of its own: ONNX
 // Runtime allocates its tensors with the C allocator, and what a long run
 // freed stays in the process until trimmed when glibc is told to keep it
-// (see the malloc tunables in the README). On another C library (musl)
+// (see "The C allocator" in docs/architecture.md). On another C library (musl)
 // it does nothing. It also asks the C library for the L2 cache size the
 // way ONNX Runtime does, since ORT's CPU flash attention runs only when
 // that size is above 0.
