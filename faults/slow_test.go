@@ -88,7 +88,7 @@ func runSlow(t *testing.T, heartbeats bool) (uint64, *bulk) {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w, err := jetstream.StartWorker(context.Background(), b.nc, jetstream.WorkerConfig{
-		Config: cfg, Consumer: jobloop.Config{MaxBatchJobs: 20}, Embedder: slowEmbedder{e, 5 * ackWait / 2},
+		Config: cfg, Consumer: jobloop.Config{}, Embedder: slowEmbedder{e, 5 * ackWait / 2},
 		Sink: sink, Logger: quiet,
 	})
 	if err != nil {

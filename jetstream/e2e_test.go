@@ -17,7 +17,6 @@ import (
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -182,7 +181,7 @@ func TestManySmallJobsShareRuns(t *testing.T) {
 	const n = 40
 	ids := submitJobs(t, c, n, "s%02d", "small job number %d")
 	ce := &countingEmbedder{Embedder: e}
-	startWorker(t, srv, ce, workerOptions{cfg: jobloop.Config{Patience: 100 * time.Millisecond}})
+	startWorker(t, srv, ce, workerOptions{})
 	// A request while the queue drains is answered (ahead of the jobs).
 	cli, err := client.New(srv.nc)
 	if err != nil {

@@ -198,7 +198,7 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 		return e.Embed(ctx, texts)
 	})
 	a := startWorker(t, srv, gate, workerOptions{
-		cfg: jobloop.Config{Patience: time.Millisecond, MaxBatchJobs: 4},
+		cfg: jobloop.Config{},
 		sink: func(cons *jobloop.Loop) jetstream.Sink {
 			return sinkFunc(func(ctx context.Context, d jobloop.Delivery) error {
 				d.Msg = lostAcks{d.Msg}

@@ -287,7 +287,7 @@ func (d delayEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine
 func TestInFlightBudgetStopsPulling(t *testing.T) {
 	srv := newServer(t, nil)
 	w := startWorker(t, srv, delayEmbedder{Engine: openEngine(t, engine.Config{}), pause: 50 * time.Millisecond}, workerOptions{
-		cfg:  jobloop.Config{InFlightTokens: 1, Patience: time.Millisecond},
+		cfg:  jobloop.Config{InFlightTokens: 1},
 		pull: []jetstream.PullOption{jetstream.PrefetchLimits(2, 2)},
 	})
 	c, err := client.New(srv.nc, client.WithRun("budget"))
@@ -323,7 +323,7 @@ func TestInFlightBudgetStopsPulling(t *testing.T) {
 func TestRequestOverBudgetWaitsThenOverloaded(t *testing.T) {
 	srv := newServer(t, nil)
 	w := startWorker(t, srv, delayEmbedder{Engine: openEngine(t, engine.Config{}), pause: 2 * time.Second}, workerOptions{
-		cfg: jobloop.Config{InteractiveTokens: 1, RequestQueueTokens: 1, Patience: time.Millisecond},
+		cfg: jobloop.Config{InteractiveTokens: 1, RequestQueueTokens: 1},
 	})
 	c, err := client.New(srv.nc)
 	if err != nil {

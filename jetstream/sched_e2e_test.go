@@ -80,7 +80,7 @@ func TestRequestUnderBacklog(t *testing.T) {
 		ids[i] = j.ID
 	}
 	// The bulk budget holds about the whole backlog and no more.
-	w := startWorker(t, srv, e, workerOptions{cfg: jobloop.Config{Patience: time.Millisecond, InFlightTokens: 2000}})
+	w := startWorker(t, srv, e, workerOptions{cfg: jobloop.Config{InFlightTokens: 2000}})
 	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if st := w.cons.Stats(); st.Held < n/2 || st.Queued != 0 {
 			return fmt.Errorf("%d jobs held, %d queued in the consumer", st.Held, st.Queued)
@@ -155,7 +155,7 @@ func TestJobSettlesAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	startWorker(t, srv, e, workerOptions{cfg: jobloop.Config{Patience: 200 * time.Millisecond}})
+	startWorker(t, srv, e, workerOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	pull, stop := iter.Pull2(c.Results(ctx, "alone"))

@@ -29,8 +29,8 @@ type WorkerConfig struct {
 	// settings (AckWait, MaxDeliver, BackOff, MaxAckPending) are not used:
 	// the worker reads them from the server.
 	Config Config
-	// Consumer tunes the job loop; its AckWait and MaxDeliver are replaced
-	// by the server's.
+	// Consumer tunes the job loop; its Delivery limits (AckWait,
+	// MaxDeliver) are the server's.
 	Consumer jobloop.Config
 	// Embedder makes the vectors.
 	Embedder engine.Embedder
@@ -49,8 +49,11 @@ type WorkerConfig struct {
 	PrefetchMax int
 	// Pull are further options of the fetch loop.
 	Pull []PullOption
-	// Refresh is how often the consumer's info is read from the server, for
-	// the backlog and for changed settings (default 5s).
+	// Refresh is how often the worker samples the consumer's info: the
+	// one reading of it in the process, for [Worker.Backlog] (the gauges,
+	// the heartbeat and the fleet's idleness read it there) and for
+	// changed settings, which reopen the fetch loop (default 5s; the
+	// runtime's is 2s).
 	Refresh time.Duration
 	// Grace bounds the drain when the worker stops on its own (default
 	// 30s); [Worker.Stop] takes its own deadline.
@@ -165,8 +168,7 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 	if cfg.Blobs {
 		cc.Blobs = pub
 	}
-	l := st.limits()
-	cc.AckWait, cc.MaxDeliver = l.AckWait, l.MaxDeliver
+	cc.Delivery = st.limits()
 	if cc.Logger == nil {
 		cc.Logger = cfg.Logger
 	}

@@ -27,7 +27,7 @@ func TestWorkerTakesTheServersSettings(t *testing.T) {
 	slow := &slowEmbedder{Engine: e, hold: 4 * time.Second}
 	var seen deliveries
 	w := startWorker(t, srv, slow, workerOptions{
-		cfg: jobloop.Config{AckWait: time.Minute, MaxDeliver: 5,
+		cfg: jobloop.Config{Delivery: jobloop.DeliveryLimits{AckWait: time.Minute, MaxDeliver: 5},
 			NakBackoff: jobloop.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
 		sink: seen.wrap,
 	})

@@ -76,8 +76,8 @@ func BenchmarkLoop(b *testing.B) {
 			}
 			header := map[string][]string{schema.HeaderContentType: {enc.ContentType()}}
 			c, err := New(Config{
-				Patience: 200 * time.Microsecond, MaxBatchJobs: 64, InFlightTokens: 1 << 20,
-				Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
+				InFlightTokens: 1 << 20,
+				Logger:         slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
 			}, &nopEmb{dim: tc.dim}, nopPub{})
 			if err != nil {
 				b.Fatal(err)

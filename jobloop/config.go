@@ -13,36 +13,41 @@ import (
 // ErrConfig reports an unusable [Config].
 var ErrConfig = errors.New("jobloop: invalid config")
 
-// Defaults of [Config.WithDefaults].
+// Defaults of [Config.WithDefaults]. The in-flight budgets are what a
+// serving process derives from its engine when not given: 4 and 2 times
+// the padded tokens of one run of every session (here one session of
+// 16384).
 const (
-	DefaultPatience           = 5 * time.Millisecond
-	DefaultMaxBatchTokens     = 16384
-	DefaultMaxBatchJobs       = 256
-	DefaultAckWait            = 30 * time.Second
+	DefaultInFlightTokens     = 4 * 16384
+	DefaultInteractiveTokens  = 2 * 16384
 	DefaultInProgressFraction = 0.5
-	DefaultMaxDeliver         = 5
 	DefaultRequestWait        = 10 * time.Second
+)
+
+// The delivery limits of a loop that no server gives any (one fed by a
+// program or a test, not by jetstream.StartWorker): nats-server's AckWait
+// for a consumer created without one, and five deliveries.
+const (
+	fallbackAckWait    = 30 * time.Second
+	fallbackMaxDeliver = 5
 )
 
 // Config tunes a [Loop]. The zero value is usable after
 // [Config.WithDefaults]; [New] applies it.
+//
+// The loop holds no queue of its own: a job it admits goes to the engine
+// at once, in its own Embed call, where the engine's one queue packs its
+// texts with those of every other call (as TEI's one queue does). Its
+// budgets are admission: how many estimated tokens it holds, bulk and
+// interactive apart.
 type Config struct {
-	// Patience is how long a bulk job waits, after the oldest queued job
-	// arrived, before the jobs go to the engine: time for more jobs to
-	// arrive and give the engine's packer more texts to choose from. An
-	// interactive job waits none. Each job is its own Embed call and is
-	// settled as soon as its texts are done.
-	Patience time.Duration
-	// MaxBatchTokens ends the patience early once the queue holds this
-	// many estimated tokens; MaxBatchJobs once it holds this many jobs.
-	MaxBatchTokens int
-	MaxBatchJobs   int
-	// InFlightTokens bounds the estimated tokens of all bulk jobs held
-	// (queued, running or publishing); Submit blocks while it is full.
-	// Default 4 x MaxBatchTokens.
+	// InFlightTokens bounds the estimated tokens of all bulk jobs held (in
+	// the engine, or publishing); Submit blocks while it is full, so the
+	// fetch loop stops pulling. Default [DefaultInFlightTokens].
 	InFlightTokens int
 	// InteractiveTokens is the interactive jobs' own in-flight budget, so
-	// a bulk backlog never refuses them. Default 2 x MaxBatchTokens.
+	// a bulk backlog never refuses them. Default
+	// [DefaultInteractiveTokens].
 	InteractiveTokens int
 	// RequestQueueTokens bounds the estimated tokens of the request-reply
 	// deliveries waiting for interactive room (their bodies are held
@@ -55,14 +60,16 @@ type Config struct {
 	// deadline waits until then at most). Default 10 s, the Go client's
 	// request timeout.
 	RequestWait time.Duration
-	// AckWait is the JetStream consumer's AckWait. A held message is sent
-	// InProgress each time it has waited InProgressFraction of it since
-	// its delivery or its last InProgress, until it is settled.
-	AckWait            time.Duration
+	// Delivery are the JetStream consumer's AckWait and MaxDeliver. They
+	// are the server's: jetstream.StartWorker sets them from the durable
+	// consumer (and [Loop.SetDeliveryLimits] when they change). A loop fed
+	// otherwise gets AckWait 30 s (nats-server's own default) and
+	// MaxDeliver 5 for a zero field.
+	Delivery DeliveryLimits
+	// InProgressFraction is how much of AckWait a held message waits, since
+	// its delivery or its last InProgress, before it is sent InProgress
+	// again, until it is settled.
 	InProgressFraction float64
-	// MaxDeliver is the JetStream consumer's MaxDeliver: the delivery on
-	// which a retriable failure becomes final (error result, DLQ, TERM).
-	MaxDeliver int
 	// NakBackoff computes the delay of a NAK from the delivery count;
 	// JetStream's consumer BackOff applies to AckWait expiry, not to NAKs.
 	NakBackoff Backoff
@@ -73,10 +80,10 @@ type Config struct {
 	// The zero value is [schema.ReplyPolicy]'s defaults.
 	Replies schema.ReplyPolicy
 	// Model is the model id put in results; when empty, the Embedder's
-	// ModelID() is used if it has one.
+	// ModelID().
 	Model string
-	// EstimateTokens estimates a text's tokens for the batch and in-flight
-	// budgets; default len(text)/3 + 2, which over-counts for most scripts.
+	// EstimateTokens estimates a text's tokens for the in-flight budgets;
+	// default len(text)/3 + 2, which over-counts for most scripts.
 	EstimateTokens func(text string) int
 	// Logger receives one debug line per job and a warning per failure;
 	// texts are never logged. Default slog.Default().
@@ -97,20 +104,11 @@ type Config struct {
 
 // WithDefaults returns c with every unset field filled in.
 func (c Config) WithDefaults() Config {
-	if c.Patience <= 0 {
-		c.Patience = DefaultPatience
-	}
-	if c.MaxBatchTokens <= 0 {
-		c.MaxBatchTokens = DefaultMaxBatchTokens
-	}
-	if c.MaxBatchJobs <= 0 {
-		c.MaxBatchJobs = DefaultMaxBatchJobs
-	}
 	if c.InFlightTokens <= 0 {
-		c.InFlightTokens = 4 * c.MaxBatchTokens
+		c.InFlightTokens = DefaultInFlightTokens
 	}
 	if c.InteractiveTokens <= 0 {
-		c.InteractiveTokens = 2 * c.MaxBatchTokens
+		c.InteractiveTokens = DefaultInteractiveTokens
 	}
 	if c.RequestQueueTokens <= 0 {
 		c.RequestQueueTokens = 8 * c.InteractiveTokens
@@ -118,14 +116,14 @@ func (c Config) WithDefaults() Config {
 	if c.RequestWait <= 0 {
 		c.RequestWait = DefaultRequestWait
 	}
-	if c.AckWait <= 0 {
-		c.AckWait = DefaultAckWait
+	if c.Delivery.AckWait <= 0 {
+		c.Delivery.AckWait = fallbackAckWait
+	}
+	if c.Delivery.MaxDeliver == 0 {
+		c.Delivery.MaxDeliver = fallbackMaxDeliver
 	}
 	if c.InProgressFraction <= 0 {
 		c.InProgressFraction = DefaultInProgressFraction
-	}
-	if c.MaxDeliver == 0 {
-		c.MaxDeliver = DefaultMaxDeliver
 	}
 	c.NakBackoff = c.NakBackoff.withDefaults()
 	c.Limits = c.Limits.WithDefaults()
@@ -149,8 +147,8 @@ func (c Config) validate() error {
 	switch {
 	case c.InProgressFraction >= 1:
 		return fmt.Errorf("%w: InProgressFraction %g must be below 1, or the message expires first", ErrConfig, c.InProgressFraction)
-	case c.MaxDeliver < -1:
-		return fmt.Errorf("%w: MaxDeliver %d (use -1 for unlimited)", ErrConfig, c.MaxDeliver)
+	case c.Delivery.MaxDeliver < -1:
+		return fmt.Errorf("%w: MaxDeliver %d (use -1 for unlimited)", ErrConfig, c.Delivery.MaxDeliver)
 	case c.NakBackoff.Jitter > 1:
 		return fmt.Errorf("%w: NakBackoff.Jitter %g above 1 could make a delay negative", ErrConfig, c.NakBackoff.Jitter)
 	case c.NakBackoff.Max < c.NakBackoff.Base:

@@ -35,8 +35,8 @@ func TestBackoffJitter(t *testing.T) {
 
 func TestConfigDefaults(t *testing.T) {
 	c := Config{}.WithDefaults()
-	if c.Patience != DefaultPatience || c.MaxBatchTokens != DefaultMaxBatchTokens || c.InFlightTokens != 4*DefaultMaxBatchTokens ||
-		c.MaxDeliver != DefaultMaxDeliver || c.NakBackoff.Base != DefaultNakBase || c.NakBackoff.Jitter != DefaultNakJitter ||
+	if c.InFlightTokens != DefaultInFlightTokens || c.InteractiveTokens != DefaultInteractiveTokens || c.RequestQueueTokens != 8*DefaultInteractiveTokens ||
+		c.Delivery != (DeliveryLimits{AckWait: 30 * time.Second, MaxDeliver: 5}) || c.NakBackoff.Base != DefaultNakBase || c.NakBackoff.Jitter != DefaultNakJitter ||
 		c.Limits.MaxTexts == 0 || c.Logger == nil || c.Metrics == nil || c.Now == nil {
 		t.Errorf("defaults not filled: %+v", c)
 	}
@@ -67,7 +67,7 @@ func TestConfigDefaults(t *testing.T) {
 func TestConfigInvalid(t *testing.T) {
 	for name, c := range map[string]Config{
 		"fraction 1":     {InProgressFraction: 1},
-		"max deliver -2": {MaxDeliver: -2},
+		"max deliver -2": {Delivery: DeliveryLimits{MaxDeliver: -2}},
 		"jitter over 1":  {NakBackoff: Backoff{Jitter: 1.5}},
 		"max below base": {NakBackoff: Backoff{Base: time.Minute, Max: time.Second}},
 	} {

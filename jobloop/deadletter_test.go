@@ -34,7 +34,7 @@ func TestDeadLetterExcerpt(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			emb := &fakeEmb{callErr: func([]engine.Text) error { return schema.Errorf(schema.CodeOverloaded, "full") }}
-			r := newRig(t, Config{MaxDeliver: 5, Limits: schema.Limits{MaxJobBytes: 300 << 10}}, emb, nil)
+			r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 5}, Limits: schema.Limits{MaxJobBytes: 300 << 10}}, emb, nil)
 			body := tc.body(t)
 			m := newMsg()
 			d := Delivery{Msg: m, Data: body, NumDelivered: tc.n, Subject: "embed.jobs." + testTenant, Header: map[string][]string{
@@ -86,7 +86,7 @@ func TestDeadLetterExcerpt(t *testing.T) {
 // fails result_too_large (error result, DLQ excerpt, TERM) on its first
 // delivery, even when the embedder did not foresee it.
 func TestResultTooLarge(t *testing.T) {
-	r := newRig(t, Config{MaxResultBytes: 1000, MaxDeliver: 5}, nil, nil)
+	r := newRig(t, Config{MaxResultBytes: 1000, Delivery: DeliveryLimits{MaxDeliver: 5}}, nil, nil)
 	j := schema.NewJob("huge", strings.Repeat("a", 200), strings.Repeat("b", 200))
 	j.Outputs = []schema.Output{schema.OutputDense, schema.OutputColBERT}
 	j.Reply = "r"

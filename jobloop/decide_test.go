@@ -13,7 +13,7 @@ import (
 // calls decide on a Consumer that never starts, without the async rig:
 // decide depends only on the job, the error and the delivery limits.
 func TestDecide(t *testing.T) {
-	c, err := New(Config{MaxDeliver: 3, NakBackoff: Backoff{Base: time.Second, Max: 4 * time.Second, Jitter: -1}}, shortEmb{}, nopPub{})
+	c, err := New(Config{Delivery: DeliveryLimits{MaxDeliver: 3}, NakBackoff: Backoff{Base: time.Second, Max: 4 * time.Second, Jitter: -1}}, shortEmb{}, nopPub{})
 	if err != nil {
 		t.Fatal(err)
 	}

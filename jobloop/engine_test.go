@@ -14,6 +14,7 @@ import (
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/enginetest"
+	"github.com/jetembed/jetembed/internal/testkit"
 	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -23,6 +24,25 @@ import (
 func tinyEngine(tb testing.TB) *engine.Engine {
 	tb.Helper()
 	return enginetest.Open(tb, engine.Config{Sessions: 1, MaxTokens: 24, MaxBatch: 4, MaxBatchTokens: 96})
+}
+
+// gatedRunner holds the session's first run until open is closed, and
+// says how many texts that run holds: the other calls' texts meanwhile
+// wait in the engine's queue, all of them, before any chunk is formed
+// from it.
+type gatedRunner struct {
+	engine.Runner
+	open  chan struct{}
+	first chan int // receives the first run's batch, once
+	once  sync.Once
+}
+
+func (g *gatedRunner) Run(ctx context.Context, in engine.RunInput) (engine.RunOutput, error) {
+	g.once.Do(func() {
+		g.first <- in.Batch
+		<-g.open
+	})
+	return g.Runner.Run(ctx, in)
 }
 
 // reporting records the engine's chunk reports.
@@ -68,10 +88,14 @@ func (r *results) PublishDLQ(context.Context, jobloop.DeadLetter, map[string][]s
 // loop and the tiny model: every vector equals what the engine gives for
 // the job's texts alone, although the engine packed the jobs together.
 func TestRealEngine(t *testing.T) {
-	e := tinyEngine(t)
+	gate := &gatedRunner{open: make(chan struct{}), first: make(chan int, 1)}
+	e := enginetest.OpenWith(t, engine.Config{Sessions: 1, MaxTokens: 24, MaxBatch: 4, MaxBatchTokens: 96}, func(r engine.Runner) engine.Runner {
+		gate.Runner = r
+		return gate
+	})
 	emb := &reporting{Engine: e}
 	pub := &results{data: map[string][]byte{}}
-	c, err := jobloop.New(jobloop.Config{Patience: 300 * time.Millisecond, MaxBatchJobs: 6}, emb, pub)
+	c, err := jobloop.New(jobloop.Config{}, emb, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,6 +129,20 @@ func TestRealEngine(t *testing.T) {
 		}
 		jobs, encs, msgs = append(jobs, j), append(encs, enc), append(msgs, m)
 	}
+	// The session holds the first chunk until every other text waits in
+	// the engine's queue: then the chunks are formed from all the jobs.
+	total := 0
+	for _, j := range jobs {
+		total += len(j.Texts)
+	}
+	running := <-gate.first
+	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+		if q := e.Stats().Queued; q+running != total {
+			return fmt.Errorf("%d texts queued and %d running, want all %d in the engine", q, running, total)
+		}
+		return nil
+	})
+	close(gate.open)
 	for k, m := range msgs {
 		if got := <-m.done; got != "ack" {
 			t.Fatalf("job %d: %s", k, got)

@@ -323,9 +323,6 @@ func newRigWith(tb testing.TB, cfg Config, emb engine.Embedder, pub *fakePub) *r
 		pub = &fakePub{}
 	}
 	r := &rig{pub: pub, met: &fakeMetrics{}, log: &testkit.Buffer{}, run: make(chan error, 1)}
-	if cfg.Patience == 0 {
-		cfg.Patience = time.Millisecond
-	}
 	if cfg.NakBackoff == (Backoff{}) {
 		cfg.NakBackoff = Backoff{Base: 100 * time.Millisecond, Max: time.Second, Jitter: -1}
 	}
@@ -411,3 +408,10 @@ func (r *rig) resultFor(tb testing.TB, id string) (*schema.Result, published) {
 }
 
 var errInjected = errors.New("injected failure")
+
+// waitingCount is how many bulk deliveries wait in Submit for room.
+func (c *Loop) waitingCount() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting)
+}

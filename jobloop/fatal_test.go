@@ -18,7 +18,7 @@ func TestFatalEngineErrorHandsJobsBack(t *testing.T) {
 	emb := &fakeEmb{callErr: func([]engine.Text) error {
 		return fmt.Errorf("%w: failed to build engine", engine.ErrFatal)
 	}}
-	r := newRig(t, Config{MaxDeliver: 5}, emb, nil)
+	r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 5}}, emb, nil)
 	var msgs []*fakeMsg
 	for i := range 3 {
 		d, m := delivery(t, schema.NewJob(fmt.Sprint(i), "text"), schema.EncodingMsgpack, 2)

@@ -33,9 +33,8 @@ type job struct {
 	reply    string    // resolved reply subject; "" with Respond or none
 	tokens   int       // estimated tokens of the texts that will run
 	cost     int       // tokens charged to the in-flight budget
-	// interactive jobs (request-reply, or priority "interactive") skip the
-	// patience window, run in the engine's interactive class and have
-	// their own in-flight budget.
+	// interactive jobs (request-reply, or priority "interactive") run in
+	// the engine's interactive class and have their own in-flight budget.
 	interactive bool
 	queued      time.Time         // when it entered the queue
 	expiry      *time.Timer       // a waiting request's deadline (requests.go)

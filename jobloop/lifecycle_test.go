@@ -20,7 +20,7 @@ import (
 func TestInProgress(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		emb := &fakeEmb{block: make(chan struct{})}
-		r := newRig(t, Config{AckWait: 8 * time.Second, InProgressFraction: 0.25}, emb, nil)
+		r := newRig(t, Config{Delivery: DeliveryLimits{AckWait: 8 * time.Second}, InProgressFraction: 0.25}, emb, nil)
 		d, m := delivery(t, schema.NewJob("slow", "text"), schema.EncodingJSON, 1)
 		if err := r.c.Submit(context.Background(), d); err != nil {
 			t.Fatal(err)
@@ -45,26 +45,26 @@ func TestInProgress(t *testing.T) {
 	})
 }
 
-// TestInProgressQueued: a job waiting in the queue (not only one running)
-// is kept alive too, and request-reply deliveries never get InProgress
-// (synctest's clock, so AckWait can be seconds).
+// TestInProgressQueued: a job waiting in Submit for room in the in-flight
+// budget (not only one running) is kept alive too, and request-reply
+// deliveries never get InProgress (synctest's clock, so AckWait can be
+// seconds).
 func TestInProgressQueued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		emb := &fakeEmb{block: make(chan struct{})}
-		// An hour of patience keeps the bulk job queued; the interactive one runs.
-		r := newRig(t, Config{AckWait: 8 * time.Second, InProgressFraction: 0.25, Patience: time.Hour}, emb, nil)
-		d1, m1 := delivery(t, &schema.Job{V: 1, ID: "running", Texts: []string{"a"}, Priority: schema.PriorityInteractive}, schema.EncodingJSON, 1)
+		// Room for one job of one short text: the second waits in Submit.
+		r := newRig(t, Config{Delivery: DeliveryLimits{AckWait: 8 * time.Second}, InProgressFraction: 0.25, InFlightTokens: 3}, emb, nil)
+		d1, m1 := delivery(t, schema.NewJob("running", "a"), schema.EncodingJSON, 1)
 		if err := r.c.Submit(context.Background(), d1); err != nil {
 			t.Fatal(err)
 		}
 		waitFor(t, func() bool { return len(emb.Calls()) == 1 })
-		d2, m2 := delivery(t, schema.NewJob("queued", "b"), schema.EncodingJSON, 1)
-		if err := r.c.Submit(context.Background(), d2); err != nil {
-			t.Fatal(err)
-		}
+		d2, m2 := delivery(t, schema.NewJob("waiting", "b"), schema.EncodingJSON, 1)
+		submitted := make(chan error, 1)
+		go func() { submitted <- r.c.Submit(context.Background(), d2) }()
 		waitFor(t, func() bool { return slices.Contains(m2.Calls(), "progress") && slices.Contains(m1.Calls(), "progress") })
 		if n := len(emb.Calls()); n != 1 {
-			t.Fatalf("%d Embed calls, want the queued job still queued", n)
+			t.Fatalf("%d Embed calls, want the second job still waiting for room", n)
 		}
 		d3, m3 := delivery(t, schema.NewJob("request", "c"), schema.EncodingJSON, 1)
 		d3.Respond = func(map[string][]string, []byte) error { return nil }
@@ -73,6 +73,9 @@ func TestInProgressQueued(t *testing.T) {
 		}
 		close(emb.block)
 		m1.wait(t)
+		if err := <-submitted; err != nil {
+			t.Errorf("Submit of the waiting job: %v", err)
+		}
 		m2.wait(t)
 		m3.wait(t)
 		if slices.Contains(m3.Calls(), "progress") {
@@ -81,30 +84,33 @@ func TestInProgressQueued(t *testing.T) {
 	})
 }
 
-// TestDrain: Drain finishes the job that is running, NAKs without delay
-// what is queued, refuses new deliveries, and Run then returns nil.
+// TestDrain: Drain finishes the job in flight, NAKs without delay those
+// waiting for room, refuses new deliveries, and Run then returns nil.
 func TestDrain(t *testing.T) {
 	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
-	// An hour of patience keeps bulk jobs queued; the interactive one runs.
-	r := newRig(t, Config{Patience: time.Hour}, emb, nil)
-	running, rm := delivery(t, &schema.Job{V: 1, ID: "running", Texts: []string{"a"}, Priority: schema.PriorityInteractive}, schema.EncodingJSON, 1)
+	// Room for one job of one short text: the others wait in Submit.
+	r := newRig(t, Config{InFlightTokens: 3}, emb, nil)
+	running, rm := delivery(t, schema.NewJob("running", "a"), schema.EncodingJSON, 1)
 	if err := r.c.Submit(context.Background(), running); err != nil {
 		t.Fatal(err)
 	}
 	<-emb.started
-	var queued []*fakeMsg
+	var waiting []*fakeMsg
+	refused := make(chan error, 2)
 	for _, id := range []string{"q1", "q2"} {
 		d, m := delivery(t, schema.NewJob(id, "b"), schema.EncodingJSON, 1)
-		if err := r.c.Submit(context.Background(), d); err != nil {
-			t.Fatal(err)
-		}
-		queued = append(queued, m)
+		go func() { refused <- r.c.Submit(context.Background(), d) }()
+		waiting = append(waiting, m)
 	}
+	waitFor(t, func() bool { return r.c.waitingCount() == 2 })
 	drained := make(chan error, 1)
 	go func() { drained <- r.c.Drain(context.Background()) }()
-	for _, m := range queued {
+	for _, m := range waiting {
 		if got := m.wait(t); !slices.Equal(got, []string{"nak"}) {
-			t.Errorf("queued job: calls %v, want [nak] without delay", got)
+			t.Errorf("waiting job: calls %v, want [nak] without delay", got)
+		}
+		if err := <-refused; !errors.Is(err, ErrDraining) {
+			t.Errorf("Submit of a waiting job: %v, want ErrDraining", err)
 		}
 	}
 	late, lm := delivery(t, schema.NewJob("late", "c"), schema.EncodingJSON, 1)
@@ -214,7 +220,7 @@ func TestBudget(t *testing.T) {
 		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
 		// "aaaaaaaaa" estimates 9/3+2 = 5 tokens: the bulk budget holds two
 		// jobs, the interactive one one.
-		r := newRig(t, Config{InFlightTokens: 10, MaxBatchTokens: 5, InteractiveTokens: 5, RequestQueueTokens: 5}, emb, nil)
+		r := newRig(t, Config{InFlightTokens: 10, InteractiveTokens: 5, RequestQueueTokens: 5}, emb, nil)
 		text := "aaaaaaaaa"
 		var msgs []*fakeMsg
 		for _, id := range []string{"a", "b"} {
@@ -295,7 +301,7 @@ func TestBudget(t *testing.T) {
 func TestInProgressWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
-		r := newRig(t, Config{InFlightTokens: 5, AckWait: 8 * time.Second, InProgressFraction: 0.25}, emb, nil)
+		r := newRig(t, Config{InFlightTokens: 5, Delivery: DeliveryLimits{AckWait: 8 * time.Second}, InProgressFraction: 0.25}, emb, nil)
 		first, fm := delivery(t, schema.NewJob("first", "aaaaaaaaa"), schema.EncodingJSON, 1)
 		if err := r.c.Submit(context.Background(), first); err != nil {
 			t.Fatal(err)
@@ -333,7 +339,7 @@ func TestStress(t *testing.T) {
 		}
 		return nil
 	}}
-	r := newRig(t, Config{Patience: 500 * time.Microsecond, MaxBatchJobs: 16, InFlightTokens: 400}, emb, pub)
+	r := newRig(t, Config{InFlightTokens: 400}, emb, pub)
 	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
 	const workers, perWorker = 4, 150
 	msgs := make([][]*fakeMsg, workers)

@@ -6,7 +6,7 @@ import (
 )
 
 // DeliveryLimits are the settings of the JetStream consumer that the
-// consumer's timing derives from. They belong to the server: the worker
+// loop's timing derives from. They belong to the server: the worker
 // reads them from the durable consumer's info at start and sets them again
 // when they change, so heartbeats come within the server's AckWait and the
 // final delivery is the server's last.

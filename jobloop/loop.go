@@ -36,12 +36,10 @@ type Loop struct {
 	model     string
 	maxTokens int // the engine's, 0 when it does not say
 
-	mu                sync.Mutex
-	queue             []*job
-	queuedTokens      int
-	queuedInteractive int
-	held              map[*job]struct{}
-	waiting           map[*job]struct{} // blocked in Submit for budget
+	mu      sync.Mutex
+	queue   []*job // admitted, not yet handed to the engine
+	held    map[*job]struct{}
+	waiting map[*job]struct{} // blocked in Submit for budget
 	// heldTokens are the estimated tokens held, bulk [0] and interactive
 	// [1], each against its own budget.
 	heldTokens [2]int
@@ -73,7 +71,7 @@ type Stats struct {
 	// embedded and real tokens run since start.
 	Jobs, Texts, Tokens uint64
 	// Held counts deliveries not yet settled; Queued those of them not yet
-	// picked for a batch; HeldTokens their estimated tokens.
+	// handed to the engine; HeldTokens their estimated tokens.
 	Held, Queued, HeldTokens int
 }
 
@@ -99,7 +97,8 @@ func New(cfg Config, emb engine.Embedder, pub Publisher) (*Loop, error) {
 		draining: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
-	c.limits.Store(&DeliveryLimits{AckWait: cfg.AckWait, MaxDeliver: cfg.MaxDeliver})
+	limits := cfg.Delivery
+	c.limits.Store(&limits)
 	if c.model == "" {
 		c.model = emb.ModelID()
 	}
@@ -192,8 +191,8 @@ func (c *Loop) Submit(ctx context.Context, d Delivery) error {
 	return nil
 }
 
-// hold charges j to its budget and queues it for the next batch. c.mu is
-// held.
+// hold charges j to its budget and hands it to Run, which starts its
+// Embed call. c.mu is held.
 func (c *Loop) hold(j *job, now time.Time) {
 	if j.interactive {
 		c.meter.tick(now, c.heldTokens[1] > 0, 0)
@@ -202,10 +201,6 @@ func (c *Loop) hold(j *job, now time.Time) {
 	c.held[j] = struct{}{}
 	j.queued = now
 	c.queue = append(c.queue, j)
-	c.queuedTokens += j.tokens
-	if j.interactive {
-		c.queuedInteractive++
-	}
 	select {
 	case c.arrived <- struct{}{}:
 	default:
@@ -296,16 +291,16 @@ func (c *Loop) Run(ctx context.Context) error {
 	// The in-flight budgets bound how many jobs run at once.
 	var jobs sync.WaitGroup
 	for {
-		b := c.gather(ctx)
-		if b == nil {
+		run, expired, ok := c.next(ctx)
+		if !ok {
 			break
 		}
-		for _, j := range b.expired {
+		for _, j := range expired {
 			jobs.Go(func() {
 				c.settle(workCtx, j, c.decide(j, nil, schema.Errorf(schema.CodeDeadlineExceeded, "deadline passed before the job ran")))
 			})
 		}
-		for _, j := range b.jobs {
+		for _, j := range run {
 			jobs.Go(func() { c.runJob(workCtx, j) })
 		}
 	}
@@ -317,11 +312,11 @@ func (c *Loop) Run(ctx context.Context) error {
 	return nil
 }
 
-// nakQueued gives back every job not yet picked for a batch.
+// nakQueued gives back every job not yet handed to the engine.
 func (c *Loop) nakQueued(ctx context.Context) {
 	c.mu.Lock()
 	q := c.queue
-	c.queue, c.queuedTokens, c.queuedInteractive = nil, 0, 0
+	c.queue = nil
 	c.stopped = true
 	c.mu.Unlock()
 	c.failWaiting(ctx)
@@ -330,8 +325,9 @@ func (c *Loop) nakQueued(ctx context.Context) {
 	}
 }
 
-// Drain stops accepting deliveries, NAKs without delay those queued but not
-// started, and waits for the jobs in flight to be settled. When ctx ends
+// Drain stops accepting deliveries, NAKs without delay those admitted but
+// not yet handed to the engine (and those waiting for room), and waits for
+// the jobs in flight to be settled. When ctx ends
 // first, the running Embed calls are cancelled, their jobs NAKed, and Drain
 // returns ctx's error once everything is settled. Run then returns nil.
 func (c *Loop) Drain(ctx context.Context) error {

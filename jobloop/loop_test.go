@@ -137,7 +137,7 @@ func TestReplyResolution(t *testing.T) {
 // TestOneCallPerJob: each job is its own Embed call (the engine packs
 // their texts together), and each gets its own texts back in order.
 func TestOneCallPerJob(t *testing.T) {
-	r := newRig(t, Config{Patience: 200 * time.Millisecond, MaxBatchJobs: 5}, nil, nil)
+	r := newRig(t, Config{}, nil, nil)
 	var jobs []*schema.Job
 	var msgs []*fakeMsg
 	for k := range 5 {
@@ -176,10 +176,10 @@ func TestOneCallPerJob(t *testing.T) {
 }
 
 // TestPerJobSettling: a job is settled as soon as its own texts are
-// embedded, while a job gathered with it still runs.
+// embedded, while a job that came with it still runs.
 func TestPerJobSettling(t *testing.T) {
 	emb := &fakeEmb{block: make(chan struct{}), blockIf: func(texts []engine.Text) bool { return len(texts) > 1 }}
-	r := newRig(t, Config{Patience: 50 * time.Millisecond, MaxBatchJobs: 2}, emb, nil)
+	r := newRig(t, Config{}, emb, nil)
 	big, mBig := delivery(t, schema.NewJob("big", "a", "b", "c"), schema.EncodingJSON, 1)
 	small, mSmall := delivery(t, schema.NewJob("small", "d"), schema.EncodingJSON, 1)
 	for _, d := range []Delivery{big, small} {
@@ -199,45 +199,37 @@ func TestPerJobSettling(t *testing.T) {
 	}
 }
 
-// TestPatienceLimits: MaxBatchJobs and MaxBatchTokens end the patience
-// window early; an interactive job (priority "interactive") has none, and
-// its Embed call runs in the engine's interactive class.
-func TestPatienceLimits(t *testing.T) {
-	cases := []struct {
-		name string
-		cfg  Config
-		jobs []*schema.Job
-	}{
-		{"jobs", Config{MaxBatchJobs: 2}, []*schema.Job{schema.NewJob("a", "x"), schema.NewJob("b", "y")}},
-		// Each text estimates 30/3+2 = 12 tokens.
-		{"tokens", Config{MaxBatchTokens: 20}, []*schema.Job{schema.NewJob("a", strings.Repeat("a", 30), strings.Repeat("b", 30))}},
-		{"interactive", Config{}, []*schema.Job{{V: 1, ID: "i", Texts: []string{"z"}, Priority: schema.PriorityInteractive}}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			tc.cfg.Patience = time.Hour
-			r := newRig(t, tc.cfg, nil, nil)
-			var msgs []*fakeMsg
-			for _, j := range tc.jobs {
+// TestNoGathering: an admitted job goes to the engine at once, bulk or
+// interactive: nothing waits to be gathered (the engine's one queue packs
+// the texts of every call), so under synctest its Embed call has started
+// before the clock moved at all. An interactive job's call runs in the
+// engine's interactive class.
+func TestNoGathering(t *testing.T) {
+	for _, j := range []*schema.Job{schema.NewJob("bulk", "x", "y"), {V: 1, ID: "i", Texts: []string{"z"}, Priority: schema.PriorityInteractive}} {
+		t.Run(j.ID, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				emb := &fakeEmb{block: make(chan struct{})}
+				r := newRig(t, Config{}, emb, nil)
 				d, m := delivery(t, j, schema.EncodingJSON, 1)
+				start := time.Now()
 				if err := r.c.Submit(context.Background(), d); err != nil {
 					t.Fatal(err)
 				}
-				msgs = append(msgs, m)
-			}
-			for _, m := range msgs {
+				synctest.Wait()
+				if n, waited := len(emb.Calls()), time.Since(start); n != 1 || waited != 0 {
+					t.Fatalf("%d Embed calls after %v, want the job's at once", n, waited)
+				}
+				close(emb.block)
 				if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
-					t.Fatalf("calls %v, want [ack] well within the hour of patience", got)
+					t.Fatalf("calls %v, want [ack]", got)
 				}
-			}
-			if tc.name == "interactive" {
-				r.emb.mu.Lock()
-				ctx := r.emb.ctxs[0]
-				r.emb.mu.Unlock()
-				if !engine.IsInteractive(ctx) {
-					t.Errorf("the interactive job's Embed call was not in the interactive class")
+				emb.mu.Lock()
+				ctx := emb.ctxs[0]
+				emb.mu.Unlock()
+				if engine.IsInteractive(ctx) != (j.Priority == schema.PriorityInteractive) {
+					t.Errorf("Embed call interactive %v, want %v", engine.IsInteractive(ctx), j.Priority == schema.PriorityInteractive)
 				}
-			}
+			})
 		})
 	}
 }
@@ -250,7 +242,7 @@ func TestPublishFailure(t *testing.T) {
 		want string
 	}{{3, "nak+delay"}, {5, "term"}} {
 		pub := &fakePub{fail: func(string) error { return errInjected }}
-		r := newRig(t, Config{MaxDeliver: 5}, nil, pub)
+		r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 5}}, nil, pub)
 		j := schema.NewJob("j", "text")
 		j.Reply = "r"
 		d, m := delivery(t, j, schema.EncodingMsgpack, tc.n)

@@ -22,10 +22,10 @@ type Metrics interface {
 	Tokens(ctx context.Context, tokens, padded int)
 	// Chunk records the shape of one run.
 	Chunk(ctx context.Context, batch, seq int)
-	// BatchTexts records the texts of one gathered batch.
+	// BatchTexts records the texts of one job's Embed call.
 	BatchTexts(ctx context.Context, n int)
-	// QueueWait records how long a job waited from its arrival until it
-	// was picked for a batch.
+	// QueueWait records how long a job waited from its arrival (its
+	// stream timestamp) until its Embed call started.
 	QueueWait(ctx context.Context, d time.Duration)
 	// Publish records one confirmed result publish.
 	Publish(ctx context.Context, d time.Duration)

@@ -22,7 +22,7 @@ func TestRequestReply(t *testing.T) {
 		}
 		return nil
 	}}
-	r := newRig(t, Config{Patience: 100 * time.Millisecond}, emb, nil)
+	r := newRig(t, Config{}, emb, nil)
 	type answer struct {
 		header map[string][]string
 		data   []byte
@@ -155,7 +155,7 @@ func TestAckError(t *testing.T) {
 // when the consumer's MaxDeliver is 1: a request has no redelivery, and
 // its caller, unanswered, asks again.
 func TestRequestAnswerLost(t *testing.T) {
-	r := newRig(t, Config{MaxDeliver: 1}, nil, nil)
+	r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 1}}, nil, nil)
 	j := schema.NewJob("lost", "text")
 	d, m := delivery(t, j, schema.EncodingJSON, 1)
 	d.Respond = func(map[string][]string, []byte) error { return errInjected }

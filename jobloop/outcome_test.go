@@ -200,7 +200,7 @@ func TestRetriable(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, Config{MaxDeliver: 10}, tc.emb, nil)
+			r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 10}}, tc.emb, nil)
 			var delays []time.Duration
 			for n := uint64(1); n <= 5; n++ {
 				j := schema.NewJob("j", "short", "long")
@@ -235,7 +235,7 @@ func TestRetriable(t *testing.T) {
 // error result (retriable), a DLQ copy and a TERM.
 func TestMaxDeliver(t *testing.T) {
 	emb := &fakeEmb{refuse: func(string) *schema.Error { return schema.Errorf(schema.CodeShapeNotWarmed, "x") }}
-	r := newRig(t, Config{MaxDeliver: 3}, emb, nil)
+	r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 3}}, emb, nil)
 	j := schema.NewJob("j", "text")
 	j.Reply = "r"
 	d, m := delivery(t, j, schema.EncodingJSON, 3)
@@ -266,7 +266,7 @@ func TestDLQFailure(t *testing.T) {
 		want    string
 		results int
 	}{{1, false, "nak+delay", 0}, {5, false, "term", 1}, {1, true, "term", 0}} {
-		r := newRig(t, Config{MaxDeliver: 5}, nil, &fakePub{failDLQ: errInjected})
+		r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 5}}, nil, &fakePub{failDLQ: errInjected})
 		j := &schema.Job{V: 1, ID: "j", Reply: "r"}
 		d, m := delivery(t, j, schema.EncodingJSON, tc.n)
 		var answered bool
@@ -337,7 +337,7 @@ func TestDeadline(t *testing.T) {
 // result and a DLQ copy.
 func TestPanic(t *testing.T) {
 	emb := &fakeEmb{}
-	r := newRig(t, Config{Patience: 100 * time.Millisecond, MaxDeliver: 4}, emb, nil)
+	r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 4}}, emb, nil)
 	var msgs []*fakeMsg
 	for _, tc := range []struct {
 		id, text string

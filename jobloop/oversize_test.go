@@ -45,7 +45,7 @@ func bigJob(id string) *schema.Job {
 // delivery; it is never NAKed to be embedded again.
 func TestResultTooLargeWithoutBlobs(t *testing.T) {
 	pub := &fakePub{maxPayload: 4096}
-	r := newRig(t, Config{MaxDeliver: 5}, nil, pub)
+	r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 5}}, nil, pub)
 	if got := r.submit(t, bigJob("big"), schema.EncodingMsgpack); !slices.Equal(got, []string{"term"}) {
 		t.Fatalf("calls %v, want [term]", got)
 	}
@@ -154,7 +154,7 @@ func TestBlobNeverReplaced(t *testing.T) {
 // NAK with backoff, the job runs again.
 func TestBlobStoreFailure(t *testing.T) {
 	pub := &fakePub{maxPayload: 4096}
-	r := newRig(t, Config{Blobs: &fakeBlobs{fail: errInjected}, MaxDeliver: 5}, nil, pub)
+	r := newRig(t, Config{Blobs: &fakeBlobs{fail: errInjected}, Delivery: DeliveryLimits{MaxDeliver: 5}}, nil, pub)
 	if got := r.submit(t, bigJob("big"), schema.EncodingMsgpack); !slices.Equal(got, []string{"nak+delay"}) {
 		t.Fatalf("calls %v, want [nak+delay]", got)
 	}
@@ -168,7 +168,7 @@ func TestBlobStoreFailure(t *testing.T) {
 // ACKed as a success nor retried.
 func TestPublishDenied(t *testing.T) {
 	pub := &fakePub{fail: func(s string) error { return fmt.Errorf("result to %s: %w", s, ErrPublishDenied) }}
-	r := newRig(t, Config{MaxDeliver: 5}, nil, pub)
+	r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 5}}, nil, pub)
 	j := schema.NewJob("denied", "text")
 	j.Reply = "_INBOX.elsewhere"
 	if got := r.submit(t, j, schema.EncodingMsgpack); !slices.Equal(got, []string{"term"}) {

@@ -53,7 +53,7 @@ func TestRequestQueueOrderAndExpiry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
 		// 9 bytes estimate 5 tokens, 27 bytes 11: the budget holds 12.
-		c := newRig(t, Config{MaxBatchTokens: 5, InteractiveTokens: 12, RequestQueueTokens: 100}, emb, nil).c
+		c := newRig(t, Config{InFlightTokens: 20, InteractiveTokens: 12, RequestQueueTokens: 100}, emb, nil).c
 		small, big := strings.Repeat("a", 9), strings.Repeat("b", 27)
 		running := newRequest(t, "running", big)
 		if err := c.Submit(context.Background(), running.d); err != nil {
@@ -109,7 +109,7 @@ func TestRequestQueueOrderAndExpiry(t *testing.T) {
 func TestRequestQueueFullAndDrain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
-		r := newRig(t, Config{MaxBatchTokens: 5, InteractiveTokens: 5, RequestQueueTokens: 10}, emb, nil)
+		r := newRig(t, Config{InFlightTokens: 20, InteractiveTokens: 5, RequestQueueTokens: 10}, emb, nil)
 		c := r.c
 		text := strings.Repeat("a", 9) // 5 tokens
 		var reqs []*request
@@ -153,7 +153,7 @@ func TestRequestQueueFullAndDrain(t *testing.T) {
 func TestRequestRefusedByDrainRate(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		emb := &fakeEmb{callErr: func([]engine.Text) error { time.Sleep(time.Second); return nil }}
-		c := newRig(t, Config{MaxBatchTokens: 5, InteractiveTokens: 5, RequestQueueTokens: 100}, emb, nil).c
+		c := newRig(t, Config{InFlightTokens: 20, InteractiveTokens: 5, RequestQueueTokens: 100}, emb, nil).c
 		text := strings.Repeat("a", 9) // 5 tokens: one request at a time, 1 s each
 		withDeadline := func(id string, d time.Duration) *request {
 			j := schema.NewJob(id, text)

@@ -25,7 +25,7 @@ func TestTraceContext(t *testing.T) {
 
 	// Two producers, each in its own trace.
 	producers := map[string]trace.SpanContext{}
-	r := newRig(t, Config{MaxBatchJobs: 2}, nil, nil)
+	r := newRig(t, Config{}, nil, nil)
 	var msgs []*fakeMsg
 	for _, id := range []string{"a", "b"} {
 		pctx, span := tp.Tracer("producer").Start(context.Background(), "publish job")

@@ -9,10 +9,21 @@ import (
 	"github.com/jetembed/jetembed/fleet"
 )
 
-// shareProbe installs the cost coefficients a peer stored for this model,
-// SM and hardware in kv, or probes e and stores its own: a fleet of
+// probeShare is where the cost coefficients of a member's hardware are
+// shared: the engines bucket, the member (its SM and name) and the
+// hardware (ort.Provider.Hardware).
+type probeShare struct {
+	log    *slog.Logger
+	kv     fleet.Store
+	member fleet.Config
+	arch   string
+}
+
+// share installs the cost coefficients a peer stored for e's model and
+// this SM and hardware, or probes e and stores its own: a fleet of
 // identical hosts probes once.
-func shareProbe(ctx context.Context, log *slog.Logger, kv fleet.Store, e *engine.Engine, sm, arch, member string) error {
+func (p probeShare) share(ctx context.Context, e *engine.Engine) error {
+	log, kv, sm, arch, member := p.log, p.kv, p.member.SM, p.arch, p.member.Member
 	rec, err := fleet.LoadProbe(ctx, kv, e.ModelID(), sm, arch)
 	if err == nil {
 		if err := e.UseCost(rec.A, rec.Bq); err == nil {

@@ -128,8 +128,7 @@ func (r *Runtime) openEngine(ctx context.Context, js natsjs.JetStream) (Engine, 
 	if f := r.cfg.Fleet; f.On && f.ShareProbe {
 		kv, err := jetstream.OpenKVStore(ctx, js, r.cfg.Objects.Engines.Name)
 		if err == nil {
-			m := f.Member.WithDefaults()
-			err = shareProbe(ctx, r.log, kv, eng.Engine, m.SM, f.Hardware, m.Member)
+			err = probeShare{log: r.log, kv: kv, member: f.Member.WithDefaults(), arch: f.Hardware}.share(ctx, eng.Engine)
 		}
 		if err != nil {
 			eng.Engine.Close()

@@ -16,11 +16,9 @@ import (
 // warmed, as a serving member records it: the init container's work,
 // shared with the fleet, which pre-warms from the shared engine cache.
 type Recorder struct {
-	log    *slog.Logger
-	nc     *nats.Conn
-	kv     *jetstream.KVStore
-	member fleet.Config // SM and Member
-	arch   string
+	probeShare
+	nc *nats.Conn
+	kv *jetstream.KVStore
 }
 
 // DialRecorder connects with o and opens the engines bucket. sm is the SM
@@ -35,11 +33,12 @@ func DialRecorder(ctx context.Context, o jetstream.Options, bucket, sm, arch str
 	if err != nil {
 		return nil, err
 	}
-	r := &Recorder{log: log, nc: nc, member: fleet.Config{SM: sm}.WithDefaults(), arch: arch}
+	r := &Recorder{nc: nc}
 	js, err := jetstream.New(nc)
 	if err == nil {
 		r.kv, err = jetstream.OpenKVStore(ctx, js, bucket)
 	}
+	r.probeShare = probeShare{log: log, kv: r.kv, member: fleet.Config{SM: sm}.WithDefaults(), arch: arch}
 	if err != nil {
 		nc.Close()
 		return nil, fmt.Errorf("%w (provision the bucket first)", err)
@@ -53,9 +52,7 @@ func (r *Recorder) Bucket() string { return r.kv.Bucket() }
 // ShareProbe installs the cost coefficients a peer with the same model,
 // SM and hardware stored, or probes e (opened without its probe) and
 // stores them.
-func (r *Recorder) ShareProbe(ctx context.Context, e *engine.Engine) error {
-	return shareProbe(ctx, r.log, r.kv, e, r.member.SM, r.arch, r.member.Member)
-}
+func (r *Recorder) ShareProbe(ctx context.Context, e *engine.Engine) error { return r.share(ctx, e) }
 
 // Publish records every shape e warmed that the bucket lacks; it returns
 // how many records it created.

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/mallocenv"
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/jetstream"
@@ -47,10 +48,10 @@ type serveFlags struct {
 // --provision (off for serve, create for dev).
 func addServeFlags(fs *flagSet, provision string) *serveFlags {
 	f := new(serveFlags)
-	fs.DurationVar(&f.patience, "patience", jobloop.DefaultPatience, "how long bulk jobs wait before they go to the engine, so its packer has more texts to choose from (interactive jobs wait none)")
-	fs.IntVar(&f.gatherTokens, "gather-tokens", 0, "estimated tokens of queued jobs that end the patience window early (0: max-batch-tokens x sessions)")
-	fs.IntVar(&f.inFlightTokens, "in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds; when full it stops pulling (0: 4 x gather-tokens; interactive jobs have a budget of their own)")
-	fs.IntVar(&f.interactive, "interactive-tokens", 0, "the one knob of this process's interactive capacity: estimated tokens of the requests and interactive jobs it holds (apart from the bulk budget, so a backlog never refuses a request; requests beyond it wait in a queue of up to 8 times as many tokens), also the engine's interactive admission budget and what a gateway sizes its calls by (0: 2 x gather-tokens)")
+	fs.DurationVar(&f.patience, "patience", 0, "deprecated, ignored: jobs go to the engine at once, whose one queue packs the texts of every job in flight")
+	fs.IntVar(&f.gatherTokens, "gather-tokens", 0, "deprecated: nothing waits to be gathered; a value still stands for max-batch-tokens x sessions in the defaults of --in-flight-tokens and --interactive-tokens (set those instead)")
+	fs.IntVar(&f.inFlightTokens, "in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds (in the engine's queue, running or publishing); when full it stops pulling (0: 4 x max-batch-tokens x sessions; interactive jobs have a budget of their own)")
+	fs.IntVar(&f.interactive, "interactive-tokens", 0, "the one knob of this process's interactive capacity: estimated tokens of the requests and interactive jobs it holds (apart from the bulk budget, so a backlog never refuses a request; requests beyond it wait in a queue of up to 8 times as many tokens), also the engine's interactive admission budget and what a gateway sizes its calls by (0: 2 x max-batch-tokens x sessions)")
 	fs.IntVar(&f.prefetchMax, "prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4")
 	fs.IntVar(&f.prefetchBytes, "prefetch-bytes", jetstream.DefaultPrefetchBytes, "byte cap of the jobs buffered ahead of the consumer: pull requests ask for no more than fits (raised to the server's max payload)")
 	fs.DurationVar(&f.grace, "grace", runtime.DefaultGrace, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed")
@@ -119,8 +120,18 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 	if c.Engine, err = ef.config(); err != nil {
 		return c, err
 	}
-	gather := gatherTokens(sf.gatherTokens, c.Engine)
-	interactive := interactiveTokens(sf.interactive, ef.interactive, gather, warn)
+	if sf.patience != 0 {
+		warn("warning: --patience (JETEMBED_PATIENCE) is deprecated and ignored: jobs go to the engine at once, whose one queue packs the texts of every job in flight\n")
+	}
+	if sf.gatherTokens > 0 {
+		warn("warning: --gather-tokens (JETEMBED_GATHER_TOKENS) is deprecated: nothing waits to be gathered; it still sizes the default budgets (4x in flight, 2x interactive): set --in-flight-tokens and --interactive-tokens instead\n")
+	}
+	runs := runTokens(sf.gatherTokens, c.Engine)
+	inFlight := sf.inFlightTokens
+	if inFlight <= 0 {
+		inFlight = 4 * runs
+	}
+	interactive := interactiveTokens(sf.interactive, ef.interactive, runs, warn)
 	// One interactive capacity: what the job loop takes in, the engine
 	// runs.
 	c.Engine.Engine.InteractiveTokens = interactive
@@ -141,10 +152,9 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		api = &runtime.APIConfig{Listen: sf.api.listen, Gateway: sf.api.config()}
 	}
 	c.Runtime = runtime.Config{
-		Objects: objects,
-		Check:   check,
-		Loop: jobloop.Config{Replies: replies, Patience: sf.patience, MaxBatchTokens: gather,
-			InFlightTokens: sf.inFlightTokens, InteractiveTokens: interactive},
+		Objects:        objects,
+		Check:          check,
+		Loop:           jobloop.Config{Replies: replies, InFlightTokens: inFlight, InteractiveTokens: interactive},
 		Blobs:          sf.blobs,
 		MaxResultBytes: int64(sf.maxResult),
 		PrefetchMax:    sf.prefetchMax,
@@ -161,17 +171,19 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 	return c, nil
 }
 
-// gatherTokens is --gather-tokens, or its default: what fills every
-// session's run once.
-func gatherTokens(flag int, ec engineConfig) int {
-	if flag > 0 {
-		return flag
+// runTokens is the padded tokens of one run of every session, which the
+// in-flight budgets default to multiples of: --max-batch-tokens (16384 by
+// default) x --sessions, or the deprecated --gather-tokens that stood for
+// it.
+func runTokens(gatherFlag int, ec engineConfig) int {
+	if gatherFlag > 0 {
+		return gatherFlag
 	}
-	gather := jobloop.DefaultMaxBatchTokens
+	run := engine.DefaultMaxBatchTokens
 	if ec.Engine.MaxBatchTokens > 0 {
-		gather = ec.Engine.MaxBatchTokens
+		run = ec.Engine.MaxBatchTokens
 	}
-	return gather * max(ec.Engine.Sessions, 1)
+	return run * max(ec.Engine.Sessions, 1)
 }
 
 // interactiveTokens is the process's one interactive capacity: the
@@ -180,7 +192,7 @@ func gatherTokens(flag int, ec engineConfig) int {
 // --engine-interactive-tokens, the second knob it replaced, is a
 // deprecated alias read when --interactive-tokens is not set (kept so that
 // deployments that set it, or its JETEMBED_ variable, still start).
-func interactiveTokens(flag, engineFlag, gather int, warn func(string, ...any)) int {
+func interactiveTokens(flag, engineFlag, runs int, warn func(string, ...any)) int {
 	n := flag
 	if engineFlag > 0 {
 		if n <= 0 {
@@ -189,7 +201,7 @@ func interactiveTokens(flag, engineFlag, gather int, warn func(string, ...any)) 
 		warn("warning: --engine-interactive-tokens (JETEMBED_ENGINE_INTERACTIVE_TOKENS) is deprecated: --interactive-tokens is the one interactive budget, the engine's included; using %d\n", n)
 	}
 	if n <= 0 {
-		n = 2 * gather
+		n = 2 * runs
 	}
 	return n
 }

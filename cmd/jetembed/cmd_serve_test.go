@@ -224,22 +224,27 @@ func TestServePrintConfig(t *testing.T) {
 	}
 }
 
-// TestServeBudgetFlags: the consumer's three token budgets reach the
-// worker's configuration as given, and the gather default follows the
-// engine's batch size and sessions. --interactive-tokens is the one
-// interactive knob: the engine's interactive admission is the same
-// number, its default is 2 x gather, and the old second knob
-// --engine-interactive-tokens is a deprecated alias of it.
+// TestServeBudgetFlags: the job loop's token budgets reach the runtime's
+// configuration as given, and their defaults follow the engine's batch
+// size and sessions (4 and 2 runs of every session). --interactive-tokens
+// is the one interactive knob: the engine's interactive admission is the
+// same number. The deprecated knobs still start and warn:
+// --engine-interactive-tokens is an alias of --interactive-tokens,
+// --gather-tokens still stands for a run of every session in the
+// defaults, and --patience is ignored.
 func TestServeBudgetFlags(t *testing.T) {
+	const runs = 2048 * 3
 	for _, tc := range []struct {
-		args              []string
-		interactive       int
-		deprecatedWarning bool
+		args                  []string
+		inFlight, interactive int
+		deprecatedWarning     bool
 	}{
-		{[]string{"--in-flight-tokens", "999", "--interactive-tokens", "1234"}, 1234, false},
-		{nil, 2 * 2048 * 3, false},
-		{[]string{"--engine-interactive-tokens", "4321"}, 4321, true},
-		{[]string{"--engine-interactive-tokens", "4321", "--interactive-tokens", "1234"}, 1234, true},
+		{[]string{"--in-flight-tokens", "999", "--interactive-tokens", "1234"}, 999, 1234, false},
+		{nil, 4 * runs, 2 * runs, false},
+		{[]string{"--engine-interactive-tokens", "4321"}, 4 * runs, 4321, true},
+		{[]string{"--engine-interactive-tokens", "4321", "--interactive-tokens", "1234"}, 4 * runs, 1234, true},
+		{[]string{"--gather-tokens", "1000"}, 4000, 2000, true},
+		{[]string{"--patience", "1s"}, 4 * runs, 2 * runs, true},
 	} {
 		var stderr strings.Builder
 		sc := addServeCommand(newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: &stderr}), true, true, "off")
@@ -248,11 +253,8 @@ func TestServeBudgetFlags(t *testing.T) {
 		if err != nil || done {
 			t.Fatalf("parse: done %v, %v", done, err)
 		}
-		if got := c.Runtime.Loop; got.InteractiveTokens != tc.interactive || got.MaxBatchTokens != 2048*3 {
-			t.Errorf("%q: job loop config %+v: want interactive %d, gather 6144", tc.args, got, tc.interactive)
-		}
-		if len(tc.args) > 1 && tc.args[0] == "--in-flight-tokens" && c.Runtime.Loop.InFlightTokens != 999 {
-			t.Errorf("in-flight %d, want 999", c.Runtime.Loop.InFlightTokens)
+		if got := c.Runtime.Loop; got.InteractiveTokens != tc.interactive || got.InFlightTokens != tc.inFlight {
+			t.Errorf("%q: job loop config %+v: want in flight %d, interactive %d", tc.args, got, tc.inFlight, tc.interactive)
 		}
 		if got := c.Engine.Engine.InteractiveTokens; got != tc.interactive {
 			t.Errorf("%q: engine interactive %d, want %d: the one knob", tc.args, got, tc.interactive)

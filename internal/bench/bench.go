@@ -153,7 +153,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	u.corpus = Corpus(cfg.Texts, cfg.Seed)
 	u.jobs = Jobs(u.corpus, cfg.Seed)
 	u.r.Jobs = len(u.jobs)
-	u.cc = jobloop.Config{MaxBatchTokens: jobloop.DefaultMaxBatchTokens * cfg.Sessions}
+	// As serve sizes it: 4 and 2 runs of 16384 tokens on every session.
+	u.cc = jobloop.Config{InFlightTokens: jobloop.DefaultInFlightTokens * cfg.Sessions, InteractiveTokens: jobloop.DefaultInteractiveTokens * cfg.Sessions}
 	u.r.InFlightTokens = u.cc.WithDefaults().InFlightTokens
 	u.logf("corpus: %d texts in %d jobs; model %s; %d session(s) x %d thread(s)", len(u.corpus), len(u.jobs), s.m.ID, cfg.Sessions, cfg.Threads)
 
@@ -309,7 +310,7 @@ func (u *suite) baselines(ctx context.Context) error {
 	}
 	u.logf("arrival-order batches of %d: %.1f texts/s", arrivalBatch, r.Arrival.PerSecond())
 	naive := &naiveEmbedder{s: u.s, pool: pool}
-	ncc := jobloop.Config{MaxBatchJobs: 1} // the runner pool bounds the runs at once
+	ncc := jobloop.Config{} // the runner pool bounds the runs at once
 	if r.Naive, err = bulkRun(ctx, naive, ncc, u.jobs); err != nil {
 		return fmt.Errorf("naive baseline: %w", err)
 	}

@@ -92,8 +92,8 @@ func (m *Metrics) Tokens(ctx context.Context, tokens, padded int) {
 	m.padded.Add(ctx, int64(padded))
 }
 
-// BatchTexts records the number of texts in one gathered batch (all texts of
-// all jobs of one fetch).
+// BatchTexts records the number of texts of one job's Embed call (the
+// engine's queue packs them with every other call's).
 func (m *Metrics) BatchTexts(ctx context.Context, n int) {
 	if m == nil {
 		return

@@ -39,8 +39,8 @@ type memberEnv struct {
 	log    *slog.Logger
 	// prefetch caps each member's pull loop (0: the worker's default).
 	prefetch int
-	// batchTokens and inFlight are the consumer's budgets (0: defaults).
-	batchTokens, inFlight int
+	// inFlight is the job loop's bulk budget (0: the default).
+	inFlight int
 }
 
 func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) {
@@ -75,7 +75,7 @@ func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) 
 	}
 	m.w, err = jetstream.StartWorker(ctx, m.nc, jetstream.WorkerConfig{
 		Config:      env.cfg,
-		Consumer:    jobloop.Config{Logger: env.log, MaxBatchTokens: env.batchTokens, InFlightTokens: env.inFlight},
+		Consumer:    jobloop.Config{Logger: env.log, InFlightTokens: env.inFlight},
 		Embedder:    jfleet.Wrap(m.eng, m.fl),
 		Sink:        func(c *jobloop.Loop) jetstream.Sink { return tracedSink{c: c, l: env.ledger, member: idx} },
 		PrefetchMax: env.prefetch,

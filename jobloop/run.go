@@ -4,78 +4,44 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/schema"
 )
 
-// batch is what one gathering pass took off the queue: the jobs that
-// run, each in its own Embed call, and those whose deadline had passed.
-type batch struct {
-	jobs    []*job
-	expired []*job
-}
-
-// gather waits for queued jobs and returns them once the oldest has
-// waited the patience window (which only gives the engine's packer more
-// texts to choose from), an interactive job is queued (interactive work
-// has no patience), or the queue holds MaxBatchTokens or MaxBatchJobs. It
-// returns nil when ctx is done or Drain began.
-func (c *Loop) gather(ctx context.Context) *batch {
-	var timer *time.Timer
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
+// next waits for admitted jobs and takes them all off the hand-off queue:
+// run are the jobs to run, each in its own Embed call (the engine's one
+// queue packs their texts with every other call's: nothing waits here to
+// be gathered), and expired those whose deadline passed while they waited
+// for room. ok is false once ctx is done or Drain began.
+func (c *Loop) next(ctx context.Context) (run, expired []*job, ok bool) {
 	for {
-		var wait <-chan time.Time
 		c.mu.Lock()
 		if ctx.Err() != nil || c.isDraining() {
 			c.mu.Unlock()
-			return nil
+			return nil, nil, false
 		}
 		if len(c.queue) > 0 {
 			now := c.cfg.Now()
-			left := c.cfg.Patience - now.Sub(c.queue[0].queued)
-			if left <= 0 || c.queuedInteractive > 0 || c.queuedTokens >= c.cfg.MaxBatchTokens || len(c.queue) >= c.cfg.MaxBatchJobs {
-				b := c.take(now)
-				c.mu.Unlock()
-				return b
+			for _, j := range c.queue {
+				if j.expired(now) {
+					expired = append(expired, j)
+				} else {
+					run = append(run, j)
+				}
 			}
-			if timer == nil {
-				timer = time.NewTimer(left)
-			} else {
-				timer.Reset(left)
-			}
-			wait = timer.C
+			clear(c.queue)
+			c.queue = c.queue[:0]
+			c.mu.Unlock()
+			return run, expired, true
 		}
 		c.mu.Unlock()
 		select {
 		case <-ctx.Done():
 		case <-c.draining:
 		case <-c.arrived:
-		case <-wait:
 		}
 	}
-}
-
-// take pops every queued job. Jobs past their deadline are set aside, not
-// run. c.mu is held.
-func (c *Loop) take(now time.Time) *batch {
-	b := &batch{}
-	for _, j := range c.queue {
-		if j.expired(now) {
-			b.expired = append(b.expired, j)
-		} else {
-			b.jobs = append(b.jobs, j)
-		}
-	}
-	clear(c.queue)
-	c.queue = c.queue[:0]
-	c.queuedTokens, c.queuedInteractive = 0, 0
-	return b
 }
 
 // runJob embeds one job's texts in its own Embed call (the engine's queue
