@@ -19,13 +19,6 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// tinyEngine opens the committed tiny hidden-state model on one CPU
-// session, with chunks small enough that a batch spans several.
-func tinyEngine(tb testing.TB) *engine.Engine {
-	tb.Helper()
-	return enginetest.Open(tb, engine.Config{Sessions: 1, MaxTokens: 24, MaxBatch: 4, MaxBatchTokens: 96})
-}
-
 // gatedRunner holds the session's first run until open is closed, and
 // says how many texts that run holds: the other calls' texts meanwhile
 // wait in the engine's queue, all of them, before any chunk is formed
@@ -89,6 +82,8 @@ func (r *results) PublishDLQ(context.Context, jobloop.DeadLetter, map[string][]s
 // the job's texts alone, although the engine packed the jobs together.
 func TestRealEngine(t *testing.T) {
 	gate := &gatedRunner{open: make(chan struct{}), first: make(chan int, 1)}
+	// The tiny hidden-state model on one CPU session, with chunks small
+	// enough that a job spans several.
 	e := enginetest.OpenWith(t, engine.Config{Sessions: 1, MaxTokens: 24, MaxBatch: 4, MaxBatchTokens: 96}, func(r engine.Runner) engine.Runner {
 		gate.Runner = r
 		return gate

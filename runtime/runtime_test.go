@@ -225,3 +225,50 @@ func TestRuntimeStopBeforeStart(t *testing.T) {
 		t.Error("Start after Stop: no error")
 	}
 }
+
+// TestRuntimeOneSampler: the process reads the jobs consumer's info from
+// one sampler only, at Config.Sample, whatever it feeds (the prefetch
+// bound, the gauges, the heartbeat and, with the fleet on, its idleness):
+// the server sees one consumer info request per period, not one per user.
+func TestRuntimeOneSampler(t *testing.T) {
+	r := newRig(t, true)
+	cfg := r.config(t, engine.Config{}, io.Discard)
+	cfg.Sample = 100 * time.Millisecond
+	cfg.Heartbeat = 50 * time.Millisecond
+	cfg.Fleet = runtime.FleetConfig{On: true}
+	cfg.Fleet.Member.IdleQuiet = 50 * time.Millisecond
+	cfg.Fleet.Member.Tick = 50 * time.Millisecond
+	var mu sync.Mutex
+	infos := 0
+	sub, err := r.nc.Subscribe("$JS.API.CONSUMER.INFO.>", func(*nats.Msg) {
+		mu.Lock()
+		infos++
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	rt, err := runtime.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rt.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Stop(ctx)
+	mu.Lock()
+	infos = 0
+	mu.Unlock()
+	const window = 2 * time.Second
+	time.Sleep(window) // counting requests over a span of wall time: the span is the measure
+	mu.Lock()
+	n := infos
+	mu.Unlock()
+	t.Logf("%d consumer info requests in %v", n, window)
+	if max := int(window/cfg.Sample) + 3; n > max || n < 5 {
+		t.Errorf("%d consumer info requests in %v with a sample every %v: want one sampler (%d at most)", n, window, cfg.Sample, max)
+	}
+}

@@ -92,15 +92,8 @@ func (fs *flagSet) DurationVar(p *time.Duration, name string, def time.Duration,
 	envVar(fs, p, name, def, usage, time.ParseDuration, false)
 }
 
-// AutoBool defines a flag that is "auto", "true" or "false" (a bare
-// --name means true), backed by its environment variable.
-func (fs *flagSet) AutoBool(name, def, usage string) *string {
-	p := new(string)
-	fs.AutoBoolVar(p, name, def, usage)
-	return p
-}
-
-// AutoBoolVar is [flagSet.AutoBool] into p.
+// AutoBoolVar defines a flag into p that is "auto", "true" or "false" (a
+// bare --name means true), backed by its environment variable.
 func (fs *flagSet) AutoBoolVar(p *string, name, def, usage string) {
 	parse := func(s string) (string, error) {
 		switch strings.ToLower(s) {
