@@ -13,7 +13,7 @@ import (
 	"github.com/jetembed/jetembed/jobloop"
 )
 
-// Sink takes the deliveries of the fetch loop; *jobloop.Consumer is one.
+// Sink takes the deliveries of the fetch loop; *jobloop.Loop is one.
 // Submit blocks while the sink's in-flight budget is full, which is how the
 // loop stops pulling: it does not ask for more than it has handed over.
 type Sink interface {
