@@ -68,10 +68,13 @@ func TestFleetLockHeldPastTTLUnderDomain(t *testing.T) {
 		return err
 	})
 	go func() { errs <- mb.Compile(ctx, 4, 256) }()
-	time.Sleep(3 * ttl)
-	if _, err := kv.Get(ctx, lock); err != nil {
-		t.Errorf("the lock after 3 TTLs of compiling: %v; want it renewed", err)
+	// The lock renewed across 3 TTLs of compiling: had it lapsed, b would
+	// have taken it.
+	fkv, err := jetstream.OpenKVStore(ctx, js, cfg.Engines.Name)
+	if err != nil {
+		t.Fatal(err)
 	}
+	renewedFor(t, fkv, 3*ttl, lock)
 	if n := b.warmed(4, 256); n != 0 {
 		t.Fatalf("b built 4x256 (%d runs) while a held the lock", n)
 	}

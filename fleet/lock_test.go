@@ -147,7 +147,7 @@ func TestFleetMemberKilledMidCompile(t *testing.T) {
 		return err
 	})
 	// Let the holder renew once, so the TTL runs from a renewal, then kill it.
-	time.Sleep(ttl/3 + 200*time.Millisecond)
+	renewedFor(t, store(t, srv.js, srv), time.Nanosecond, lock)
 	killed := time.Now()
 	nc.Close()
 

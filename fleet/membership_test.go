@@ -60,8 +60,16 @@ func TestFleetMembership(t *testing.T) {
 		}
 		return nil
 	})
-	// Live for longer than the TTL: the heartbeat renews the key.
-	time.Sleep(1500 * time.Millisecond)
+	// Live for longer than the TTL: the heartbeat renews the keys.
+	tab, err := fleet.Read(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, m := range tab.Members {
+		keys = append(keys, m.Key)
+	}
+	renewedFor(t, kv, 1500*time.Millisecond, keys...)
 	if tab, err := fleet.Read(ctx, kv); err != nil || len(tab.Members) != 3 {
 		t.Fatalf("after a TTL: %+v, %v; want 3 live members", tab.Members, err)
 	}

@@ -165,3 +165,33 @@ func waitPasses(t *testing.T, m *fleet.Member, count func(fleet.Stats) int64, n 
 		return nil
 	})
 }
+
+// renewedFor waits until every key has been renewed for span: a revision
+// of it was written (by the server's clock) span or more after the one
+// seen first. Any span above zero needs at least one renewal. A key that
+// is gone meanwhile fails the test at once: the renewals did not hold it.
+// Tests that check a key outlives its TTL wait on its renewals, not on a
+// guessed sleep.
+func renewedFor(t *testing.T, kv fleet.Store, span time.Duration, keys ...string) {
+	t.Helper()
+	first := map[string]fleet.Entry{}
+	for _, key := range keys {
+		e, err := kv.Get(context.Background(), key)
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		first[key] = e
+	}
+	natstest.CheckFor(t, span+10*time.Second, 10*time.Millisecond, func() error {
+		for _, key := range keys {
+			e, err := kv.Get(context.Background(), key)
+			if err != nil {
+				t.Fatalf("%s while it is renewed (revision %d at %v first): %v", key, first[key].Revision, first[key].Created, err)
+			}
+			if d := e.Created.Sub(first[key].Created); d < span || e.Revision == first[key].Revision {
+				return fmt.Errorf("%s renewed for %v of %v (revision %d, first %d)", key, d, span, e.Revision, first[key].Revision)
+			}
+		}
+		return nil
+	})
+}

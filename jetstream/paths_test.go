@@ -346,7 +346,12 @@ func TestRequestOverBudgetWaitsThenOverloaded(t *testing.T) {
 		res, _ := c.Embed(ctx, "waits its turn")
 		second <- res
 	}()
-	time.Sleep(200 * time.Millisecond) // the second is in the queue
+	natstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if st := w.cons.Stats(); st.Waiting != 1 {
+			return fmt.Errorf("%d waiting", st.Waiting)
+		}
+		return nil
+	})
 	start := time.Now()
 	res, err := c.Embed(ctx, "finds the queue full")
 	if res == nil || res.Error == nil || res.Error.Code != schema.CodeOverloaded || !res.Error.Retriable || time.Since(start) > time.Second {
