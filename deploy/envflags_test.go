@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	flagDef = regexp.MustCompile(`fs\.(?:String|Int|Bool|Duration|Float64)\(\s*"([a-z0-9-]+)"`)
+	flagDef = regexp.MustCompile(`fs\.(?:String|Int|Bool|AutoBool|Duration|Float64)?(?:Var)?\(\s*(?:&?[A-Za-z_][\w.]*(?:\([^)]*\))?,\s*)?"([a-z0-9-]+)"`)
 	envRef  = regexp.MustCompile(`JETEMBED_[A-Z][A-Z0-9_]*`)
 )
 
