@@ -10,6 +10,7 @@ import (
 	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jetstream/jstest"
 )
 
 // TestFleetLockHeldPastTTLUnderDomain: members on a leaf node reach the
@@ -31,9 +32,7 @@ func TestFleetLockHeldPastTTLUnderDomain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js := jsOf()
-	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
+	jstest.Provision(t, js, cfg)
 	const ttl = time.Second
 	join := func(e fleet.Engine, model, name string) *fleet.Member {
 		kv, err := jetstream.OpenKVStore(ctx, jsOf(), cfg.Engines.Name)

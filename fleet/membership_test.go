@@ -27,7 +27,7 @@ func TestFleetMembership(t *testing.T) {
 	mb := startMember(t, srv, b, model, "host-b/2", ttl)
 
 	// The dying member: its own connection, closed without leaving.
-	nc := connect(t, srv.url)
+	nc := connect(t, srv.URL)
 	djs, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestFleetMembership(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	kv := store(t, srv.js, srv)
+	kv := store(t, srv.JS, srv)
 	natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		tab, err := fleet.Read(ctx, kv)
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jetstream/jstest"
 	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -40,33 +41,13 @@ func testLogger(testing.TB) *slog.Logger {
 func openEngine(t testing.TB, cfg engine.Config) *engine.Engine { return enginetest.Open(t, cfg) }
 
 // server is a provisioned in-process NATS server.
-type server struct {
-	url string
-	cfg jetstream.Config
-	nc  *nats.Conn
-	js  natsjs.JetStream
-}
+type server = jstest.Server
 
+// newServer starts a server and provisions the tests' config changed by
+// edit: [jstest.Provisioned].
 func newServer(t testing.TB, edit func(*jetstream.Config)) *server {
 	t.Helper()
-	url := natstest.RunServer(t).ClientURL()
-	cfg := jetstream.DefaultConfig()
-	cfg.Consumer.AckWait = 5 * time.Second
-	cfg.Consumer.BackOff = nil
-	if edit != nil {
-		edit(&cfg)
-	}
-	nc := connect(t, url)
-	js, err := natsjs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return &server{url: url, cfg: cfg, nc: nc, js: js}
+	return jstest.Provisioned(t, edit)
 }
 
 // connect is a connection that rides out server restarts.
@@ -75,20 +56,16 @@ func connect(t testing.TB, url string) *nats.Conn { return natstest.Connect(t, u
 // store opens the engines bucket of srv through js as the fleet's store.
 func store(t testing.TB, js natsjs.JetStream, srv *server) *jetstream.KVStore {
 	t.Helper()
-	kv, err := jetstream.OpenKVStore(context.Background(), js, srv.cfg.Engines.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
+	return srv.Engines(t, js)
 }
 
 // startWorker runs a consumer on emb against srv, like serve does.
 func startWorker(t testing.TB, srv *server, emb engine.Embedder, cfg jobloop.Config, sink func(*jobloop.Loop) jetstream.Sink) {
 	t.Helper()
-	nc := connect(t, srv.url)
+	nc := connect(t, srv.URL)
 	cfg.Logger = testLogger(t)
 	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
-		Config: srv.cfg, Consumer: cfg, Embedder: emb, Sink: sink,
+		Config: srv.Config, Consumer: cfg, Embedder: emb, Sink: sink,
 		Service: jetstream.ServiceOptions{Version: "test"}, Logger: cfg.Logger,
 	})
 	if err != nil {
