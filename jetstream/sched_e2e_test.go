@@ -11,41 +11,22 @@ import (
 
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/fakes"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
-// gatedRunner is a real ONNX Runtime session whose runs of minSeq tokens
-// or more each wait for a token from gate: the test decides when long
-// (bulk) chunks finish, so "waits behind" is counted in runs, not time.
-type gatedRunner struct {
-	engine.Runner
-	gate   <-chan struct{}
-	open   <-chan struct{} // closed: no more waiting
-	minSeq int
-}
-
-func (g gatedRunner) Run(ctx context.Context, in engine.RunInput) (engine.RunOutput, error) {
-	if in.Seq >= g.minSeq {
-		select {
-		case <-g.gate:
-		case <-g.open:
-		case <-ctx.Done():
-			return engine.RunOutput{}, ctx.Err()
-		}
-	}
-	return g.Runner.Run(ctx, in)
-}
-
-// openGatedEngine is openEngine over gated sessions; the gate opens for
-// good when openAll is called, or the test ends.
+// openGatedEngine is openEngine over gated sessions (real ONNX Runtime
+// sessions whose runs of minSeq tokens or more each wait for a token from
+// gate: the test decides when long (bulk) chunks finish, so "waits
+// behind" is counted in runs, not time); the gate opens for good when openAll is called, or the test ends.
 func openGatedEngine(t *testing.T, cfg engine.Config, gate <-chan struct{}, minSeq int) (e *engine.Engine, openAll func()) {
 	t.Helper()
 	open := make(chan struct{})
 	openAll = sync.OnceFunc(func() { close(open) })
 	e = openEngineWith(t, cfg, func(r engine.Runner) engine.Runner {
-		return gatedRunner{Runner: r, gate: gate, open: open, minSeq: minSeq}
+		return &fakes.Runner{Runner: r, Gate: gate, Open: open, MinSeq: minSeq}
 	})
 	// Registered after the engine's Close, so it runs first: no run stays
 	// blocked while Close waits for the sessions.
