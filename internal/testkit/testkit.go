@@ -10,9 +10,11 @@ package testkit
 
 import (
 	"bytes"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -80,4 +82,88 @@ func Deps(t testing.TB, pkg string) []string {
 		t.Fatalf("go list -deps %s: %v", pkg, err)
 	}
 	return strings.Fields(string(out))
+}
+
+// Proc is a child process started by [StartProc]: its command, its
+// output (stdout and stderr, as the test reads it while it runs), and its
+// exit.
+type Proc struct {
+	Cmd  *exec.Cmd
+	Log  *Buffer
+	done chan struct{}
+	err  error
+}
+
+// StartProc starts cmd with its stdout and stderr into the Proc's Log,
+// failing the test if it cannot start. The caller stops it (a cleanup
+// with [Proc.Stop]), so that it decides the grace and what to log.
+func StartProc(t testing.TB, cmd *exec.Cmd) *Proc {
+	t.Helper()
+	p := &Proc{Cmd: cmd, Log: &Buffer{}, done: make(chan struct{})}
+	cmd.Stdout, cmd.Stderr = p.Log, p.Log
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	return p
+}
+
+// Done is closed once the process has exited.
+func (p *Proc) Done() <-chan struct{} { return p.done }
+
+// Err is the exit status, once Done is closed (nil before).
+func (p *Proc) Err() error {
+	select {
+	case <-p.done:
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// Running reports whether the process has not exited.
+func (p *Proc) Running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Signal sends sig to the process if it still runs.
+func (p *Proc) Signal(sig os.Signal) {
+	if p.Running() {
+		_ = p.Cmd.Process.Signal(sig)
+	}
+}
+
+// Kill ends the process with SIGKILL, as a crash or the OOM killer would,
+// and waits for it.
+func (p *Proc) Kill() {
+	p.Signal(os.Kill)
+	<-p.done
+}
+
+// Stop sends SIGTERM and waits for the exit, killing the process if it
+// has not exited after grace.
+func (p *Proc) Stop(grace time.Duration) {
+	p.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(grace):
+		p.Kill()
+	}
+}
+
+// Tail is the last n lines of s.
+func Tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }
