@@ -1,7 +1,7 @@
 // Package fakes holds the test doubles for engine's two seams that the
-// tests of several packages share: a [Runner] around a session (gated,
-// slow or failing runs, counted) and an [Embedder] around an engine
-// (gated or slow calls, each one recorded). Both wrap a real part and
+// tests of several packages share: a [Runner] around a session (gated or
+// failing runs, counted) and an [Embedder] around an engine (slow calls,
+// each one recorded). Both wrap a real part and
 // change only when its work finishes or whether it fails, so a test
 // decides the order of events instead of guessing it with a sleep.
 //
@@ -22,7 +22,7 @@ import (
 // Runner is an [engine.Runner] whose runs wait and fail as the test says.
 // Each run is counted, then Fail (nil: never) may fail it, then a run of
 // MinSeq tokens or more waits for a value from Gate (nil: no wait) until
-// Open is closed or its context ends, then it sleeps Delay, then it runs.
+// Open is closed or its context ends, then it runs.
 type Runner struct {
 	engine.Runner
 	// Fail returns the error the run fails with, or nil to run it.
@@ -32,17 +32,15 @@ type Runner struct {
 	Gate   <-chan struct{}
 	Open   <-chan struct{}
 	MinSeq int
-	// Delay is how long each run takes beyond the session's own time.
-	Delay time.Duration
-	// Runs counts Run calls (shared by the sessions of an engine when set;
-	// nil: the Runner's own).
+	// Runs, when set, counts the runs begun (one count can serve all the
+	// sessions of an engine).
 	Runs *atomic.Int64
-
-	own atomic.Int64
 }
 
 func (r *Runner) Run(ctx context.Context, in engine.RunInput) (engine.RunOutput, error) {
-	r.counter().Add(1)
+	if r.Runs != nil {
+		r.Runs.Add(1)
+	}
 	if r.Fail != nil {
 		if err := r.Fail(in); err != nil {
 			return engine.RunOutput{}, err
@@ -56,48 +54,25 @@ func (r *Runner) Run(ctx context.Context, in engine.RunInput) (engine.RunOutput,
 			return engine.RunOutput{}, ctx.Err()
 		}
 	}
-	if r.Delay > 0 {
-		time.Sleep(r.Delay)
-	}
 	return r.Runner.Run(ctx, in)
 }
 
-func (r *Runner) counter() *atomic.Int64 {
-	if r.Runs != nil {
-		return r.Runs
-	}
-	return &r.own
-}
-
-// Count is the number of Run calls so far.
-func (r *Runner) Count() int64 { return r.counter().Load() }
-
-// Embedder is an [engine.Embedder] whose calls wait as the test says and
-// are recorded: each call waits Hold if it is the first (the wait does not
-// end with its context: a call stuck in the engine), then for a value from
-// Gate (nil: no wait) or its context's end, then Delay or its context's
-// end (a slow engine), then it runs and its texts and report are kept.
+// Embedder is an [engine.Embedder] whose calls are slow as the test says
+// and are recorded: the first call waits Hold (a wait that does not end
+// with its context: a call stuck in the engine), every call waits Delay or
+// its context's end (a slow engine), then it runs and its report is kept.
 type Embedder struct {
 	engine.Embedder
-	Hold  time.Duration
-	Gate  <-chan struct{}
-	Delay time.Duration
+	Hold, Delay time.Duration
 
 	once    sync.Once
 	mu      sync.Mutex
-	texts   [][]engine.Text
 	reports []engine.CallReport
 }
 
 func (e *Embedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
 	if e.Hold > 0 {
 		e.once.Do(func() { time.Sleep(e.Hold) })
-	}
-	if e.Gate != nil {
-		select {
-		case <-e.Gate:
-		case <-ctx.Done():
-		}
 	}
 	if e.Delay > 0 {
 		select {
@@ -107,7 +82,6 @@ func (e *Embedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Emb
 	}
 	embs, rep, err := e.Embedder.Embed(ctx, texts)
 	e.mu.Lock()
-	e.texts = append(e.texts, texts)
 	e.reports = append(e.reports, rep)
 	e.mu.Unlock()
 	return embs, rep, err
@@ -117,14 +91,7 @@ func (e *Embedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Emb
 func (e *Embedder) Calls() int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return len(e.texts)
-}
-
-// Texts are the texts of each call, in the order the calls returned.
-func (e *Embedder) Texts() [][]engine.Text {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return append([][]engine.Text(nil), e.texts...)
+	return len(e.reports)
 }
 
 // Reports are the reports of each call, in the order the calls returned.
