@@ -83,6 +83,7 @@ func TestNoORTTelemetry(t *testing.T) {
 			cmd.Stdin = strings.NewReader(tc.stdin)
 			log := &testkit.Buffer{}
 			cmd.Stdout, cmd.Stderr = log, log
+			before := testkit.SnapshotFiles("/tmp/mat-debug-*.log") // other processes' (a pid is reused)
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +120,7 @@ func TestNoORTTelemetry(t *testing.T) {
 					return nil
 				})
 			}
-			if _, err := os.Stat(fmt.Sprintf("/tmp/mat-debug-%d.log", cmd.Process.Pid)); err == nil {
+			if before.Written(fmt.Sprintf("/tmp/mat-debug-%d.log", cmd.Process.Pid)) {
 				written = append(written, fmt.Sprintf("/tmp/mat-debug-%d.log", cmd.Process.Pid))
 			}
 			if len(written) > 0 {

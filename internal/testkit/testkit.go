@@ -12,6 +12,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -166,4 +167,33 @@ func Tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// Files are the files that match a glob pattern and their modification
+// times, taken before a child process runs, so that a file named after
+// the child (its pid) tells apart the child's writing from an older file
+// of the same name, left by a process that had the pid before it.
+type Files map[string]time.Time
+
+// SnapshotFiles takes [Files] of pattern.
+func SnapshotFiles(pattern string) Files {
+	f := Files{}
+	names, _ := filepath.Glob(pattern)
+	for _, n := range names {
+		if fi, err := os.Stat(n); err == nil {
+			f[n] = fi.ModTime()
+		}
+	}
+	return f
+}
+
+// Written reports whether path exists and is new since the snapshot or
+// was modified since.
+func (f Files) Written(path string) bool {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return false
+	}
+	was, ok := f[path]
+	return !ok || !fi.ModTime().Equal(was)
 }
