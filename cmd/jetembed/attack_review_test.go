@@ -1,0 +1,85 @@
+package main
+
+// The second attacker's review of tenancy (issue 21) and the HTTP API
+// (issue 24): producer-a, holding the shipped credentials of
+// deploy/nats/accounts.conf, against producer-b and the gateway tenant.
+// Every TestAttack* here failed on main when it was written; each names
+// the finding it reproduces.
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// TestAttackRerankRelay: the rerank endpoint answers a request it cannot
+// decode at once, to whatever reply-to the request names, without the
+// reply policy the embed and tokenize endpoints apply. producer-a's
+// malformed rerank request on its own endpoint, with producer-b's results
+// subject (or inbox) as its reply-to, is published there by the embedder
+// (whose permissions allow every tenant's results and inbox): a message of
+// producer-a's choosing, with the id of producer-b's job, lands in
+// producer-b's results stream and is read back by producer-b's client as
+// its job's result. It must get no answer at all, as on the embed endpoint.
+func TestAttackRerankRelay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	r := newTenancyRig(t, ctx)
+	a := connectProducer(t, r.url, r.caFile, "producer-a")
+	b := connectProducer(t, r.url, r.caFile, "producer-b")
+	caught := make(chan *nats.Msg, 16)
+	for _, subj := range []string{"_INBOX_producer-b.guess.>", "embed.results.producer-b.>"} {
+		if _, err := b.Subscribe(subj, func(m *nats.Msg) { caught <- m }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	hdr := nats.Header{schema.HeaderContentType: {schema.MediaTypeJSON}}
+	for _, c := range []struct{ subject, reply, body string }{
+		// Bad requests of every kind: no query, bad JSON, bad weights.
+		{"embed.v1.rerank.producer-a", "embed.results.producer-b.run.doc-1", `{"id":"doc-1","texts":["x"]}`},
+		{"embed.v1.rerank.producer-a", "_INBOX_producer-b.guess.1", `{"id":"doc-2","query":"q","texts":["x"],"weights":{"dense":-1,"sparse":0,"colbert":0}}`},
+		{"embed.v1.rerank.producer-a", "embed.results.producer-b.run.doc-3", `{"id":"doc-3",`},
+	} {
+		if err := a.PublishMsg(&nats.Msg{Subject: c.subject, Reply: c.reply, Header: hdr, Data: []byte(c.body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(3 * time.Second)
+	for done := false; !done; {
+		select {
+		case m := <-caught:
+			t.Errorf("producer-a's rerank request was answered on producer-b's %s: %s", m.Subject, m.Data)
+		case <-deadline:
+			done = true
+		}
+	}
+	if got := r.stored(t, ctx, "embed.results.producer-b.>"); len(got) != 0 {
+		t.Errorf("messages stored under producer-b's results: %v", got)
+		cb, err := jetstream.NewClient(b.Conn, jetstream.WithTenant("producer-b"), jetstream.WithRun("run"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for sr, err := range cb.Results(ctx, "run", jetstream.UntilCaughtUp()) {
+			if err != nil {
+				t.Logf("producer-b's reader: %v", err)
+				break
+			}
+			t.Errorf("producer-b's client reads a result of job %q on %s: error %v", sr.ID, sr.Subject, sr.Error)
+		}
+	}
+	_ = fmt.Sprint
+	_ = strings.TrimSpace
+}
