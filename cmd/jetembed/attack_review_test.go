@@ -8,7 +8,8 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -80,6 +81,77 @@ func TestAttackRerankRelay(t *testing.T) {
 			t.Errorf("producer-b's client reads a result of job %q on %s: error %v", sr.ID, sr.Subject, sr.Error)
 		}
 	}
-	_ = fmt.Sprint
-	_ = strings.TrimSpace
+
+	// The victim's CLI: producer-a forges the result of producer-b's next
+	// run's first job; producer-b's `submit --run victimrun` then finds
+	// it "already done" and writes the forged error as its line.
+	if err := a.PublishMsg(&nats.Msg{Subject: "embed.v1.rerank.producer-a", Reply: "embed.results.producer-b.victimrun.victimrun-0",
+		Header: hdr, Data: []byte(`{"id":"victimrun-0","texts":["x"]}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	in := filepath.Join(t.TempDir(), "in.jsonl")
+	if err := os.WriteFile(in, []byte(`{"id":"v1","text":"the victim's own text"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "out.jsonl")
+	code, _, errOut := r.cli(t, ctx, "producer-b", "submit", "--run", "victimrun", in, "-o", out)
+	if code != 0 || strings.Contains(errOut, "already done") {
+		t.Errorf("victim's submit after producer-a's forged answer: exit %d: %s", code, errOut)
+	}
+	if lines := readOutput(t, out); len(lines) != 1 || lines[0].Error != nil || len(lines[0].Dense) == 0 {
+		t.Errorf("victim's output: %+v", lines)
+	}
+}
+
+// TestAttackGatewayUserServiceInfoRelay: the gateway user may publish to
+// $SRV.INFO.embed (for /health and the members' capacity) with any
+// reply-to, and the micro service's discovery handler answers wherever it
+// is told, with the embedder's permissions (every tenant's results and
+// inboxes). As the gateway tenant, one publish per member stores a message
+// in producer-b's results stream (read back by producer-b's client as a
+// result) or lands in producer-b's inbox. A tenant must not write into
+// another tenant's space, whatever it asks the service.
+func TestAttackGatewayUserServiceInfoRelay(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	r := newTenancyRig(t, ctx)
+	gw := connectProducer(t, r.url, r.caFile, "gateway")
+	b := connectProducer(t, r.url, r.caFile, "producer-b")
+	caught := make(chan *nats.Msg, 16)
+	for _, subj := range []string{"_INBOX_producer-b.guess.>", "embed.results.producer-b.>"} {
+		if _, err := b.Subscribe(subj, func(m *nats.Msg) { caught <- m }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, reply := range []string{"embed.results.producer-b.run.doc-1", "_INBOX_producer-b.guess.1"} {
+		if err := gw.PublishRequest("$SRV.INFO.embed", reply, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := gw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-gw.violations:
+		t.Fatalf("the gateway user may not ask for INFO: %v", err)
+	case <-time.After(2 * time.Second):
+	}
+	for done := false; !done; {
+		select {
+		case m := <-caught:
+			t.Errorf("the gateway user's INFO request was answered on producer-b's %s (%d bytes)", m.Subject, len(m.Data))
+		default:
+			done = true
+		}
+	}
+	if got := r.stored(t, ctx, "embed.results.producer-b.>"); len(got) != 0 {
+		t.Errorf("messages stored under producer-b's results: %v", got)
+	}
 }
