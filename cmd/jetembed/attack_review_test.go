@@ -155,3 +155,32 @@ func TestAttackGatewayUserServiceInfoRelay(t *testing.T) {
 		t.Errorf("messages stored under producer-b's results: %v", got)
 	}
 }
+
+// TestAttackTokenizeAnswerOverMaxPayload: a tokenize request well under
+// the server's max payload (150 KB here, 256 KiB allowed) whose answer is
+// over it (ids, token strings and flags for every token: about 2.5 times
+// the text, more for short tokens) gets no answer at all: the publish of
+// the answer fails, the service logs it, and the requester waits for its
+// timeout (through the gateway, a slot held for the whole --api-timeout
+// and then 504). Every request must be answered: the tokens, or an error
+// with a code (result_too_large) in time.
+func TestAttackTokenizeAnswerOverMaxPayload(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	r := newTenancyRig(t, ctx)
+	a := connectProducer(t, r.url, r.caFile, "producer-a")
+	text := strings.Repeat("hello world ", 50<<10/12)
+	body := `{"id":"t3","texts":["` + text + `","` + text + `","` + text + `"]}`
+	if len(body) >= tenancyMaxPayload {
+		t.Fatalf("the request (%d bytes) is over the max payload", len(body))
+	}
+	m, err := a.RequestMsg(&nats.Msg{Subject: "embed.v1.tokenize.producer-a", Header: nats.Header{schema.HeaderContentType: {schema.MediaTypeJSON}},
+		Data: []byte(body)}, 10*time.Second)
+	if err != nil {
+		t.Fatalf("a tokenize request of %d bytes: %v", len(body), err)
+	}
+	res, err := schema.DecodeTokenizeResult(m.Data, schema.EncodingJSON)
+	if err != nil || (res.Error == nil && len(res.Items) != 3) {
+		t.Errorf("answer %+v, %v", res, err)
+	}
+}
