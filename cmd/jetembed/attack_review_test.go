@@ -8,6 +8,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -182,5 +184,106 @@ func TestAttackTokenizeAnswerOverMaxPayload(t *testing.T) {
 	res, err := schema.DecodeTokenizeResult(m.Data, schema.EncodingJSON)
 	if err != nil || (res.Error == nil && len(res.Items) != 3) {
 		t.Errorf("answer %+v, %v", res, err)
+	}
+}
+
+// TestAttackRerankRelayPurgesBlobs: the rerank endpoint's unchecked
+// answer (TestAttackRerankRelay) goes to any subject the embedder may
+// publish to, and the embedder may purge the blobs stream
+// ($JS.API.STREAM.PURGE.OBJ_EMBED_BLOBS). A malformed msgpack rerank
+// request of producer-a's, its reply-to that API subject, makes the
+// embedder send its msgpack error answer there: the server reads a body
+// that is not a JSON object as "purge everything", and every tenant's
+// sealed results are gone. producer-b's stored reference then names a
+// blob that no longer exists, and its `jetembed results` loses the
+// result. One message of a tenant must never delete another's results.
+func TestAttackRerankRelayPurgesBlobs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	r := newTenancyRig(t, ctx)
+	b := connectProducer(t, r.url, r.caFile, "producer-b")
+	bjs, err := natsjs.New(b.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// producer-b's ColBERT result, too large for one message: a blob.
+	texts := longTexts(3)
+	job, _ := json.Marshal(map[string]any{"v": 1, "id": "bigrun-0", "texts": texts, "outputs": []string{"colbert"},
+		"reply": "embed.results.producer-b.bigrun.bigrun-0", "meta": map[string]any{"lines": []string{"b0", "b1", "b2"}}})
+	if _, err := bjs.PublishMsg(ctx, &nats.Msg{Subject: "embed.jobs.producer-b.bigrun.bigrun-0",
+		Header: nats.Header{schema.HeaderContentType: {schema.MediaTypeJSON}}, Data: job}); err != nil {
+		t.Fatal(err)
+	}
+	r.settled(t, ctx)
+	blobs, err := r.pjs.Stream(ctx, "OBJ_EMBED_BLOBS")
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := blobs.Info(ctx)
+	if err != nil || before.State.Msgs == 0 {
+		t.Fatalf("producer-b's result made no blob: %+v, %v", before, err)
+	}
+
+	a := connectProducer(t, r.url, r.caFile, "producer-a")
+	// A msgpack map that is no rerank request: fixmap of one entry, key
+	// "id", no value.
+	if err := a.PublishMsg(&nats.Msg{Subject: "embed.v1.rerank.producer-a", Reply: "$JS.API.STREAM.PURGE.OBJ_EMBED_BLOBS",
+		Data: []byte{0x81, 0xa2, 'i', 'd'}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second)
+	after, err := blobs.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.State.Msgs < before.State.Msgs {
+		t.Errorf("one message of producer-a's purged EMBED_BLOBS: %d messages before, %d after", before.State.Msgs, after.State.Msgs)
+	}
+	out := filepath.Join(t.TempDir(), "back.jsonl")
+	if code, stdout, errOut := r.cli(t, ctx, "producer-b", "results", "bigrun", "-o", out); code != 0 {
+		t.Errorf("producer-b: results: exit %d: %s%s", code, stdout, errOut)
+	}
+}
+
+// TestAttackRelaysPoisonEnginesBucket: the same two relays (the rerank
+// endpoint's unchecked answer, as producer-a; the service's discovery
+// answer, as the gateway user) write into the EMBED_ENGINES bucket, which
+// the embedder may put into: the JSON answer decodes as a shape record
+// (its fields are unknown to one, so it is the empty record), and every
+// member takes the key as a shape compiled by a peer, queues its
+// pre-warm and counts it toward the fleet's warmed ceiling (the JIT
+// guard's bound). A tenant must not write the fleet's bucket.
+func TestAttackRelaysPoisonEnginesBucket(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	r := newTenancyRig(t, ctx)
+	a := connectProducer(t, r.url, r.caFile, "producer-a")
+	gw := connectProducer(t, r.url, r.caFile, "gateway")
+	model := strings.ReplaceAll(r.s.logField(t, "ready", "model"), "@", "_")
+	keys := []string{model + ".cpu.b8.s512", model + ".cpu.b4.s256"}
+	if err := a.PublishMsg(&nats.Msg{Subject: "embed.v1.rerank.producer-a", Reply: "$KV.EMBED_ENGINES." + keys[0],
+		Header: nats.Header{schema.HeaderContentType: {schema.MediaTypeJSON}}, Data: []byte(`{"id":"x"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := gw.PublishRequest("$SRV.INFO.embed", "$KV.EMBED_ENGINES."+keys[1], nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, nc := range []*nats.Conn{a.Conn, gw.Conn} {
+		if err := nc.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	kv, err := r.pjs.KeyValue(ctx, "EMBED_ENGINES")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, key := range keys {
+		if e, err := kv.Get(ctx, key); err == nil {
+			t.Errorf("relay %d wrote the engines bucket: %s = %.80q", i, key, e.Value())
+		}
 	}
 }
