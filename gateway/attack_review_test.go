@@ -40,3 +40,22 @@ func TestAttackDeclaredLengthHoldsBodyBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackRerankHugeWeights: weights are checked to be finite and not
+// negative, but not bounded: 1e308 each makes every score +Inf, which
+// JSON cannot carry, and the caller's own bad parameter is answered
+// 502 fleet_error (a fault of the fleet, in the metrics and alerts) on
+// both rerank routes; on NATS, a JSON request gets "internal". A weight
+// that cannot give a finite score is a bad request: 400 invalid_weights.
+func TestAttackRerankHugeWeights(t *testing.T) {
+	r := newRig(t, true, nil)
+	for _, c := range []struct{ path, body string }{
+		{"/rerank", `{"query":"q","texts":["a","b"],"weights":{"dense":1e308,"sparse":1e308,"colbert":1e308}}`},
+		{"/v1/rerank", `{"query":"q","documents":["a","b"],"weights":{"dense":1e308,"sparse":1e308,"colbert":1e308}}`},
+	} {
+		a := r.post(t, c.path, c.body)
+		if a.status != 400 {
+			t.Errorf("%s with weights of 1e308: %d %s", c.path, a.status, a.body)
+		}
+	}
+}
