@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -284,6 +285,64 @@ func TestAttackRelaysPoisonEnginesBucket(t *testing.T) {
 	for i, key := range keys {
 		if e, err := kv.Get(ctx, key); err == nil {
 			t.Errorf("relay %d wrote the engines bucket: %s = %.80q", i, key, e.Value())
+		}
+	}
+}
+
+// TestAttackJobsStreamSequenceOracle: producer-a may publish jobs on its
+// own subjects only, but a publish may carry
+// Nats-Expected-Last-Subject-Sequence-Subject, which makes the server
+// check the expectation against any subject or filter of the jobs stream
+// and, when it fails, answer the real last sequence there. producer-a
+// thus reads whether producer-b has jobs queued (embed.jobs.producer-b.>),
+// the stream sequence of its last one, and whether a job of a given run
+// and id is waiting (its exact subject): the queue of another tenant,
+// read from outside. The fleet's and the client's own headers never need
+// the -Subject form; the jobs stream must not answer it for another
+// tenant's subjects (a tenant's job publish carrying it can be refused
+// by the permissions only with the publisher's help, so the fix is in
+// where producers may publish or what the stream accepts).
+func TestAttackJobsStreamSequenceOracle(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	r := &tenancyRig{}
+	r.url, r.caFile = runTenancyServer(t)
+	if code, out, errOut := runCmd(t, ctx, append([]string{"provision"}, r.as(t, "provisioner")...)...); code != 0 {
+		t.Fatalf("provision: exit %d: %s%s", code, out, errOut)
+	}
+	// No fleet: the jobs stay queued. producer-a's own two first.
+	a := connectProducer(t, r.url, r.caFile, "producer-a")
+	ajs, err := natsjs.New(a.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if _, err := ajs.Publish(ctx, fmt.Sprintf("embed.jobs.producer-a.own.%d", i), []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b := connectProducer(t, r.url, r.caFile, "producer-b")
+	cb, err := jetstream.NewClient(b.Conn, jetstream.WithTenant("producer-b"), jetstream.WithRun("secretrun"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err := cb.Submit(ctx, schema.NewJob("doc-7", "producer-b's text"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe := func(filter string) string {
+		_, err := ajs.PublishMsg(ctx, &nats.Msg{Subject: "embed.jobs.producer-a.probe.x", Data: []byte("x"),
+			Header: nats.Header{"Nats-Expected-Last-Subject-Sequence": {"999999999"}, "Nats-Expected-Last-Subject-Sequence-Subject": {filter}}})
+		if err == nil {
+			return ""
+		}
+		return err.Error()
+	}
+	want := fmt.Sprintf("wrong last sequence: %d", ack.Sequence)
+	for _, filter := range []string{"embed.jobs.producer-b.>", "embed.jobs.producer-b.secretrun.doc-7"} {
+		if got := probe(filter); strings.Contains(got, want) {
+			t.Errorf("producer-a reads producer-b's queue through %s: %s (producer-b's job is seq %d; a job that is not there reads: %s)",
+				filter, got, ack.Sequence, probe("embed.jobs.producer-b.secretrun.doc-8"))
 		}
 	}
 }
