@@ -346,3 +346,71 @@ func TestAttackJobsStreamSequenceOracle(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackRequestQueueFairness: every tenant's requests arrive on one
+// subscription of the service (embed.v1.embed.*, handled in order) and
+// wait in one request queue (issue 24: up to 8 x --interactive-tokens,
+// first come first served). producer-a floods its own endpoint with
+// requests sent without waiting for their answers: the queue stays full,
+// every refusal costs the service a flushed answer, the subscription
+// falls behind and nats.go drops what is over its pending limits ("slow
+// consumer, messages dropped"). producer-b's occasional small request is
+// then refused overloaded, or dropped with no answer at all. One
+// tenant's flood must not drop or starve another's requests: a pending
+// buffer and a queue share per tenant (or round-robin admission by
+// tenant), and a refusal that costs less than the request.
+func TestAttackRequestQueueFairness(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	r := &tenancyRig{}
+	r.url, r.caFile = runTenancyServer(t)
+	if code, out, errOut := runCmd(t, ctx, append([]string{"provision"}, r.as(t, "provisioner")...)...); code != 0 {
+		t.Fatalf("provision: exit %d: %s%s", code, out, errOut)
+	}
+	r.s = startOps(t, r.url, append(r.as(t, "embedder"), "--provision=off", "--http", "", "--interactive-tokens", "8192")...)
+	r.s.waitReady(t)
+	a := connectProducer(t, r.url, r.caFile, "producer-a")
+	b := connectProducer(t, r.url, r.caFile, "producer-b")
+	hdr := nats.Header{schema.HeaderContentType: {schema.MediaTypeJSON}}
+	stop := make(chan struct{})
+	flooded := make(chan struct{})
+	go func() {
+		defer close(flooded)
+		text := strings.Repeat("flood words ", 250)
+		big, _ := json.Marshal(map[string]any{"id": "flood", "texts": []string{text, text, text, text, text, text, text, text}})
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = a.PublishMsg(&nats.Msg{Subject: "embed.v1.embed.producer-a", Reply: fmt.Sprintf("_INBOX_producer-a.flood.%d", i), Header: hdr, Data: big})
+			if i%50 == 49 {
+				_ = a.Flush()
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}()
+	defer func() { close(stop); <-flooded }()
+	time.Sleep(500 * time.Millisecond)
+	refused, lost := 0, 0
+	const calls = 5
+	for i := range calls {
+		m, err := b.RequestMsg(&nats.Msg{Subject: "embed.v1.embed.producer-b", Header: hdr, Data: fmt.Appendf(nil, `{"id":"b%d","texts":["small"]}`, i)}, 3*time.Second)
+		if err != nil {
+			lost++
+			continue
+		}
+		if m.Header.Get(schema.HeaderErrorCode) != "" {
+			refused++
+			if refused == 1 {
+				t.Logf("producer-b's request %d: %s", i, m.Data)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if refused+lost > 0 {
+		t.Errorf("producer-b's small requests: %d of %d refused, %d never answered (the service's one subscription for every tenant's endpoint, embed.v1.embed.*, overflowed: nats.go drops what is over its pending limits) while producer-a flooded its own endpoint",
+			refused, calls, lost)
+	}
+}
