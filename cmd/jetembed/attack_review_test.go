@@ -19,6 +19,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -412,5 +413,58 @@ func TestAttackRequestQueueFairness(t *testing.T) {
 	if refused+lost > 0 {
 		t.Errorf("producer-b's small requests: %d of %d refused, %d never answered (the service's one subscription for every tenant's endpoint, embed.v1.embed.*, overflowed: nats.go drops what is over its pending limits) while producer-a flooded its own endpoint",
 			refused, calls, lost)
+	}
+}
+
+// TestAttackBulkBacklogStarvesOthers: every tenant's jobs are one work
+// queue (EMBED_JOBS, one durable consumer, delivered in stream order), so
+// a backlog of producer-a's delays producer-b's job by all of it: here
+// producer-b's one job, published after 2000 of producer-a's, is done
+// only once (nearly) all of them are. A tenant's backlog must not put
+// every other tenant behind it: per-tenant fetching (a consumer or a
+// priority group per tenant, taken round-robin) or a per-tenant share of
+// the in-flight budget.
+func TestAttackBulkBacklogStarvesOthers(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 180*time.Second)
+	defer cancel()
+	r := newTenancyRig(t, ctx)
+	a := connectProducer(t, r.url, r.caFile, "producer-a")
+	ajs, err := natsjs.New(a.Conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const backlog = 2000
+	hdr := nats.Header{schema.HeaderContentType: {schema.MediaTypeJSON}}
+	for i := range backlog {
+		data := fmt.Appendf(nil, `{"id":"f%d","texts":["producer-a's backlog, job %d"],"reply":"embed.results.producer-a.flood.f%d"}`, i, i, i)
+		if _, err := ajs.PublishMsgAsync(&nats.Msg{Subject: fmt.Sprintf("embed.jobs.producer-a.flood.f%d", i), Header: hdr, Data: data}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-ajs.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("backlog not published")
+	}
+	b := connectProducer(t, r.url, r.caFile, "producer-b")
+	cb, err := jetstream.NewClient(b.Conn, jetstream.WithTenant("producer-b"), jetstream.WithRun("run"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cb.Submit(ctx, schema.NewJob("doc-1", "producer-b's one text")); err != nil {
+		t.Fatal(err)
+	}
+	natstest.CheckFor(t, 150*time.Second, 20*time.Millisecond, func() error {
+		if len(r.stored(t, ctx, "embed.results.producer-b.>")) == 0 {
+			return fmt.Errorf("producer-b's result not stored yet")
+		}
+		return nil
+	})
+	var done uint64
+	for _, n := range r.stored(t, ctx, "embed.results.producer-a.>") {
+		done += n
+	}
+	if done > backlog/2 {
+		t.Errorf("producer-b's one job was done after %d of producer-a's %d earlier jobs", done, backlog)
 	}
 }
