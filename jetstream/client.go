@@ -25,6 +25,8 @@ var (
 	ErrNoService = client.ErrNoService
 	// ErrBadResult is [client.ErrBadResult].
 	ErrBadResult = client.ErrBadResult
+	// ErrForeignResult is [client.ErrForeignResult].
+	ErrForeignResult = client.ErrForeignResult
 )
 
 // NewClient is [client.New].

@@ -10,6 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
+
+	"github.com/jetembed/jetembed/schema"
 )
 
 // ServiceMember is what one member of the embed service says about itself
@@ -38,6 +40,39 @@ const MetaInteractiveTokens = "interactive_tokens"
 // tokens (the model's maximum, or serve's --max-tokens).
 const MetaMaxTokens = "max_tokens"
 
+// The info endpoint: every member of the service answers a request on
+// embed.v1.info (and embed.v1.info.<tenant>) with its micro service info,
+// as $SRV.INFO.embed would, but only to a reply its reply policy allows:
+// micro's own $SRV handlers answer any reply subject with the embedder's
+// permissions, so only operators may publish $SRV (see
+// deploy/nats/accounts.conf); tenants (the gateway) read the members'
+// capacity here.
+const (
+	InfoName    = "info"
+	InfoSubject = "embed.v1.info"
+)
+
+// info answers a request of the info endpoint with this member's info.
+func (s *service) info(it queued) {
+	body, err := json.Marshal(s.Service.Info())
+	if err != nil {
+		s.answerErr(it, schema.Errorf(schema.CodeInternal, "the info does not encode"))
+		return
+	}
+	h := micro.Headers{schema.HeaderContentType: {schema.MediaTypeJSON}}
+	if err := it.req.Respond(body, micro.WithHeaders(h)); err != nil {
+		s.answerFailed(it.req, err)
+	}
+}
+
+// infoSubject is the info endpoint of tenant ("" for the bare one).
+func infoSubject(tenant string) string {
+	if tenant == "" {
+		return InfoSubject
+	}
+	return InfoSubject + "." + tenant
+}
+
 func memberOf(info micro.Info) ServiceMember {
 	m := ServiceMember{ID: info.ID, Version: info.Version, Model: info.Metadata["model"]}
 	if n, err := strconv.Atoi(info.Metadata[MetaInteractiveTokens]); err == nil && n > 0 {
@@ -50,13 +85,17 @@ func memberOf(info micro.Info) ServiceMember {
 }
 
 // PingService asks the embed service who serves it: the first member to
-// answer $SRV.INFO.embed, bounded by ctx (give it a deadline). When no
-// member is subscribed the error wraps [ErrNoService].
+// answer its bare info endpoint ([InfoSubject]), bounded by ctx (give it a
+// deadline). When no member is subscribed the error wraps [ErrNoService].
+// A tenant asks [PingTenant].
 func PingService(ctx context.Context, nc *nats.Conn) (ServiceMember, error) {
-	subject, err := micro.ControlSubject(micro.InfoVerb, ServiceName, "")
-	if err != nil {
-		return ServiceMember{}, err
-	}
+	return PingTenant(ctx, nc, "")
+}
+
+// PingTenant is [PingService] on tenant's info endpoint
+// (embed.v1.info.<tenant>), the one its permissions allow.
+func PingTenant(ctx context.Context, nc *nats.Conn, tenant string) (ServiceMember, error) {
+	subject := infoSubject(tenant)
 	msg, err := nc.RequestWithContext(ctx, subject, nil)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return ServiceMember{}, fmt.Errorf("%w on %s: %w", ErrNoService, subject, err)
@@ -72,14 +111,18 @@ func PingService(ctx context.Context, nc *nats.Conn) (ServiceMember, error) {
 }
 
 // ServiceMembers asks every member of the embed service who it is: the
-// $SRV.INFO.embed answers that arrive until linger has passed after the
-// first one (or ctx ends), one per member. When none answers the error
-// wraps [ErrNoService].
+// answers on its bare info endpoint ([InfoSubject]) that arrive until
+// linger has passed after the first one (or ctx ends), one per member.
+// When none answers the error wraps [ErrNoService]. A tenant asks
+// [TenantMembers].
 func ServiceMembers(ctx context.Context, nc *nats.Conn, linger time.Duration) ([]ServiceMember, error) {
-	subject, err := micro.ControlSubject(micro.InfoVerb, ServiceName, "")
-	if err != nil {
-		return nil, err
-	}
+	return TenantMembers(ctx, nc, "", linger)
+}
+
+// TenantMembers is [ServiceMembers] on tenant's info endpoint
+// (embed.v1.info.<tenant>).
+func TenantMembers(ctx context.Context, nc *nats.Conn, tenant string, linger time.Duration) ([]ServiceMember, error) {
+	subject := infoSubject(tenant)
 	inbox := nc.NewInbox()
 	sub, err := nc.SubscribeSync(inbox)
 	if err != nil {

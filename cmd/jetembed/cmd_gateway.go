@@ -244,7 +244,8 @@ func startAPI(ctx context.Context, log *slog.Logger, gf *gatewayFlags, w *jetstr
 
 // gatewayFleet is the gateway's view of the fleet: request-reply through
 // the producer client (embed, rerank and tokenize), liveness and capacity
-// through the service's $SRV.INFO.
+// through the service's info endpoint of its tenant (embed.v1.info.<tenant>,
+// which answers only inside the tenant's space: $SRV is for operators).
 type gatewayFleet struct {
 	client *client.Client
 	nc     *jetstream.Conn
@@ -293,7 +294,7 @@ func (f localFleet) Ping(context.Context) (gateway.Member, error) {
 }
 
 func (f gatewayFleet) Ping(ctx context.Context) (gateway.Member, error) {
-	m, err := jetstream.PingService(ctx, f.nc)
+	m, err := jetstream.PingTenant(ctx, f.nc, f.client.Tenant())
 	if err != nil {
 		return gateway.Member{}, noMember(err)
 	}
@@ -305,7 +306,7 @@ func (f gatewayFleet) Ping(ctx context.Context) (gateway.Member, error) {
 const memberLinger = 100 * time.Millisecond
 
 func (f gatewayFleet) Members(ctx context.Context) ([]gateway.Member, error) {
-	ms, err := jetstream.ServiceMembers(ctx, f.nc, memberLinger)
+	ms, err := jetstream.TenantMembers(ctx, f.nc, f.client.Tenant(), memberLinger)
 	if err != nil {
 		return nil, noMember(err)
 	}

@@ -236,8 +236,17 @@ func (c *Consumer) safeAdmit(d Delivery, now time.Time) (j *job, jobErr error) {
 		if p := recover(); p != nil {
 			c.cfg.Logger.Error("decoding a job panicked", "panic", fmt.Sprint(p), "delivered", d.NumDelivered)
 			j = &job{d: d, id: header(d.Header, schema.HeaderMsgID), queued: now, lastTouch: now}
-			j.reply, _ = c.replyOf(j)
 			jobErr = schema.Errorf(schema.CodeInternal, "internal error decoding the job")
+			// The reply is checked here too: a request whose reply is
+			// outside its tenant's space gets no answer, panic or not.
+			var tenantErr *schema.Error
+			if j.tenant, tenantErr = c.tenantOf(d); tenantErr != nil {
+				jobErr = tenantErr
+			} else if reply, replyErr := c.replyOf(j); replyErr != nil {
+				jobErr = replyErr
+			} else {
+				j.reply = reply
+			}
 		}
 	}()
 	j, se := c.admit(d, now)

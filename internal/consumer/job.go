@@ -73,7 +73,16 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 	if !d.Received.IsZero() {
 		j.lastTouch = d.Received
 	}
-	sj, items, jobErr := c.cfg.Limits.DecodeJob(d.Data, j.enc)
+	var (
+		sj     *schema.Job
+		items  []*schema.Error
+		jobErr *schema.Error
+	)
+	if d.Refusal != nil {
+		jobErr = d.Refusal
+	} else {
+		sj, items, jobErr = c.cfg.Limits.DecodeJob(d.Data, j.enc)
+	}
 	j.wire, j.items = sj, items
 	if sj != nil {
 		j.id = sj.ID
