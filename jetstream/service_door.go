@@ -200,10 +200,21 @@ func (s *service) shutdown() {
 			s.metrics.RequestsShed(s.ctx, ShedStopping, 1)
 			s.answerErr(it, schema.Errorf(schema.CodeEngineUnavailable, "the service is stopping"))
 		}
-		s.workers.Wait()
+		// Workers only decode and queue; one that does not return (a
+		// sink that blocks) must not hold the stop forever.
+		done := make(chan struct{})
+		go func() { s.workers.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(stopWait):
+			s.log.Warn("service stop: request workers still busy", "waited", stopWait)
+		}
 		s.stopSlow()
 	})
 }
+
+// stopWait bounds how long Stop waits for the request workers.
+const stopWait = 10 * time.Second
 
 // resultErrBody is an embed endpoint's error answer: a result with no id.
 func resultErrBody(enc schema.Encoding, se *schema.Error) []byte {

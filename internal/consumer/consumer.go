@@ -45,11 +45,10 @@ type Consumer struct {
 	// [1], each against its own budget.
 	heldTokens [2]int
 	// waitReq are the request-reply deliveries waiting for interactive
-	// room, in arrival order, and waitTokens their cost (see
-	// requests.go); meter measures the interactive drain rate.
-	waitReq    []*job
-	waitTokens int
-	meter      drainMeter
+	// room, per tenant in arrival order (see requests.go); meter measures
+	// the interactive drain rate.
+	waitReq waitQueue
+	meter   drainMeter
 	// stopped is set once the queue was given back: nothing joins it
 	// after that.
 	stopped    bool
@@ -136,10 +135,12 @@ func (c *Consumer) isDraining() bool {
 // Submit blocks until there is room, ctx is done (the delivery is NAKed
 // without delay and ctx's error returned) or Drain begins (NAKed,
 // [ErrDraining]). A request-reply delivery (Respond set) never blocks
-// Submit: it waits in a queue of its own, first come first served, and is
-// answered overloaded (Submit returns [ErrOverloaded]) only when that
-// queue is full or it could not start before its deadline at the measured
-// drain rate (see requests.go); a bulk backlog never fills its budget.
+// Submit: it waits in a queue of its own, fair by tenant (each tenant's in
+// arrival order, tenants in turn), and is answered overloaded (Submit
+// returns [ErrOverloaded]) only when its tenant is at its share of a full
+// queue, it was pushed out by a tenant under its share, or it could not
+// start before its deadline at the measured drain rate (see requests.go);
+// a bulk backlog never fills its budget.
 func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 	now := c.cfg.Now()
 	j, jobErr := c.safeAdmit(d, now)
@@ -156,13 +157,14 @@ func (c *Consumer) Submit(ctx context.Context, d Delivery) error {
 		}
 		budget := c.budget(j)
 		j.cost = min(max(j.tokens, 1), budget)
-		// Requests are served in arrival order: none passes one waiting.
-		if c.heldTokens[j.class()]+j.cost <= budget && (d.Respond == nil || len(c.waitReq) == 0) {
+		// No request passes one waiting.
+		if c.heldTokens[j.class()]+j.cost <= budget && (d.Respond == nil || c.waitReq.len() == 0) {
 			break
 		}
 		if d.Respond != nil {
-			se := c.queueRequest(j, now)
+			evicted, se := c.queueRequest(j, now)
 			c.mu.Unlock()
+			c.evict(ctx, evicted)
 			if se == nil {
 				return nil
 			}
