@@ -68,6 +68,15 @@ func startFakeFleet(t testing.TB, nc *nats.Conn) *fakeFleet {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The info endpoint every member answers (not a queue group), as the
+	// fleet's: the gateway reads members from it, not from $SRV.INFO.
+	err = svc.AddEndpoint(jetstream.InfoName, micro.HandlerFunc(func(req micro.Request) {
+		body, _ := json.Marshal(svc.Info())
+		_ = req.Respond(body)
+	}), micro.WithEndpointSubject(jetstream.InfoSubject), micro.WithEndpointQueueGroupDisabled())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}

@@ -45,6 +45,7 @@ type gatewayFlags struct {
 	headerTimeout   *time.Duration
 	minBodyRate     *int
 	bodyBudget      *int
+	clientBodyB     *int
 	allowWeakTLS    *bool
 }
 
@@ -69,9 +70,10 @@ func addGatewayFlags(fs *flagSet, listenFlag, listenDefault string) *gatewayFlag
 		maxConns:      fs.Int("api-max-conns", gateway.DefaultMaxConns, "open HTTP API connections, kept below the process's file limit (RLIMIT_NOFILE) less a reserve; at the cap an idle keep-alive connection is closed for a new one, with none idle the new one gets 503"),
 		clientConns:   fs.Int("api-client-conns", 0, "open HTTP API connections of one client address (0: half of the connection cap, --api-max-conns as the file limit allows)"),
 		clientCalls:   fs.Int("api-client-concurrent", 0, "HTTP API calls in progress (bodies being read included) of one client address; beyond, 429 client_busy (0: half of --api-max-concurrent)"),
-		headerTimeout: fs.Duration("api-header-timeout", gateway.DefaultHeaderTimeout, "time to read an HTTP API request's headers; its body then has this plus its length at --api-min-body-rate, else 408 body_timeout"),
-		minBodyRate:   fs.Int("api-min-body-rate", gateway.DefaultMinBodyRate, "slowest an HTTP API request body may arrive, bytes a second on average after the header timeout's grace"),
-		bodyBudget:    fs.Int("api-body-budget", gateway.DefaultBodyBudget, "bytes of all HTTP API request bodies being read at once; beyond, 429 gateway_busy (with --api-max-concurrent x --api-max-body-bytes, this bounds the API's memory)"),
+		headerTimeout: fs.Duration("api-header-timeout", gateway.DefaultHeaderTimeout, "time to read an HTTP API request's headers; its body then has this much grace, after which every window of this length must bring --api-min-body-rate, else 408 body_timeout"),
+		minBodyRate:   fs.Int("api-min-body-rate", gateway.DefaultMinBodyRate, "slowest an HTTP API request body may arrive, bytes a second over a sliding window of --api-header-timeout after its grace; at the connection cap, a connection whose body came slower on average for a second may be closed for a new one"),
+		bodyBudget:    fs.Int("api-body-budget", gateway.DefaultBodyBudget, "bytes of all HTTP API request bodies being read at once, taken as the bytes arrive (not as Content-Length says); beyond, 429 gateway_busy (with --api-max-concurrent x --api-max-body-bytes, this bounds the API's memory)"),
+		clientBodyB:   fs.Int("api-client-body-budget", 0, "bytes of HTTP API request bodies one client address may have being read at once; beyond, 429 client_busy; a client's first body always fits (0: a quarter of --api-body-budget, at least twice --api-max-body-bytes)"),
 		allowWeakTLS:  fs.Bool("tls-allow-weak", false, "start HTTPS even with an expired or not yet valid certificate or an RSA key under 2048 bits (logged as an error at start)"),
 		colbertBytes:  fs.Int("api-colbert-bytes", gateway.DefaultColBERTBytes, "most bytes of text in one HTTP API call that asks for colbert vectors (about 4 KiB of answer a token); more is refused with 413"),
 		timeout:       fs.Duration("api-timeout", gateway.DefaultTimeout, "bound on one HTTP API call, all its fleet jobs included; past it, 504"),
@@ -168,7 +170,8 @@ func newGateway(log *slog.Logger, gf *gatewayFlags, fleet apiFleet, maxPayload i
 		JobTexts: *gf.jobTexts, JobBytes: jobBytes, MaxConcurrent: *gf.maxConcurrent, ColBERTBytes: *gf.colbertBytes,
 		MaxConns: *gf.maxConns, ClientConns: *gf.clientConns, ClientConcurrent: *gf.clientCalls,
 		HeaderTimeout: *gf.headerTimeout, MinBodyRate: *gf.minBodyRate, BodyBudget: int64(*gf.bodyBudget),
-		Timeout: *gf.timeout, Logger: log, Registerer: reg,
+		ClientBodyBudget: int64(*gf.clientBodyB),
+		Timeout:          *gf.timeout, Logger: log, Registerer: reg,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errUsage, err)
