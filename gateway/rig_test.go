@@ -203,8 +203,19 @@ func (f *fakeFleet) tokenize(req micro.Request) {
 		res.Items = append(res.Items, it)
 	}
 	data, _ := schema.EncodeTokenizeResult(res, enc)
+	// As the fleet does: an answer over tokenizeRoom is result_too_large.
+	if len(data) > tokenizeRoom {
+		se := schema.Errorf(schema.CodeResultTooLarge, "the answer would be %d bytes", len(data))
+		data, _ = schema.EncodeTokenizeResult(&schema.TokenizeResult{V: 1, ID: tr.ID, Model: fakeModel, Error: se}, enc)
+		_ = req.Error(string(se.Code), se.Message, data, micro.WithHeaders(map[string][]string{schema.HeaderContentType: {enc.ContentType()}}))
+		return
+	}
 	_ = req.Respond(data, micro.WithHeaders(map[string][]string{schema.HeaderContentType: {enc.ContentType()}}))
 }
+
+// tokenizeRoom is the largest tokenize answer of the fake fleet: a
+// server's max payload of 256 KiB less the fleet's header room.
+const tokenizeRoom = 256<<10 - 2048
 
 func (f *fakeFleet) jobSizes() []int {
 	f.mu.Lock()
