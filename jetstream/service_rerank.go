@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"fmt"
+	"math"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
@@ -129,10 +130,24 @@ func rerankResult(res *schema.Result, texts int, w schema.RerankWeights) *schema
 			continue
 		}
 		s := schema.HybridScore(q, it, w)
+		if !finite(s.Score, s.Dense, s.Sparse, s.ColBERT) {
+			// Never a score JSON cannot carry (nor a caller sort).
+			out.Scores[i] = schema.RerankScore{Index: i, Error: schema.Errorf(schema.CodeInternal, "the score of text %d is not a finite number", i)}
+			continue
+		}
 		s.Index, s.Tokens = i, it.Tokens
 		out.Scores[i] = s
 	}
 	return out
+}
+
+func finite(vs ...float64) bool {
+	for _, v := range vs {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // tokenize answers a request of embed.v1.tokenize with tok, in this

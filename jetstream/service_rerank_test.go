@@ -87,6 +87,7 @@ func TestRerankEndpoint(t *testing.T) {
 		{Query: query},
 		{Query: "", Texts: texts},
 		{Query: query, Texts: texts, Weights: &schema.RerankWeights{}},
+		{Query: query, Texts: texts, Weights: &schema.RerankWeights{Dense: 1e308, Sparse: 1e308, ColBERT: 1e308}},
 		{Query: strings.Repeat("q ", jetstream.DefaultRerankBytes), Texts: texts},
 	} {
 		if _, err := c.RerankRequest(ctx, bad); err == nil {
