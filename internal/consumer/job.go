@@ -108,13 +108,13 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 		return j, jobErr
 	}
 	if t, ok, _ := sj.DeadlineTime(); ok {
-		j.deadline = t
+		j.deadline = given(t)
 	} else if h := header(d.Header, schema.HeaderDeadline); h != "" {
 		t, err := time.Parse(time.RFC3339, h)
 		if err != nil {
 			return j, schema.Errorf(schema.CodeBadPayload, "%s header is not RFC 3339", schema.HeaderDeadline)
 		}
-		j.deadline = t
+		j.deadline = given(t)
 	}
 	for i, t := range sj.Texts {
 		if i < len(items) && items[i] != nil {
@@ -123,6 +123,15 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 		j.tokens += c.cfg.EstimateTokens(t)
 	}
 	return j, nil
+}
+
+// given is a deadline the job names: the zero time
+// (0001-01-01T00:00:00Z) is a deadline long past, not the job's "none".
+func given(t time.Time) time.Time {
+	if t.IsZero() {
+		return t.Add(time.Nanosecond)
+	}
+	return t
 }
 
 // tenantOf returns the tenant of a delivery: a queued job's from the
