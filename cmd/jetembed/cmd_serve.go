@@ -245,7 +245,7 @@ func (c serveConfig) worker(log *slog.Logger, metrics *telemetry.Metrics, emb co
 	return jetstream.WorkerConfig{
 		Config: c.JetStream,
 		Consumer: consumer.Config{Replies: c.Replies, Patience: c.Patience, MaxBatchTokens: gather, InFlightTokens: c.InFlightTokens, InteractiveTokens: c.InteractiveTokens,
-			Logger: log, Metrics: metrics},
+			InteractiveTenants: c.InteractiveTenants, Logger: log, Metrics: metrics},
 		Embedder: emb,
 		Blobs:    c.Blobs,
 		Service: jetstream.ServiceOptions{Version: version, Logger: log, Tokenizer: c.Engine.tokenizeFunc(maxTokens),

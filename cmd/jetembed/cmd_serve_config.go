@@ -39,6 +39,7 @@ type serveFlags struct {
 	tenantToken    *int
 	tenantResults  *string
 	tenantInbox    *string
+	interTenants   *string
 	api            *gatewayFlags
 }
 
@@ -66,6 +67,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 		tenantToken:    fs.Int("tenant-token", schema.DefaultTenantToken, "position of the tenant in a job's subject (embed.jobs.<tenant>.>: 3); a reply goes only to the tenant's space (0: no tenants, one shared space: any embed.results.> or _INBOX.> reply)"),
 		tenantResults:  fs.String("tenant-results-prefix", schema.DefaultTenantResultsPrefix, "a tenant's results space: <prefix>.<tenant>.>"),
 		tenantInbox:    fs.String("tenant-inbox-prefix", schema.DefaultTenantInboxPrefix, "a tenant's inbox space: <prefix><tenant>.> (its connection's nats inbox prefix)"),
+		interTenants:   fs.String("interactive-tenants", "*", "tenants whose queued jobs may ask for priority interactive, comma separated; another tenant's run as bulk, so a bulk producer cannot take the budget of the callers who wait (*: every tenant; empty: none; requests are interactive whatever it says)"),
 		api:            addGatewayFlags(fs, "http-api", ""),
 	}
 }
@@ -82,6 +84,8 @@ type serveConfig struct {
 	Fleet     *fleetFlags
 
 	Replies schema.ReplyPolicy
+	// InteractiveTenants is --interactive-tenants: nil for every tenant.
+	InteractiveTenants []string
 	// Blobs stores results over the max payload in EMBED_BLOBS.
 	Blobs bool
 	// MaxResultBytes is --max-result-bytes: 0 auto ([serveConfig.resultLimit]),
@@ -132,8 +136,24 @@ func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *eng
 	if c.Replies, err = sf.replyPolicy(cfg); err != nil {
 		return c, err
 	}
+	c.InteractiveTenants = interactiveTenants(*sf.interTenants)
 	c.Provision, err = provisionMode(*sf.provision)
 	return c, err
+}
+
+// interactiveTenants parses --interactive-tenants: nil for "*" (every
+// tenant), else the names listed (none when empty).
+func interactiveTenants(s string) []string {
+	if strings.TrimSpace(s) == "*" {
+		return nil
+	}
+	out := []string{}
+	for _, t := range strings.Split(s, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // gatherTokens is --gather-tokens, or its default: what fills every

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -269,6 +270,35 @@ func TestServeBudgetFlags(t *testing.T) {
 		}
 		if warned := strings.Contains(stderr.String(), "deprecated"); warned != c.deprecatedWarning {
 			t.Errorf("%q: deprecation warning %v, want %v: %s", c.args, warned, c.deprecatedWarning, stderr.String())
+		}
+	}
+}
+
+// TestServeInteractiveTenants: --interactive-tenants reaches the
+// consumer: "*" (the default) is every tenant, a list those tenants, an
+// empty value none.
+func TestServeInteractiveTenants(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, nil},
+		{[]string{"--interactive-tenants", "*"}, nil},
+		{[]string{"--interactive-tenants", "gateway, producer-a,"}, []string{"gateway", "producer-a"}},
+		{[]string{"--interactive-tenants", ""}, []string{}},
+	} {
+		fs := newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard})
+		pf := addProvisionFlags(fs, false)
+		ef := addEngineFlags(fs, true)
+		ff := addFleetFlags(fs)
+		sf := addServeFlags(fs, "off")
+		_, sc, done, err := parseServe(fs, c.args, stdio{out: io.Discard, err: io.Discard}, pf, ef, ff, sf)
+		if err != nil || done {
+			t.Fatalf("parse: done %v, %v", done, err)
+		}
+		got := sc.worker(nil, nil, nil, "m", 8192).Consumer.InteractiveTenants
+		if (got == nil) != (c.want == nil) || !slices.Equal(got, c.want) {
+			t.Errorf("%q: %#v, want %#v", c.args, got, c.want)
 		}
 	}
 }

@@ -61,8 +61,12 @@ type Consumer struct {
 
 	limits        atomic.Pointer[DeliveryLimits]
 	noReplyWarned atomic.Bool
-	jobs, texts   atomic.Uint64
-	tokens        atomic.Uint64
+	// warnedBulk are the tenants told that their interactive jobs run as
+	// bulk ([Consumer.mayInteract]).
+	warnedMu    sync.Mutex
+	warnedBulk  map[string]bool
+	jobs, texts atomic.Uint64
+	tokens      atomic.Uint64
 }
 
 // Stats is a snapshot for the heartbeat log line and metrics.

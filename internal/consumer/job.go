@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -96,6 +97,9 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 	// space to be answered in.
 	tenant, tenantErr := c.tenantOf(d)
 	j.tenant = tenant
+	if j.interactive && d.Respond == nil && tenantErr == nil && !c.mayInteract(tenant) {
+		j.interactive = false
+	}
 	if tenantErr != nil {
 		return j, tenantErr
 	}
@@ -123,6 +127,26 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 		j.tokens += c.cfg.EstimateTokens(t)
 	}
 	return j, nil
+}
+
+// mayInteract reports whether tenant's queued jobs may run as
+// interactive ([Config.InteractiveTenants]); the first job of a tenant
+// that may not is logged.
+func (c *Consumer) mayInteract(tenant string) bool {
+	if c.cfg.InteractiveTenants == nil || slices.Contains(c.cfg.InteractiveTenants, tenant) {
+		return true
+	}
+	c.warnedMu.Lock()
+	defer c.warnedMu.Unlock()
+	if c.warnedBulk == nil {
+		c.warnedBulk = map[string]bool{}
+	}
+	// Tenants are the server's users: few; the map stays bounded anyway.
+	if !c.warnedBulk[tenant] && len(c.warnedBulk) < 1024 {
+		c.warnedBulk[tenant] = true
+		c.cfg.Logger.Warn("a tenant's queued jobs ask for priority interactive, which --interactive-tenants does not allow it: they run as bulk (logged once a tenant)", "tenant", tenant)
+	}
+	return false
 }
 
 // given is a deadline the job names: the zero time
