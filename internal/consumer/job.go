@@ -81,6 +81,12 @@ func (c *Consumer) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 	)
 	if d.Refusal != nil {
 		jobErr = d.Refusal
+		// Refused before it was read (a reply the door refused, a bad
+		// rerank request): its id, if it names one, still names its
+		// dead letter.
+		if rj, _, _ := c.cfg.Limits.DecodeJob(d.Data, j.enc); rj != nil {
+			j.id = rj.ID
+		}
 	} else {
 		sj, items, jobErr = c.cfg.Limits.DecodeJob(d.Data, j.enc)
 	}
