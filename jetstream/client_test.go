@@ -9,13 +9,13 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/schema"
 )
 
 func TestClientResultsAndSubjects(t *testing.T) {
 	srv := newServer(t, nil)
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("my run.1"))
+	c, err := client.New(srv.nc, client.WithRun("my run.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestClientResultsAndSubjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// Nothing stored: caught up at once.
-	for sr, err := range c.Results(ctx, c.Run(), jetstream.UntilCaughtUp()) {
+	for sr, err := range c.Results(ctx, c.Run(), client.UntilCaughtUp()) {
 		t.Fatalf("empty run yielded %v, %v", sr, err)
 	}
 	good, _ := schema.EncodeResult(&schema.Result{V: 1, ID: "x"}, schema.EncodingMsgpack)
@@ -38,9 +38,9 @@ func TestClientResultsAndSubjects(t *testing.T) {
 	var ids []string
 	var bad int
 	var last uint64
-	for sr, err := range c.Results(ctx, c.Run(), jetstream.UntilCaughtUp()) {
+	for sr, err := range c.Results(ctx, c.Run(), client.UntilCaughtUp()) {
 		switch {
-		case errors.Is(err, jetstream.ErrBadResult):
+		case errors.Is(err, client.ErrBadResult):
 			bad++
 		case err != nil:
 			t.Fatal(err)
@@ -55,7 +55,7 @@ func TestClientResultsAndSubjects(t *testing.T) {
 	// After the last one read there is nothing more of this run.
 	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel2()
-	for sr, err := range c.Results(short, c.Run(), jetstream.AfterSequence(last)) {
+	for sr, err := range c.Results(short, c.Run(), client.AfterSequence(last)) {
 		if err == nil {
 			t.Errorf("after seq %d: yielded %s", last, sr.ID)
 		} else if !errors.Is(err, context.DeadlineExceeded) {
@@ -66,7 +66,7 @@ func TestClientResultsAndSubjects(t *testing.T) {
 
 func TestClientSubmitCarriesTraceContext(t *testing.T) {
 	srv := newServer(t, nil)
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("traced"), jetstream.WithJSON())
+	c, err := client.New(srv.nc, client.WithRun("traced"), client.WithJSON())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestClientSubmitSameIDTwoProducers(t *testing.T) {
 	defer cancel()
 	var acks []bool
 	for _, run := range []string{"a", "b", "a"} {
-		c, err := jetstream.NewClient(srv.nc, jetstream.WithRun(run))
+		c, err := client.New(srv.nc, client.WithRun(run))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func TestClientSubmitSameIDTwoProducers(t *testing.T) {
 // the run's subjects (a consumer re-pointed by someone else) is refused.
 func TestClientResultsSurviveALostConsumer(t *testing.T) {
 	srv := newServer(t, nil)
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithTenant("pa"), jetstream.WithRun("r"))
+	c, err := client.New(srv.nc, client.WithTenant("pa"), client.WithRun("r"))
 	if err != nil {
 		t.Fatal(err)
 	}

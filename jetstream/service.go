@@ -14,20 +14,15 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// The request-reply service: `nats micro ls` lists it as ServiceName, and
-// requests go to EndpointSubject.
+// The endpoints of the request-reply service ([schema.ServiceName], in
+// the queue group of the same name, on [schema.SubjectEmbed]).
 const (
-	ServiceName     = "embed"
-	EndpointName    = "embed"
-	EndpointSubject = "embed.v1.embed"
+	EndpointName = "embed"
 	// TenantEndpointName is the endpoint of tenants' requests, on
-	// <EndpointSubject>.<tenant>: the server's permissions let each
+	// <schema.SubjectEmbed>.<tenant>: the server's permissions let each
 	// producer publish only to its own, so the subject tells the service
 	// whose request it is (see [schema.Tenancy]).
 	TenantEndpointName = "embed-tenant"
-	// ServiceQueueGroup spreads requests over the fleet: each goes to one
-	// process.
-	ServiceQueueGroup = "embed"
 )
 
 // ServiceOptions configure [StartService].
@@ -36,10 +31,10 @@ type ServiceOptions struct {
 	// describe, "dev") is carried as a 0.0.0 pre-release, since micro
 	// requires SemVer.
 	Version string
-	// Subject is the endpoint subject; empty means [EndpointSubject].
+	// Subject is the endpoint subject; empty means [schema.SubjectEmbed].
 	Subject string
-	// QueueGroup is the endpoint's queue group; empty means
-	// [ServiceQueueGroup].
+	// QueueGroup is the endpoint's queue group, which spreads requests
+	// over the fleet; empty means [schema.ServiceName].
 	QueueGroup string
 	// Metadata is shown by `nats micro info` (e.g. the model id).
 	Metadata map[string]string
@@ -47,12 +42,12 @@ type ServiceOptions struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// Tokenizer, when set, serves the tokenize endpoint
-	// ([TokenizeSubject]); without it the endpoint is not registered.
+	// ([schema.SubjectTokenize]); without it the endpoint is not registered.
 	Tokenizer Tokenizer
 	// RerankBytes bounds the text of one rerank request; 0 means
 	// [DefaultRerankBytes].
 	RerankBytes int
-	// NoRerank leaves the rerank endpoint ([RerankSubject]) out.
+	// NoRerank leaves the rerank endpoint ([schema.SubjectRerank]) out.
 	NoRerank bool
 	// Replies is the reply policy a tokenize answer's inbox is checked
 	// against (the consumer checks the others); the zero value is its
@@ -71,7 +66,7 @@ func tenantOf(base string, tenanted bool) func(subject string) string {
 	}
 }
 
-// StartService registers the NATS micro service [ServiceName] on nc with
+// StartService registers the NATS micro service [schema.ServiceName] on nc with
 // two endpoints, <subject> and <subject>.<tenant> ([EndpointName],
 // [TenantEndpointName]), that hand each request to sink, the same consumer
 // the fetch loop feeds, so request texts are packed into the same runs as
@@ -93,16 +88,16 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 	}
 	subject := o.Subject
 	if subject == "" {
-		subject = EndpointSubject
+		subject = schema.SubjectEmbed
 	}
 	queue := o.QueueGroup
 	if queue == "" {
-		queue = ServiceQueueGroup
+		queue = schema.ServiceName
 	}
 	// The tracker notes reconnects from now on (see requestDelivery).
 	deniedTracker(nc)
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        ServiceName,
+		Name:        schema.ServiceName,
 		Version:     semver(o.Version),
 		Description: "BGE-M3 embeddings (dense, sparse, ColBERT); jetembed wire contract v1",
 		Metadata:    o.Metadata,
@@ -150,15 +145,15 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 		if maxBytes <= 0 {
 			maxBytes = DefaultRerankBytes
 		}
-		extras = append(extras, extra{RerankEndpointName, RerankSubject, "jetembed rerank request v1 (query, texts, weights)",
+		extras = append(extras, extra{RerankEndpointName, schema.SubjectRerank, "jetembed rerank request v1 (query, texts, weights)",
 			func(tenanted bool) micro.Handler {
-				return rerankHandler(ctx, nc, sink, log, limits, maxBytes, tenantOf(RerankSubject, tenanted))
+				return rerankHandler(ctx, nc, sink, log, limits, maxBytes, tenantOf(schema.SubjectRerank, tenanted))
 			}})
 	}
 	if o.Tokenizer != nil {
-		extras = append(extras, extra{TokenizeName, TokenizeSubject, "jetembed tokenize request v1 (texts, add_special)",
+		extras = append(extras, extra{TokenizeName, schema.SubjectTokenize, "jetembed tokenize request v1 (texts, add_special)",
 			func(tenanted bool) micro.Handler {
-				return tokenizeHandler(o.Tokenizer, o.Metadata["model"], log, limits, o.Replies, tenantOf(TokenizeSubject, tenanted))
+				return tokenizeHandler(o.Tokenizer, o.Metadata[schema.MetaModel], log, limits, o.Replies, tenantOf(schema.SubjectTokenize, tenanted))
 			}})
 	}
 	for _, x := range extras {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -44,7 +45,7 @@ func runResults(ctx context.Context, args []string, io stdio) error {
 	defer nc.Close()
 	cfg := jetstream.DefaultConfig()
 	cfg.Results.Name = *stream
-	c, err := jetstream.NewClient(nc, jetstream.WithRun(runs[0]), jetstream.WithStreams(cfg), jetstream.WithTenant(*tenant))
+	c, err := client.New(nc, client.WithRun(runs[0]), client.WithNames(cfg.ClientNames()), client.WithTenant(*tenant))
 	if err != nil {
 		return err
 	}
@@ -64,7 +65,7 @@ func runResults(ctx context.Context, args []string, io stdio) error {
 	defer sp.Close()
 	b := &bulk{prefix: c.Run() + "-"}
 	last := -1
-	for sr, err := range c.Results(ctx, c.Run(), jetstream.UntilCaughtUp()) {
+	for sr, err := range c.Results(ctx, c.Run(), client.UntilCaughtUp()) {
 		if err != nil {
 			return fmt.Errorf("results of run %s: %w", c.Run(), err)
 		}

@@ -123,7 +123,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.naks = counter("jetembed_naks_total", "Messages NAKed, by reason.")
 	m.terms = counter("jetembed_terms_total", "Messages terminated, by reason.")
 	m.refused = counter("jetembed_guard_refusals_total", "Chunks refused by the JIT guard before session run.")
-	m.batchTexts = sizes("jetembed_batch_texts", "Texts per gathered batch.", textsBuckets)
+	m.batchTexts = sizes("jetembed_batch_texts", "Texts per Embed call (one job).", textsBuckets)
 	m.chunkTokens = sizes("jetembed_chunk_tokens", "Padded tokens (batch x seq) per session run.", tokensBuckets)
 	m.queueWait = seconds("jetembed_queue_wait_seconds", "Time from publish of a job to its fetch.")
 	m.tokenize = seconds("jetembed_tokenize_seconds", "Tokenization time per Embed call.")
