@@ -1,9 +1,10 @@
 // Package client is the producer side of jetembed for Go programs: it
 // queues jobs in the jobs stream ([Client.Submit]), reads their results back
 // from the results stream ([Client.Results]), asks for vectors now through
-// the request-reply service ([Client.Embed], [Client.Request]) and fetches
+// the request-reply service ([Client.Embed], [Client.Request]), fetches
 // results too large for one message from the blobs Object Store bucket
-// (sealed: the key travels in the reply), transparently.
+// (sealed: the key travels in the reply), transparently, and asks who
+// serves ([Client.PingService], [Client.ServiceMembers]).
 //
 // In a shared deployment a producer is a tenant ([WithTenant]): the user
 // the server authenticates, whose permissions allow its subjects only

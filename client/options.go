@@ -12,11 +12,11 @@ import (
 
 // Defaults of the deployment (jetembed provision's names).
 const (
-	DefaultEndpoint       = "embed.v1.embed"
-	DefaultJobsSubject    = "embed.jobs.>"
-	DefaultResultsSubject = "embed.results.>"
-	DefaultResultsStream  = "EMBED_RESULTS"
-	DefaultBlobsBucket    = "EMBED_BLOBS"
+	DefaultEndpoint       = schema.SubjectEmbed
+	DefaultJobsSubject    = schema.SubjectJobs
+	DefaultResultsSubject = schema.SubjectResults
+	DefaultResultsStream  = schema.StreamResults
+	DefaultBlobsBucket    = schema.BucketBlobs
 	// DefaultMaxBlobBytes bounds the result blob a client fetches.
 	DefaultMaxBlobBytes = 256 << 20
 )

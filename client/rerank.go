@@ -14,8 +14,8 @@ import (
 
 // Defaults of the rerank and tokenize endpoints of the embed service.
 const (
-	DefaultRerankEndpoint   = "embed.v1.rerank"
-	DefaultTokenizeEndpoint = "embed.v1.tokenize"
+	DefaultRerankEndpoint   = schema.SubjectRerank
+	DefaultTokenizeEndpoint = schema.SubjectTokenize
 )
 
 // Rerank scores each text against query with BGE-M3's hybrid score

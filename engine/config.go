@@ -89,12 +89,15 @@ type Config struct {
 	// batch 2 at 8192 tokens holds gigabytes of attention scores, so
 	// cmd caps CPU warm-up (see --warmup-max-seq).
 	WarmupMaxSeq int
-	// Coverage records warmed shapes; default a fresh [NewCoverage]. The
-	// fleet passes one it raises from the shared shape bucket.
+	// Coverage records the warmed shapes the JIT guard consults; default
+	// a fresh [NewCoverage], which the engine raises as it runs shapes
+	// (the fleet's pre-warms run them too, through [Engine.WarmShape]).
+	// A test seeds one to start with shapes already warmed.
 	Coverage Coverage
-	// OnWarmed is called (from a session goroutine, one call at a time;
-	// keep it short) when this engine ran a shape for the first time, in
-	// warm-up or in band.
+	// OnWarmed, when set, is called (from a session goroutine, one call at
+	// a time; keep it short) when this engine ran a shape for the first
+	// time, in warm-up or in band. Nothing in jetembed sets it (the fleet
+	// reads [Engine.WarmedShapes]); tests watch warm-up through it.
 	OnWarmed func(Shape)
 	// SparseSkip are the ids left out of sparse vectors besides the model's
 	// bos, eos and pad: the unk id, default XLM-R's 3. FlagEmbedding drops
@@ -133,6 +136,10 @@ func (s Shape) String() string { return fmt.Sprintf("%dx%d", s.Batch, s.Seq) }
 // DefaultMaxChunkLatency is the default [Config.MaxChunkLatency].
 const DefaultMaxChunkLatency = 100 * time.Millisecond
 
+// DefaultMaxBatchTokens is the default [Config.MaxBatchTokens] (raised to
+// the max tokens when those are more).
+const DefaultMaxBatchTokens = 16384
+
 // ErrConfig reports an unusable [Config].
 var ErrConfig = errors.New("engine: invalid config")
 
@@ -146,7 +153,7 @@ func (c Config) WithDefaults(modelMax int) Config {
 		c.MaxTokens = modelMax
 	}
 	if c.MaxBatchTokens == 0 {
-		c.MaxBatchTokens = max(16384, c.MaxTokens)
+		c.MaxBatchTokens = max(DefaultMaxBatchTokens, c.MaxTokens)
 	}
 	if c.MaxBatch == 0 {
 		c.MaxBatch = 64
@@ -229,7 +236,10 @@ func (c Config) validate() error {
 			return fmt.Errorf("%w: warm-up shape %v outside 1..%d tokens", ErrConfig, s, c.MaxTokens)
 		}
 	}
-	return c.packConfig().Validate()
+	if err := c.packConfig().Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
 }
 
 // chunkMemory is the workspace budget of one session's chunk; 0 none.

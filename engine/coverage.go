@@ -6,8 +6,8 @@ import (
 )
 
 // Coverage is the set of warmed shapes the JIT guard consults. The engine
-// raises it when it runs a shape; fleet code raises it from the shared
-// shape bucket, when a peer compiled a shape this process pre-warmed.
+// raises it when it runs a shape, warm-up and the fleet's pre-warms
+// ([Engine.WarmShape]) included.
 type Coverage interface {
 	// Warmed reports whether the exact shape ran before.
 	Warmed(batch, seq int) bool

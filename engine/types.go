@@ -56,11 +56,6 @@ type ChunkReport struct {
 	Items []int
 }
 
-// Report is the former name of [CallReport].
-//
-// Deprecated: use CallReport.
-type Report = CallReport
-
 // CallReport describes an Embed call: its chunks and token totals.
 type CallReport struct {
 	Chunks       []ChunkReport

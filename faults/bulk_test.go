@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -23,7 +24,7 @@ type bulk struct {
 	cfg jetstream.Config
 	nc  *nats.Conn
 	js  natsjs.JetStream
-	c   *jetstream.Client
+	c   *client.Client
 	run string
 	ids []string
 	// texts is how many texts each job holds, by id.
@@ -66,7 +67,7 @@ func newBulk(t testing.TB, url string, cfg jetstream.Config, run string) *bulk {
 	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
 		t.Fatal(err)
 	}
-	c, err := jetstream.NewClient(nc, jetstream.WithRun(run), jetstream.WithStreams(cfg))
+	c, err := client.New(nc, client.WithRun(run), client.WithNames(cfg.ClientNames()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
 )
 
 // accountsConf is the deployment's permission file, used verbatim.
@@ -135,7 +136,7 @@ func requestsAcrossRestart(t *testing.T, edit func([]byte) []byte) {
 	}
 	var answered, failed atomic.Int64
 	request := func(id string) error {
-		m := nats.NewMsg(jetstream.EndpointSubject + ".producer-a")
+		m := nats.NewMsg(schema.SubjectEmbed + ".producer-a")
 		m.Header.Set("Content-Type", "application/json")
 		m.Data = fmt.Appendf(nil, `{"id":%q,"texts":[%s]}`, id, strings.Join(texts, ","))
 		rctx, rcancel := context.WithTimeout(ctx, 3*time.Second)

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 )
 
 // The slow-consumer test runs the consumer in process, like serve wires it,
@@ -41,7 +41,7 @@ func (s slowEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.
 }
 
 // silent drops InProgress heartbeats, for the control run.
-type silent struct{ consumer.Message }
+type silent struct{ jobloop.Message }
 
 func (silent) InProgress() error { return nil }
 
@@ -72,8 +72,8 @@ func runSlow(t *testing.T, heartbeats bool) (uint64, *bulk) {
 
 	e := openTiny(t)
 	log := &deliveryLog{max: map[string]uint64{}}
-	sink := func(cons *consumer.Consumer) jetstream.Sink {
-		return sinkFunc(func(ctx context.Context, d consumer.Delivery) error {
+	sink := func(cons *jobloop.Loop) jetstream.Sink {
+		return sinkFunc(func(ctx context.Context, d jobloop.Delivery) error {
 			// Every job has a subject of its own.
 			if id := d.Subject; id != "" {
 				log.mu.Lock()
@@ -88,7 +88,7 @@ func runSlow(t *testing.T, heartbeats bool) (uint64, *bulk) {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w, err := jetstream.StartWorker(context.Background(), b.nc, jetstream.WorkerConfig{
-		Config: cfg, Consumer: consumer.Config{MaxBatchJobs: 20}, Embedder: slowEmbedder{e, 5 * ackWait / 2},
+		Config: cfg, Consumer: jobloop.Config{}, Embedder: slowEmbedder{e, 5 * ackWait / 2},
 		Sink: sink, Logger: quiet,
 	})
 	if err != nil {
@@ -131,6 +131,6 @@ func TestSlowWorkKeptByInProgress(t *testing.T) {
 }
 
 // sinkFunc turns a function into a jetstream.Sink.
-type sinkFunc func(ctx context.Context, d consumer.Delivery) error
+type sinkFunc func(ctx context.Context, d jobloop.Delivery) error
 
-func (f sinkFunc) Submit(ctx context.Context, d consumer.Delivery) error { return f(ctx, d) }
+func (f sinkFunc) Submit(ctx context.Context, d jobloop.Delivery) error { return f(ctx, d) }

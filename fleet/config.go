@@ -31,7 +31,7 @@ type Engine interface {
 }
 
 // ErrConfig reports an unusable [Config].
-var ErrConfig = errors.New("invalid fleet config")
+var ErrConfig = errors.New("fleet: invalid config")
 
 // Defaults of [Config].
 const (

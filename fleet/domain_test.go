@@ -47,7 +47,7 @@ func TestFleetLockHeldPastTTLUnderDomain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(m.Stop)
+		t.Cleanup(func() { _ = m.Stop(context.Background()) })
 		return m
 	}
 	a := newCounting(openEngine(t, guardedConfig()))

@@ -87,7 +87,7 @@ func startMember(t *testing.T, srv *server, eng fleet.Engine, model, name string
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(f.Stop)
+	t.Cleanup(func() { _ = f.Stop(context.Background()) })
 	return f
 }
 

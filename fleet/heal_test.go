@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/fleet"
 
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -85,9 +86,9 @@ func TestFleetHealsRefusedJob(t *testing.T) {
 
 	var seen deliveries
 	startWorker(t, srv, fleet.Wrap(serving, fs),
-		consumer.Config{NakBackoff: consumer.Backoff{Base: 200 * time.Millisecond, Max: 400 * time.Millisecond, Jitter: -1}},
+		jobloop.Config{NakBackoff: jobloop.Backoff{Base: 200 * time.Millisecond, Max: 400 * time.Millisecond, Jitter: -1}},
 		seen.wrap)
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("heal"))
+	c, err := client.New(srv.nc, client.WithRun("heal"))
 	if err != nil {
 		t.Fatal(err)
 	}

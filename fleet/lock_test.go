@@ -135,7 +135,7 @@ func TestFleetMemberKilledMidCompile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(victim.Stop)
+	t.Cleanup(func() { _ = victim.Stop(context.Background()) })
 	survivorEng := newCounting(openEngine(t, guardedConfig()))
 	survivor := startMember(t, srv, survivorEng, model, "survivor", nil)
 
@@ -193,7 +193,7 @@ func TestFleetCompileEndsWithTheFleet(t *testing.T) {
 		t.Fatalf("Compile returned %v while a peer holds the lock", err)
 	case <-time.After(200 * time.Millisecond):
 	}
-	m.Stop()
+	_ = m.Stop(context.Background())
 	select {
 	case err := <-done:
 		if !errors.Is(err, fleet.ErrStopped) {

@@ -155,14 +155,21 @@ func Join(ctx context.Context, kv Store, eng Engine, cfg Config) (*Member, error
 
 // Stop leaves the fleet: it cancels a pre-warm or compile in progress
 // (releasing its lock when the server is still reachable) and returns once
-// every goroutine ended.
-func (f *Member) Stop() {
+// every goroutine ended, or with ctx's error when ctx ends first (the
+// goroutines still end; [Member.Done] says when).
+func (f *Member) Stop(ctx context.Context) error {
 	f.cancel()
-	<-f.done
+	select {
+	case <-f.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
-// Closed is closed when the fleet has stopped.
-func (f *Member) Closed() <-chan struct{} { return f.done }
+// Done is closed when the member has left the fleet: after [Member.Stop],
+// or once the context [Join] was given ends.
+func (f *Member) Done() <-chan struct{} { return f.done }
 
 // Stats returns a snapshot; it is cheap and safe to call concurrently.
 func (f *Member) Stats() Stats {

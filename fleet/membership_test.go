@@ -39,7 +39,7 @@ func TestFleetMembership(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(md.Stop)
+	t.Cleanup(func() { _ = md.Stop(context.Background()) })
 	if err := d.WarmShape(context.Background(), 2, 128); err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func TestFleetMembership(t *testing.T) {
 		return nil
 	})
 	nc.Close()
-	mb.Stop()
+	_ = mb.Stop(context.Background())
 	natstest.CheckFor(t, 10*time.Second, 100*time.Millisecond, func() error {
 		tab, err := fleet.Read(ctx, kv)
 		if err != nil {

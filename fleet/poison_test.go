@@ -90,7 +90,7 @@ func TestFleetIgnoresPoisonedBucket(t *testing.T) {
 		t.Errorf("stats %+v: the poisoned wants and lock were taken up", st)
 	}
 	select {
-	case <-fl.Closed():
+	case <-fl.Done():
 		t.Fatal("the member left the fleet")
 	default:
 	}

@@ -13,12 +13,13 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/fleet"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -82,7 +83,7 @@ func store(t testing.TB, js natsjs.JetStream, srv *server) *jetstream.KVStore {
 }
 
 // startWorker runs a consumer on emb against srv, like serve does.
-func startWorker(t testing.TB, srv *server, emb consumer.Embedder, cfg consumer.Config, sink func(*consumer.Consumer) jetstream.Sink) {
+func startWorker(t testing.TB, srv *server, emb engine.Embedder, cfg jobloop.Config, sink func(*jobloop.Loop) jetstream.Sink) {
 	t.Helper()
 	nc := connect(t, srv.url)
 	cfg.Logger = testLogger(t)
@@ -107,13 +108,13 @@ type deliveries struct {
 	max map[string]uint64
 }
 
-type sinkFunc func(ctx context.Context, d consumer.Delivery) error
+type sinkFunc func(ctx context.Context, d jobloop.Delivery) error
 
-func (f sinkFunc) Submit(ctx context.Context, d consumer.Delivery) error { return f(ctx, d) }
+func (f sinkFunc) Submit(ctx context.Context, d jobloop.Delivery) error { return f(ctx, d) }
 
-func (d *deliveries) wrap(c *consumer.Consumer) jetstream.Sink {
+func (d *deliveries) wrap(c *jobloop.Loop) jetstream.Sink {
 	d.max = map[string]uint64{}
-	return sinkFunc(func(ctx context.Context, dl consumer.Delivery) error {
+	return sinkFunc(func(ctx context.Context, dl jobloop.Delivery) error {
 		var ct string
 		if h := dl.Header[schema.HeaderContentType]; len(h) > 0 {
 			ct = h[0]
@@ -135,7 +136,7 @@ func (d *deliveries) of(id string) uint64 {
 }
 
 // result waits for the result of job id of run.
-func result(t *testing.T, c *jetstream.Client, run, id string) *schema.Result {
+func result(t *testing.T, c *client.Client, run, id string) *schema.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

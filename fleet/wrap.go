@@ -7,12 +7,6 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// Embedder is what the job loop embeds through (jetstream.Embedder has the
-// same method): [Wrap] takes one and returns one.
-type Embedder interface {
-	Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error)
-}
-
 // Wants records the chunk shapes the JIT guard refused, so that an idle
 // member of the fleet compiles them and the refused jobs, NAKed with a
 // delay, succeed on a later delivery. A [Member] is one. Want must not
@@ -21,23 +15,23 @@ type Wants interface {
 	Want(batch, seq int)
 }
 
-// Wrap returns an [Embedder] that embeds through emb and tells w the
+// Wrap returns an [engine.Embedder] that embeds through emb and tells w the
 // shape of every chunk refused with shape_not_warmed. The consumer's own
 // handling of the refusal is unchanged (NAK with backoff, final result and
 // DLQ after MaxDeliver); this only adds the record. The model id and the
 // token limit emb reports are passed through.
-func Wrap(emb Embedder, w Wants) Embedder {
-	return &wantingEmbedder{emb: emb, w: w}
+func Wrap(emb engine.Embedder, w Wants) engine.Embedder {
+	return &wantingEmbedder{Embedder: emb, w: w}
 }
 
 type wantingEmbedder struct {
-	emb Embedder
-	w   Wants
+	engine.Embedder // ModelID and MaxTokens pass through
+	w               Wants
 }
 
-// Embed implements [Embedder].
+// Embed implements [engine.Embedder].
 func (e *wantingEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
-	embs, rep, err := e.emb.Embed(ctx, texts)
+	embs, rep, err := e.Embedder.Embed(ctx, texts)
 	if err != nil {
 		return embs, rep, err
 	}
@@ -51,20 +45,4 @@ func (e *wantingEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]eng
 		}
 	}
 	return embs, rep, nil
-}
-
-// ModelID passes on the wrapped Embedder's model id ("" if it has none).
-func (e *wantingEmbedder) ModelID() string {
-	if m, ok := e.emb.(interface{ ModelID() string }); ok {
-		return m.ModelID()
-	}
-	return ""
-}
-
-// MaxTokens passes on the wrapped Embedder's token limit (0 if it has none).
-func (e *wantingEmbedder) MaxTokens() int {
-	if m, ok := e.emb.(interface{ MaxTokens() int }); ok {
-		return m.MaxTokens()
-	}
-	return 0
 }

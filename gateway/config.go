@@ -215,15 +215,29 @@ func (c Config) WithDefaults() Config {
 	return c
 }
 
-// ErrInvalidConfig means a [Config] does not validate.
-var ErrInvalidConfig = errors.New("invalid gateway config")
+// JobBytesFor is the [Config.JobBytes] for a NATS server whose
+// max_payload is maxPayload: [DefaultJobBytes] or half the max payload,
+// the smaller (a job's texts and their headers must fit one message), and
+// at least 1 KiB.
+func JobBytesFor(maxPayload int64) int {
+	return int(min(DefaultJobBytes, max(maxPayload/2, 1024)))
+}
+
+// ErrConfig means a [Config] does not validate.
+var ErrConfig = errors.New("gateway: invalid config")
+
+// ErrInvalidConfig is the former name of [ErrConfig], kept for programs
+// written against it (every package's config error is now ErrConfig).
+//
+// Deprecated: use ErrConfig.
+var ErrInvalidConfig = ErrConfig
 
 func (c Config) validate() error {
 	switch {
 	case c.Requester == nil:
-		return fmt.Errorf("%w: no requester", ErrInvalidConfig)
+		return fmt.Errorf("%w: no requester", ErrConfig)
 	case (c.TLSCertFile == "") != (c.TLSKeyFile == ""):
-		return fmt.Errorf("%w: give both a TLS certificate and its key, or neither", ErrInvalidConfig)
+		return fmt.Errorf("%w: give both a TLS certificate and its key, or neither", ErrConfig)
 	}
 	return nil
 }

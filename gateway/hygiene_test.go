@@ -280,8 +280,8 @@ func TestConnectionCap(t *testing.T) {
 	stop := make(chan struct{})
 	defer close(stop)
 	for range maxConns {
-		c := dialFrom(t, "127.0.0.4", addr)
-		go trickle(c, addr, 1<<20, 100*time.Millisecond, stop)
+		c := readingFrom(t, "127.0.0.4", addr, 1<<20)
+		go send(c, 1, 100*time.Millisecond, stop)
 	}
 	time.Sleep(1200 * time.Millisecond) // past the grace (a second)
 	if a := r.post(t, "/v1/embeddings", `{"input":"past the trickles"}`); a.status != 200 {
@@ -291,10 +291,9 @@ func TestConnectionCap(t *testing.T) {
 	// Busy connections, their bodies at a good pace (or just begun):
 	// nothing to shed.
 	for range maxConns {
-		c := dialFrom(t, "127.0.0.5", addr)
-		go stream(c, addr, 8<<20, 32<<10, 100*time.Millisecond, stop)
+		c := readingFrom(t, "127.0.0.5", addr, 8<<20)
+		go send(c, 32<<10, 100*time.Millisecond, stop)
 	}
-	time.Sleep(300 * time.Millisecond)
 	c := dialFrom(t, "127.0.0.1", addr)
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -307,17 +306,42 @@ func TestConnectionCap(t *testing.T) {
 	}
 }
 
-// stream sends the headers of a POST with a body of n bytes, then chunk
-// bytes every every until stop is closed or the write fails.
-func stream(c net.Conn, host string, n, chunk int, every time.Duration, stop <-chan struct{}) {
-	fmt.Fprintf(c, "POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{", host, n)
-	part := []byte(strings.Repeat(" ", chunk))
+// readingFrom connects from local and sends the headers of a POST of a
+// body of n bytes that expects 100-continue, and returns the connection
+// once the gateway's handler reads the body (which sends the 100): from
+// then on the connection is reading a body, whatever the machine's load.
+// A connection refused at the cap (the previous call's connection not yet
+// let go by the server) is tried again, as a client would.
+func readingFrom(t *testing.T, local, addr string, n int) net.Conn {
+	t.Helper()
+	for try := 0; ; try++ {
+		c := dialFrom(t, local, addr)
+		fmt.Fprintf(c, "POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", addr, n)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		_ = c.SetReadDeadline(time.Time{})
+		if err == nil && strings.HasPrefix(line, "HTTP/1.1 100") {
+			return c
+		}
+		c.Close()
+		if try == 50 || err != nil || !strings.HasPrefix(line, "HTTP/1.1 503") {
+			t.Fatalf("the body is not read: %q %v", line, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// send writes chunk bytes of body every every until stop is closed or the
+// write fails.
+func send(c net.Conn, chunk int, every time.Duration, stop <-chan struct{}) {
+	part := []byte("{" + strings.Repeat(" ", chunk-1))
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
 		if _, err := c.Write(part); err != nil {
 			return
 		}
+		part[0] = ' '
 		select {
 		case <-stop:
 			return

@@ -122,10 +122,10 @@ func TestTLS(t *testing.T) {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	if _, err := gateway.New(gateway.Config{Requester: fleet{}, TLSCertFile: certFile}); !errors.Is(err, gateway.ErrInvalidConfig) {
+	if _, err := gateway.New(gateway.Config{Requester: fleet{}, TLSCertFile: certFile}); !errors.Is(err, gateway.ErrConfig) {
 		t.Errorf("a certificate without its key: %v", err)
 	}
-	if _, err := gateway.New(gateway.Config{Requester: fleet{}, TLSCertFile: keyFile, TLSKeyFile: keyFile}); !errors.Is(err, gateway.ErrInvalidConfig) {
+	if _, err := gateway.New(gateway.Config{Requester: fleet{}, TLSCertFile: keyFile, TLSKeyFile: keyFile}); !errors.Is(err, gateway.ErrConfig) {
 		t.Errorf("a key as the certificate: %v", err)
 	}
 	gw, err := gateway.New(gateway.Config{Requester: fleet{}, TLSCertFile: certFile, TLSKeyFile: keyFile})

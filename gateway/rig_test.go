@@ -48,23 +48,23 @@ type fakeFleet struct {
 func startFakeFleet(t testing.TB, nc *nats.Conn) *fakeFleet {
 	t.Helper()
 	f := &fakeFleet{}
-	svc, err := micro.AddService(nc, micro.Config{Name: jetstream.ServiceName, Version: "0.0.1",
-		Metadata: map[string]string{"model": fakeModel}, QueueGroup: jetstream.ServiceQueueGroup})
+	svc, err := micro.AddService(nc, micro.Config{Name: schema.ServiceName, Version: "0.0.1",
+		Metadata: map[string]string{"model": fakeModel}, QueueGroup: schema.ServiceName})
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = svc.AddEndpoint(jetstream.EndpointName, micro.HandlerFunc(f.handle),
-		micro.WithEndpointSubject(jetstream.EndpointSubject), micro.WithEndpointQueueGroup(jetstream.ServiceQueueGroup))
+		micro.WithEndpointSubject(schema.SubjectEmbed), micro.WithEndpointQueueGroup(schema.ServiceName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = svc.AddEndpoint(jetstream.RerankEndpointName, micro.HandlerFunc(f.rerank),
-		micro.WithEndpointSubject(jetstream.RerankSubject), micro.WithEndpointQueueGroup(jetstream.ServiceQueueGroup))
+		micro.WithEndpointSubject(schema.SubjectRerank), micro.WithEndpointQueueGroup(schema.ServiceName))
 	if err != nil {
 		t.Fatal(err)
 	}
 	err = svc.AddEndpoint(jetstream.TokenizeName, micro.HandlerFunc(f.tokenize),
-		micro.WithEndpointSubject(jetstream.TokenizeSubject), micro.WithEndpointQueueGroup(jetstream.ServiceQueueGroup))
+		micro.WithEndpointSubject(schema.SubjectTokenize), micro.WithEndpointQueueGroup(schema.ServiceName))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func startFakeFleet(t testing.TB, nc *nats.Conn) *fakeFleet {
 	err = svc.AddEndpoint(jetstream.InfoName, micro.HandlerFunc(func(req micro.Request) {
 		body, _ := json.Marshal(svc.Info())
 		_ = req.Respond(body)
-	}), micro.WithEndpointSubject(jetstream.InfoSubject), micro.WithEndpointQueueGroupDisabled())
+	}), micro.WithEndpointSubject(schema.SubjectInfo), micro.WithEndpointQueueGroupDisabled())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,8 +255,8 @@ func (f fleet) Tokenize(ctx context.Context, req *schema.TokenizeRequest) (*sche
 }
 
 func (f fleet) Ping(ctx context.Context) (gateway.Member, error) {
-	m, err := jetstream.PingService(ctx, f.nc)
-	if errors.Is(err, jetstream.ErrNoService) {
+	m, err := f.c.PingService(ctx)
+	if errors.Is(err, client.ErrNoService) {
 		return gateway.Member{}, fmt.Errorf("%w: %w", gateway.ErrNoMember, err)
 	}
 	if err != nil {

@@ -47,7 +47,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.TLSCertFile != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: tls key pair: %w", ErrInvalidConfig, err)
+			return nil, fmt.Errorf("%w: tls key pair: %w", ErrConfig, err)
 		}
 		if err := checkCert(&cert, time.Now(), cfg.AllowWeakTLS, cfg.Logger); err != nil {
 			return nil, err

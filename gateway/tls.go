@@ -28,11 +28,11 @@ var modernSuites = []uint16{
 // logged as an error), and warns of one that expires within two weeks.
 func checkCert(cert *tls.Certificate, now time.Time, allow bool, log *slog.Logger) error {
 	if len(cert.Certificate) == 0 {
-		return fmt.Errorf("%w: tls: no certificate in the file", ErrInvalidConfig)
+		return fmt.Errorf("%w: tls: no certificate in the file", ErrConfig)
 	}
 	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
-		return fmt.Errorf("%w: tls certificate: %w", ErrInvalidConfig, err)
+		return fmt.Errorf("%w: tls certificate: %w", ErrConfig, err)
 	}
 	var problems []string
 	switch {
@@ -50,7 +50,7 @@ func checkCert(cert *tls.Certificate, now time.Time, allow bool, log *slog.Logge
 		return nil
 	}
 	if !allow {
-		return fmt.Errorf("%w: tls: %s (--tls-allow-weak starts anyway)", ErrInvalidConfig, joinProblems(problems))
+		return fmt.Errorf("%w: tls: %s (--tls-allow-weak starts anyway)", ErrConfig, joinProblems(problems))
 	}
 	for _, p := range problems {
 		log.Error("gateway: serving HTTPS with a weak or invalid certificate because --tls-allow-weak is set: clients will refuse it or be at risk", "problem", p)

@@ -80,7 +80,7 @@ func TestTLSRefusesWeakCertificates(t *testing.T) {
 	} {
 		certFile, keyFile := writeCert(t, c.key, c.notBefore, c.notAfter)
 		_, err := gateway.New(gateway.Config{Requester: fleet{}, TLSCertFile: certFile, TLSKeyFile: keyFile})
-		if !errors.Is(err, gateway.ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+		if !errors.Is(err, gateway.ErrConfig) || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%s: New: %v, want a refusal saying %q", c.name, err, c.want)
 		}
 		var log bytes.Buffer

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
-	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -19,8 +19,8 @@ import (
 func BenchmarkPipeline(b *testing.B) {
 	srv := newServer(b, nil)
 	e := openEngine(b, engine.Config{})
-	startWorker(b, srv, e, workerOptions{cfg: consumer.Config{Logger: quiet}})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("bench"))
+	startWorker(b, srv, e, workerOptions{cfg: jobloop.Config{Logger: quiet}})
+	c, err := client.New(srv.nc, client.WithRun("bench"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func TestLargeResultBlob(t *testing.T) {
 	srv := provisioned(t, standardServer(t).ClientURL(), nil)
 	e := openEngine(t, engine.Config{})
 	startWorker(t, srv, e, workerOptions{blobs: true})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("blobs"))
+	c, err := client.New(srv.nc, client.WithRun("blobs"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,12 +87,12 @@ func TestLargeResultBlob(t *testing.T) {
 	// A client that accepts blobs of at most 1 MiB refuses to fetch this
 	// one (over 1 MiB), from the stream and in a request-reply answer,
 	// with an error wrapping client.ErrBlob that names the limit.
-	small, err := jetstream.NewClient(srv.nc, jetstream.WithRun("blobs"), client.WithMaxBlobBytes(1<<20))
+	small, err := client.New(srv.nc, client.WithRun("blobs"), client.WithMaxBlobBytes(1<<20))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var refused error
-	for _, err := range small.Results(ctx, "blobs", jetstream.UntilCaughtUp()) {
+	for _, err := range small.Results(ctx, "blobs", client.UntilCaughtUp()) {
 		refused = err
 		break
 	}
@@ -112,7 +112,7 @@ func TestLargeResultWithoutBlobs(t *testing.T) {
 	srv := provisioned(t, standardServer(t).ClientURL(), nil)
 	e := openEngine(t, engine.Config{})
 	startWorker(t, srv, e, workerOptions{})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("noblobs"))
+	c, err := client.New(srv.nc, client.WithRun("noblobs"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,13 +9,13 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/schema"
 )
 
 func TestClientResultsAndSubjects(t *testing.T) {
 	srv := newServer(t, nil)
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("my run.1"))
+	c, err := client.New(srv.nc, client.WithRun("my run.1"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func TestClientResultsAndSubjects(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// Nothing stored: caught up at once.
-	for sr, err := range c.Results(ctx, c.Run(), jetstream.UntilCaughtUp()) {
+	for sr, err := range c.Results(ctx, c.Run(), client.UntilCaughtUp()) {
 		t.Fatalf("empty run yielded %v, %v", sr, err)
 	}
 	good, _ := schema.EncodeResult(&schema.Result{V: 1, ID: "x"}, schema.EncodingMsgpack)
@@ -43,14 +43,14 @@ func TestClientResultsAndSubjects(t *testing.T) {
 	var ids []string
 	var bad, foreign int
 	var last uint64
-	for sr, err := range c.Results(ctx, c.Run(), jetstream.UntilCaughtUp()) {
+	for sr, err := range c.Results(ctx, c.Run(), client.UntilCaughtUp()) {
 		switch {
-		case errors.Is(err, jetstream.ErrForeignResult):
+		case errors.Is(err, client.ErrForeignResult):
 			foreign++
 			if sr.Result != nil {
 				t.Errorf("a foreign result yielded with its body: %+v", sr.Result)
 			}
-		case errors.Is(err, jetstream.ErrBadResult):
+		case errors.Is(err, client.ErrBadResult):
 			bad++
 		case err != nil:
 			t.Fatal(err)
@@ -65,7 +65,7 @@ func TestClientResultsAndSubjects(t *testing.T) {
 	// After the last one read there is nothing more of this run.
 	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel2()
-	for sr, err := range c.Results(short, c.Run(), jetstream.AfterSequence(last)) {
+	for sr, err := range c.Results(short, c.Run(), client.AfterSequence(last)) {
 		if err == nil {
 			t.Errorf("after seq %d: yielded %s", last, sr.ID)
 		} else if !errors.Is(err, context.DeadlineExceeded) {
@@ -76,7 +76,7 @@ func TestClientResultsAndSubjects(t *testing.T) {
 
 func TestClientSubmitCarriesTraceContext(t *testing.T) {
 	srv := newServer(t, nil)
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("traced"), jetstream.WithJSON())
+	c, err := client.New(srv.nc, client.WithRun("traced"), client.WithJSON())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestClientSubmitSameIDTwoProducers(t *testing.T) {
 	defer cancel()
 	var acks []bool
 	for _, run := range []string{"a", "b", "a"} {
-		c, err := jetstream.NewClient(srv.nc, jetstream.WithRun(run))
+		c, err := client.New(srv.nc, client.WithRun(run))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +146,7 @@ func TestClientSubmitSameIDTwoProducers(t *testing.T) {
 // the run's subjects (a consumer re-pointed by someone else) is refused.
 func TestClientResultsSurviveALostConsumer(t *testing.T) {
 	srv := newServer(t, nil)
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithTenant("pa"), jetstream.WithRun("r"))
+	c, err := client.New(srv.nc, client.WithTenant("pa"), client.WithRun("r"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,10 +70,6 @@ func Connect(ctx context.Context, o Options) (*nats.Conn, error) {
 	}
 }
 
-// Conn is nats.go's connection, named here so that the commands need not
-// import nats.go.
-type Conn = nats.Conn
-
 // Reconnect makes a new connection after the last one closed for good: a
 // server error nats.go does not come back from (an -ERR such as
 // "maximum control line exceeded" ends a nats.go connection), where its

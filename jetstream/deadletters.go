@@ -103,10 +103,28 @@ func (l Letter) Replayable() error {
 	return nil
 }
 
-// Letters yields the dead-letter stream's letters, oldest first, through an
-// ordered consumer, and stops once it has read what was stored; code, when
-// not empty, keeps the letters of that code only (their subject).
-func Letters(ctx context.Context, js natsjs.JetStream, stream, code string) iter.Seq2[Letter, error] {
+// DeadLetters is a deployment's dead-letter stream, as `jetembed dlq`
+// lists, shows, replays and deletes its letters.
+type DeadLetters struct {
+	js     natsjs.JetStream
+	stream string
+}
+
+// OpenDeadLetters is the dead-letter stream named stream on nc (nothing is
+// asked of the server yet).
+func OpenDeadLetters(nc *nats.Conn, stream string) (*DeadLetters, error) {
+	js, err := New(nc)
+	if err != nil {
+		return nil, err
+	}
+	return &DeadLetters{js: js, stream: stream}, nil
+}
+
+// Letters yields the letters, oldest first, through an ordered consumer,
+// and stops once it has read what was stored; code, when not empty, keeps
+// the letters of that code only (their subject).
+func (d *DeadLetters) Letters(ctx context.Context, code string) iter.Seq2[Letter, error] {
+	js, stream := d.js, d.stream
 	return func(yield func(Letter, error) bool) {
 		s, err := js.Stream(ctx, stream)
 		if err != nil {
@@ -158,9 +176,10 @@ func Letters(ctx context.Context, js natsjs.JetStream, stream, code string) iter
 	}
 }
 
-// GetLetter reads the letter at seq.
-func GetLetter(ctx context.Context, js natsjs.JetStream, stream string, seq uint64) (Letter, error) {
-	s, err := js.Stream(ctx, stream)
+// Get reads the letter at seq.
+func (d *DeadLetters) Get(ctx context.Context, seq uint64) (Letter, error) {
+	stream := d.stream
+	s, err := d.js.Stream(ctx, stream)
 	if err != nil {
 		return Letter{}, fmt.Errorf("dead letter %d in %s: %w", seq, stream, err)
 	}
@@ -171,9 +190,10 @@ func GetLetter(ctx context.Context, js natsjs.JetStream, stream string, seq uint
 	return letterOf(m.Sequence, m.Time, m.Subject, m.Header, m.Data), nil
 }
 
-// DeleteLetter removes the letter at seq from the stream.
-func DeleteLetter(ctx context.Context, js natsjs.JetStream, stream string, seq uint64) error {
-	s, err := js.Stream(ctx, stream)
+// Delete removes the letter at seq from the stream.
+func (d *DeadLetters) Delete(ctx context.Context, seq uint64) error {
+	stream := d.stream
+	s, err := d.js.Stream(ctx, stream)
 	if err != nil {
 		return fmt.Errorf("dead letter %d in %s: %w", seq, stream, err)
 	}
@@ -190,13 +210,14 @@ type Replayer struct {
 	subjects []string
 }
 
-// NewReplayer returns a [Replayer] into the jobs stream named stream.
-func NewReplayer(ctx context.Context, js natsjs.JetStream, stream string) (*Replayer, error) {
-	s, err := js.Stream(ctx, stream)
+// Replayer returns a [Replayer] of the letters into the jobs stream named
+// stream.
+func (d *DeadLetters) Replayer(ctx context.Context, stream string) (*Replayer, error) {
+	s, err := d.js.Stream(ctx, stream)
 	if err != nil {
 		return nil, fmt.Errorf("jobs stream %s: %w", stream, err)
 	}
-	return &Replayer{js: js, stream: stream, subjects: s.CachedInfo().Config.Subjects}, nil
+	return &Replayer{js: d.js, stream: stream, subjects: s.CachedInfo().Config.Subjects}, nil
 }
 
 // Replay publishes l's job again, as it arrived: its body and headers to
@@ -260,5 +281,5 @@ func dlqPrefix(subjects []string) string {
 		}
 		return base
 	}
-	return "embed.dlq."
+	return strings.TrimSuffix(schema.SubjectDLQ, ">")
 }

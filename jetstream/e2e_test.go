@@ -15,7 +15,6 @@ import (
 
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -24,7 +23,7 @@ import (
 var e2eTexts = []string{"the quick brown fox", "héllo wörld, 你好世界", "a", strings.Repeat("lorem ipsum dolor ", 12)}
 
 // collect reads run's results until every id has one, or fails after 30s.
-func collect(t *testing.T, c *jetstream.Client, run string, ids []string) map[string]*schema.Result {
+func collect(t *testing.T, c *client.Client, run string, ids []string) map[string]*schema.Result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -140,11 +139,11 @@ func TestEndToEndEncodingsAndOutputs(t *testing.T) {
 	}
 	for _, enc := range []string{"msgpack", "json"} {
 		t.Run(enc, func(t *testing.T) {
-			opts := []jetstream.ClientOption{jetstream.WithRun("e2e-" + enc)}
+			opts := []client.Option{client.WithRun("e2e-" + enc)}
 			if enc == "json" {
-				opts = append(opts, jetstream.WithJSON())
+				opts = append(opts, client.WithJSON())
 			}
-			c, err := jetstream.NewClient(srv.nc, opts...)
+			c, err := client.New(srv.nc, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,7 +173,7 @@ func TestEndToEndEncodingsAndOutputs(t *testing.T) {
 func TestManySmallJobsShareRuns(t *testing.T) {
 	srv := newServer(t, nil)
 	e := openEngine(t, engine.Config{})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("small"))
+	c, err := client.New(srv.nc, client.WithRun("small"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,9 +181,9 @@ func TestManySmallJobsShareRuns(t *testing.T) {
 	const n = 40
 	ids := submitJobs(t, c, n, "s%02d", "small job number %d")
 	ce := &countingEmbedder{Embedder: e}
-	startWorker(t, srv, ce, workerOptions{cfg: consumer.Config{Patience: 100 * time.Millisecond}})
+	startWorker(t, srv, ce, workerOptions{})
 	// A request while the queue drains is answered (ahead of the jobs).
-	cli, err := jetstream.NewClient(srv.nc)
+	cli, err := client.New(srv.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +232,7 @@ func TestRequestReplyAndDiscovery(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithOutputs(schema.OutputDense, schema.OutputSparse))
+	c, err := client.New(srv.nc, client.WithOutputs(schema.OutputDense, schema.OutputSparse))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +243,7 @@ func TestRequestReplyAndDiscovery(t *testing.T) {
 	checkResult(t, e, res, e2eTexts, []schema.Output{schema.OutputDense, schema.OutputSparse})
 
 	// What `nats req embed.v1.embed '{...}' -H Content-Type:application/json` sends.
-	msg := nats.NewMsg(jetstream.EndpointSubject)
+	msg := nats.NewMsg(schema.SubjectEmbed)
 	msg.Header.Set("Content-Type", "application/json")
 	msg.Data = []byte(`{"id":"1","texts":["hello"],"outputs":["dense"]}`)
 	reply, err := srv.nc.RequestMsgWithContext(ctx, msg)
@@ -258,7 +257,7 @@ func TestRequestReplyAndDiscovery(t *testing.T) {
 	checkResult(t, e, jr, []string{"hello"}, nil)
 
 	// A bad job is answered with its error code, also as a micro error.
-	msg = nats.NewMsg(jetstream.EndpointSubject)
+	msg = nats.NewMsg(schema.SubjectEmbed)
 	msg.Header.Set("Content-Type", "application/json")
 	msg.Data = []byte(`{"id":"2","texts":[]}`)
 	reply, err = srv.nc.RequestMsgWithContext(ctx, msg)
@@ -286,13 +285,13 @@ func TestRequestReplyAndDiscovery(t *testing.T) {
 	})
 	for i, m := range natstest.StreamMsgs(t, srv.js, srv.cfg.DLQ.Name, "") {
 		h := m.Headers()
-		if id := h.Get(jetstream.HeaderDLQJobID); id != fmt.Sprint(i+2) || h.Get(jetstream.HeaderSubject) != jetstream.EndpointSubject {
-			t.Errorf("dead letter %d: headers %v, want job %d from %s", i, h, i+2, jetstream.EndpointSubject)
+		if id := h.Get(jetstream.HeaderDLQJobID); id != fmt.Sprint(i+2) || h.Get(jetstream.HeaderSubject) != schema.SubjectEmbed {
+			t.Errorf("dead letter %d: headers %v, want job %d from %s", i, h, i+2, schema.SubjectEmbed)
 		}
 	}
 
 	// Discoverable as `nats micro info embed` does it.
-	info, err := srv.nc.RequestWithContext(ctx, "$SRV.INFO."+jetstream.ServiceName, nil)
+	info, err := srv.nc.RequestWithContext(ctx, "$SRV.INFO."+schema.ServiceName, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +314,7 @@ func TestRequestReplyAndDiscovery(t *testing.T) {
 
 // submitJobs queues n one-text jobs; job i has id fmt.Sprintf(idFormat, i)
 // and text fmt.Sprintf(textFormat, i). It returns the ids in order.
-func submitJobs(t *testing.T, c *jetstream.Client, n int, idFormat, textFormat string) []string {
+func submitJobs(t *testing.T, c *client.Client, n int, idFormat, textFormat string) []string {
 	t.Helper()
 	ids := make([]string, 0, n)
 	for i := range n {
@@ -339,7 +338,7 @@ func TestRequestOnAnotherEndpoint(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	c, err := jetstream.NewClient(srv.nc, client.WithEndpoint("team-a.embed"))
+	c, err := client.New(srv.nc, client.WithEndpoint("team-a.embed"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +348,7 @@ func TestRequestOnAnotherEndpoint(t *testing.T) {
 	}
 	checkResult(t, e, res, e2eTexts, []schema.Output{schema.OutputDense})
 
-	def, err := jetstream.NewClient(srv.nc)
+	def, err := client.New(srv.nc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,8 +20,8 @@ var (
 	// that cannot be read.
 	ErrOptions = errors.New("invalid nats options")
 
-	// ErrInvalidConfig means a provisioning [Config] does not validate.
-	ErrInvalidConfig = errors.New("invalid provisioning config")
+	// ErrConfig means a provisioning [Config] does not validate.
+	ErrConfig = errors.New("jetstream: invalid config")
 
 	// ErrDrift means an existing stream, consumer or bucket differs from the
 	// wanted config in a field JetStream cannot change in place. The error

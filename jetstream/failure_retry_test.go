@@ -8,10 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -29,10 +30,10 @@ func TestRetriableRefusalIsNakedThenSucceeds(t *testing.T) {
 	e := guardedEngine(t)
 	var seen deliveries
 	startWorker(t, srv, e, workerOptions{
-		cfg:  consumer.Config{NakBackoff: consumer.Backoff{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond, Jitter: -1}},
+		cfg:  jobloop.Config{NakBackoff: jobloop.Backoff{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond, Jitter: -1}},
 		sink: seen.wrap,
 	})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("guard"))
+	c, err := client.New(srv.nc, client.WithRun("guard"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,9 +62,9 @@ func TestMaxDeliverGivesFinalErrorAndDeadLetter(t *testing.T) {
 	srv := newServer(t, func(c *jetstream.Config) { c.Consumer.MaxDeliver = 3 })
 	e := guardedEngine(t)
 	startWorker(t, srv, e, workerOptions{
-		cfg: consumer.Config{NakBackoff: consumer.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
+		cfg: jobloop.Config{NakBackoff: jobloop.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
 	})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("maxdeliver"))
+	c, err := client.New(srv.nc, client.WithRun("maxdeliver"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ type nakSink struct {
 	at    []time.Time
 }
 
-func (s *nakSink) Submit(_ context.Context, d consumer.Delivery) error {
+func (s *nakSink) Submit(_ context.Context, d jobloop.Delivery) error {
 	s.mu.Lock()
 	s.at = append(s.at, d.Received)
 	s.mu.Unlock()

@@ -10,10 +10,11 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -40,9 +41,9 @@ type deliveries struct {
 	max map[string]uint64
 }
 
-func (d *deliveries) wrap(c *consumer.Consumer) jetstream.Sink {
+func (d *deliveries) wrap(c *jobloop.Loop) jetstream.Sink {
 	d.max = map[string]uint64{}
-	return sinkFunc(func(ctx context.Context, dl consumer.Delivery) error {
+	return sinkFunc(func(ctx context.Context, dl jobloop.Delivery) error {
 		id := ""
 		if h := dl.Header[schema.HeaderMsgID]; len(h) > 0 {
 			id = h[0]
@@ -73,7 +74,7 @@ func TestPoisonMessagesAmongGoodOnes(t *testing.T) {
 	srv := newServer(t, nil)
 	e := openEngine(t, engine.Config{})
 	startWorker(t, srv, e, workerOptions{})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("poison"))
+	c, err := client.New(srv.nc, client.WithRun("poison"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,14 +163,14 @@ func withJSON(h map[string][]string) map[string][]string {
 
 // lostAcks drops every ACK, as a process that published the results and
 // died before acknowledging would.
-type lostAcks struct{ consumer.Message }
+type lostAcks struct{ jobloop.Message }
 
 func (lostAcks) Ack() error { return nil }
 
 func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 	srv := newServer(t, func(c *jetstream.Config) { c.Consumer.AckWait = time.Second })
 	e := openEngine(t, engine.Config{})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("redeliver"))
+	c, err := client.New(srv.nc, client.WithRun("redeliver"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +183,7 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 		calls   int
 		blocked = make(chan struct{})
 	)
-	gate := embedderFunc(func(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
+	gate := engine.EmbedderFunc(func(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
 		mu.Lock()
 		calls++
 		k := calls
@@ -197,9 +198,9 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 		return e.Embed(ctx, texts)
 	})
 	a := startWorker(t, srv, gate, workerOptions{
-		cfg: consumer.Config{Patience: time.Millisecond, MaxBatchJobs: 4},
-		sink: func(cons *consumer.Consumer) jetstream.Sink {
-			return sinkFunc(func(ctx context.Context, d consumer.Delivery) error {
+		cfg: jobloop.Config{},
+		sink: func(cons *jobloop.Loop) jetstream.Sink {
+			return sinkFunc(func(ctx context.Context, d jobloop.Delivery) error {
 				d.Msg = lostAcks{d.Msg}
 				return cons.Submit(ctx, d)
 			})
@@ -261,10 +262,4 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 	if stored := natstest.StreamCount(t, srv.js, srv.cfg.Results.Name); stored != n {
 		t.Errorf("%d results stored for %d jobs: duplicates were not dropped", stored, n)
 	}
-}
-
-type embedderFunc func(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error)
-
-func (f embedderFunc) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
-	return f(ctx, texts)
 }

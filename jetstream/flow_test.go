@@ -7,10 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -30,10 +31,10 @@ func (d *deliveries) twice() (n int) {
 // sizes its prefetch from.
 type withStats struct {
 	jetstream.Sink
-	c *consumer.Consumer
+	c *jobloop.Loop
 }
 
-func (w withStats) Stats() consumer.Stats { return w.c.Stats() }
+func (w withStats) Stats() jobloop.Stats { return w.c.Stats() }
 
 // TestLongJobsAfterShortBurst is the long-after-short workload of issue 11:
 // a burst of small jobs grows the prefetch to what the process finishes in
@@ -48,7 +49,7 @@ func TestLongJobsAfterShortBurst(t *testing.T) {
 	}
 	srv := newServer(t, func(c *jetstream.Config) { c.Consumer.AckWait = 2 * time.Second })
 	e := openEngine(t, engine.Config{MaxTokens: 512})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("flow"))
+	c, err := client.New(srv.nc, client.WithRun("flow"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +65,7 @@ func TestLongJobsAfterShortBurst(t *testing.T) {
 	}
 	var seen deliveries
 	w := startWorker(t, srv, e, workerOptions{
-		sink: func(c *consumer.Consumer) jetstream.Sink { return withStats{seen.wrap(c), c} },
+		sink: func(c *jobloop.Loop) jetstream.Sink { return withStats{seen.wrap(c), c} },
 		pull: []jetstream.PullOption{jetstream.PullMeasureEvery(100 * time.Millisecond), jetstream.PrefetchLimits(8, 1024)},
 	})
 	peak := 0

@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/telemetry"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -25,7 +26,7 @@ func (w *Worker) Request(ctx context.Context, job *schema.Job) (*schema.Result, 
 	answer := make(chan []byte, 1)
 	h := schema.JobHeader(job, schema.EncodingMsgpack)
 	telemetry.InjectHeaders(ctx, h)
-	d := consumer.Delivery{
+	d := jobloop.Delivery{
 		Data:         data,
 		Header:       h,
 		NumDelivered: 1,
@@ -57,7 +58,7 @@ func (w *Worker) Request(ctx context.Context, job *schema.Job) (*schema.Result, 
 func decodeAnswer(job *schema.Job, data []byte) (*schema.Result, error) {
 	res, err := schema.DecodeResult(data, schema.EncodingMsgpack)
 	if err != nil {
-		return nil, fmt.Errorf("%w: result of job %q: %w", ErrBadResult, job.ID, err)
+		return nil, fmt.Errorf("%w: result of job %q: %w", client.ErrBadResult, job.ID, err)
 	}
 	if res.Error != nil {
 		return res, res.Error
@@ -66,9 +67,9 @@ func decodeAnswer(job *schema.Job, data []byte) (*schema.Result, error) {
 }
 
 // Member is this worker's own entry of the request-reply service, as
-// [PingService] would read it from $SRV.INFO.
-func (w *Worker) Member() ServiceMember {
-	return memberOf(w.svc.Info())
+// client.PingService would read it from $SRV.INFO.
+func (w *Worker) Member() client.ServiceMember {
+	return client.MemberOf(w.svc.Info())
 }
 
 // Rerank scores req on this worker's job loop, as the rerank endpoint
@@ -97,7 +98,7 @@ func (w *Worker) Rerank(ctx context.Context, req *schema.RerankRequest) (*schema
 		return nil, fmt.Errorf("rerank %q: %w", req.ID, err)
 	}
 	answer := make(chan *schema.RerankResult, 1)
-	d := consumer.Delivery{
+	d := jobloop.Delivery{
 		Data:         data,
 		Header:       schema.JobHeader(job, schema.EncodingMsgpack),
 		NumDelivered: 1,
@@ -126,10 +127,10 @@ func (w *Worker) Rerank(ctx context.Context, req *schema.RerankRequest) (*schema
 }
 
 // Tokenize answers req with this worker's tokenizer, inside the process;
-// [ErrNoService] when it has none.
+// [client.ErrNoService] when it has none.
 func (w *Worker) Tokenize(_ context.Context, req *schema.TokenizeRequest) (*schema.TokenizeResult, error) {
 	if w.cfg.Service.Tokenizer == nil {
-		return nil, fmt.Errorf("tokenize: %w: this worker has no tokenizer", ErrNoService)
+		return nil, fmt.Errorf("tokenize: %w: this worker has no tokenizer", client.ErrNoService)
 	}
 	r := *req
 	if r.V == 0 {

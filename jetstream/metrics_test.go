@@ -9,29 +9,30 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
 // TestNewMetricsOnOwnSDK: a program that runs a Worker with its own
 // OpenTelemetry SDK gets jetembed's job-loop metrics through the public
-// jetstream.NewMetrics, with only public names.
+// jobloop.NewMetrics, with only public names.
 func TestNewMetricsOnOwnSDK(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
-	m, err := jetstream.NewMetrics(mp)
+	m, err := jobloop.NewMetrics(mp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := newServer(t, nil)
 	e := openEngine(t, engine.Config{})
-	var cc jetstream.ConsumerConfig
+	var cc jobloop.Config
 	cc.Metrics = m
 	startWorker(t, srv, e, workerOptions{cfg: cc})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("metrics"))
+	c, err := client.New(srv.nc, client.WithRun("metrics"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func okJobs(t *testing.T, reader *sdkmetric.ManualReader) int64 {
 		for _, mt := range sm.Metrics {
 			if sum, ok := mt.Data.(metricdata.Sum[int64]); ok && mt.Name == "jetembed_jobs_total" {
 				for _, dp := range sum.DataPoints {
-					if v, _ := dp.Attributes.Value("outcome"); v.AsString() == string(jetstream.OutcomeOK) {
+					if v, _ := dp.Attributes.Value("outcome"); v.AsString() == string(schema.OutcomeOK) {
 						jobs += dp.Value
 					}
 				}

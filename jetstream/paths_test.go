@@ -11,10 +11,11 @@ import (
 
 	"github.com/nats-io/nuid"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -40,7 +41,7 @@ func TestDeadlinePassedIsAnsweredWithoutRunning(t *testing.T) {
 	srv := newServer(t, nil)
 	emb := &countingEmbedder{Embedder: openEngine(t, engine.Config{})}
 	startWorker(t, srv, emb, workerOptions{})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("deadline"))
+	c, err := client.New(srv.nc, client.WithRun("deadline"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestItemErrorsKeepTheRestOfTheJob(t *testing.T) {
 	srv := newServer(t, nil)
 	e := openEngine(t, engine.Config{})
 	startWorker(t, srv, e, workerOptions{})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("items"))
+	c, err := client.New(srv.nc, client.WithRun("items"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestInProgressKeepsAJobPastAckWait(t *testing.T) {
 	srv := newServer(t, func(c *jetstream.Config) { c.Consumer.AckWait = time.Second })
 	var seen deliveries
 	startWorker(t, srv, &slowEmbedder{Engine: openEngine(t, engine.Config{}), hold: 3 * time.Second}, workerOptions{sink: seen.wrap})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("slow"))
+	c, err := client.New(srv.nc, client.WithRun("slow"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,10 +207,10 @@ func TestRefusedResultIsNakedThenDeadLettered(t *testing.T) {
 	}
 	var seen deliveries
 	startWorker(t, srv, openEngine(t, engine.Config{}), workerOptions{
-		cfg:  consumer.Config{NakBackoff: consumer.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
+		cfg:  jobloop.Config{NakBackoff: jobloop.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
 		sink: seen.wrap,
 	})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("refused"))
+	c, err := client.New(srv.nc, client.WithRun("refused"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +228,7 @@ func TestRefusedResultIsNakedThenDeadLettered(t *testing.T) {
 		t.Errorf("delivered %d times, want NAKs up to MaxDeliver 3", n)
 	}
 	dl := natstest.StreamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
-	if h := dl.Headers(); h.Get(jetstream.HeaderDLQCode) != consumer.ReasonPublishFailed || h.Get(jetstream.HeaderDLQJobID) != "refused" || h.Get(jetstream.HeaderDLQDelivered) != "3" {
+	if h := dl.Headers(); h.Get(jetstream.HeaderDLQCode) != jobloop.ReasonPublishFailed || h.Get(jetstream.HeaderDLQJobID) != "refused" || h.Get(jetstream.HeaderDLQDelivered) != "3" {
 		t.Errorf("dead letter headers %v", h)
 	}
 	if n := natstest.StreamCount(t, srv.js, srv.cfg.Results.Name); n != 0 {
@@ -243,7 +244,7 @@ func TestMaxDeliveriesAdvisoryReachesDLQ(t *testing.T) {
 		c.Consumer.AckWait, c.Consumer.MaxDeliver = 500*time.Millisecond, 2
 	})
 	var got atomic.Int32
-	hung := sinkFunc(func(context.Context, consumer.Delivery) error {
+	hung := sinkFunc(func(context.Context, jobloop.Delivery) error {
 		got.Add(1)
 		return nil // never settled
 	})
@@ -286,10 +287,10 @@ func (d delayEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine
 func TestInFlightBudgetStopsPulling(t *testing.T) {
 	srv := newServer(t, nil)
 	w := startWorker(t, srv, delayEmbedder{Engine: openEngine(t, engine.Config{}), pause: 50 * time.Millisecond}, workerOptions{
-		cfg:  consumer.Config{InFlightTokens: 1, Patience: time.Millisecond},
+		cfg:  jobloop.Config{InFlightTokens: 1},
 		pull: []jetstream.PullOption{jetstream.PrefetchLimits(2, 2)},
 	})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("budget"))
+	c, err := client.New(srv.nc, client.WithRun("budget"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,9 +323,9 @@ func TestInFlightBudgetStopsPulling(t *testing.T) {
 func TestRequestOverBudgetWaitsThenOverloaded(t *testing.T) {
 	srv := newServer(t, nil)
 	w := startWorker(t, srv, delayEmbedder{Engine: openEngine(t, engine.Config{}), pause: 2 * time.Second}, workerOptions{
-		cfg: consumer.Config{InteractiveTokens: 1, RequestQueueTokens: 1, Patience: time.Millisecond},
+		cfg: jobloop.Config{InteractiveTokens: 1, RequestQueueTokens: 1},
 	})
-	c, err := jetstream.NewClient(srv.nc)
+	c, err := client.New(srv.nc)
 	if err != nil {
 		t.Fatal(err)
 	}

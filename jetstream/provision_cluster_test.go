@@ -116,7 +116,7 @@ func TestProvisionInvalidConfig(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Consumer.MaxAckPending = 0
 	// Validation comes first: no server is needed to refuse this.
-	if _, err := Provision(context.Background(), nil, cfg); !errors.Is(err, ErrInvalidConfig) {
+	if _, err := Provision(context.Background(), nil, cfg); !errors.Is(err, ErrConfig) {
 		t.Fatalf("err = %v, want ErrInvalidConfig", err)
 	}
 }

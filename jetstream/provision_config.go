@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/schema"
 )
 
 // StreamSpec is the wanted shape of one stream. Retention, storage and
@@ -116,37 +119,38 @@ const (
 	DefaultBlobsMaxBytes = 2 << 30
 )
 
-// DefaultConfig returns the names and limits of the design: EMBED_JOBS,
-// EMBED_RESULTS, EMBED_DLQ, the consumer "embedder" and the bucket
-// EMBED_ENGINES, with one replica.
+// DefaultConfig returns the names of package schema (EMBED_JOBS,
+// EMBED_RESULTS, EMBED_DLQ, the consumer "embedder", the buckets
+// EMBED_ENGINES and EMBED_BLOBS) and the limits of the design, with one
+// replica.
 func DefaultConfig() Config {
 	const day = 24 * time.Hour
 	ackWait := 60 * time.Second
 	return Config{
 		Replicas: 1,
 		Jobs: StreamSpec{
-			Name: "EMBED_JOBS", Subjects: []string{"embed.jobs.>"},
+			Name: schema.StreamJobs, Subjects: []string{schema.SubjectJobs},
 			MaxAge: 7 * day, MaxBytes: DefaultJobsMaxBytes, Duplicates: 10 * time.Minute,
 		},
 		Results: StreamSpec{
-			Name: "EMBED_RESULTS", Subjects: []string{"embed.results.>"},
+			Name: schema.StreamResults, Subjects: []string{schema.SubjectResults},
 			MaxAge: day, MaxBytes: DefaultResultsMaxBytes, Duplicates: 10 * time.Minute,
 		},
 		DLQ: StreamSpec{
-			Name: "EMBED_DLQ", Subjects: []string{"embed.dlq.>"},
+			Name: schema.StreamDLQ, Subjects: []string{schema.SubjectDLQ},
 			MaxAge: 14 * day, MaxBytes: DefaultDLQMaxBytes, Duplicates: 2 * time.Minute,
 		},
 		CaptureMaxDeliveries: true,
 		Consumer: ConsumerSpec{
-			Name:          "embedder",
+			Name:          schema.ConsumerName,
 			AckWait:       ackWait,
 			MaxDeliver:    5,
 			BackOff:       ExponentialBackOff(ackWait, 4),
 			MaxAckPending: 1024,
 		},
-		Engines: BucketSpec{Name: "EMBED_ENGINES", History: 1, LimitMarkerTTL: 5 * time.Minute},
+		Engines: BucketSpec{Name: schema.BucketEngines, History: 1, LimitMarkerTTL: 5 * time.Minute},
 		// Kept as long as the results that name them.
-		Blobs: BlobsSpec{Name: "EMBED_BLOBS", TTL: day, MaxBytes: DefaultBlobsMaxBytes},
+		Blobs: BlobsSpec{Name: schema.BucketBlobs, TTL: day, MaxBytes: DefaultBlobsMaxBytes},
 	}
 }
 
@@ -167,7 +171,7 @@ func (c Config) MaxDeliveriesSubject() string {
 }
 
 // Validate reports every problem of c at once, wrapped in
-// [ErrInvalidConfig].
+// [ErrConfig].
 func (c Config) Validate() error {
 	var errs []error
 	add := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
@@ -225,7 +229,7 @@ func (c Config) Validate() error {
 	if len(errs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("%w: %w", ErrInvalidConfig, errors.Join(errs...))
+	return fmt.Errorf("%w: %w", ErrConfig, errors.Join(errs...))
 }
 
 // validate adds what is wrong with the consumer's settings.
@@ -268,4 +272,17 @@ func validName(name string) error {
 		return fmt.Errorf("bad name %q", name)
 	}
 	return nil
+}
+
+// ClientNames are the names of c a producer's [client.Client] uses
+// (client.WithNames), for deployments that renamed them.
+func (c Config) ClientNames() client.Names {
+	n := client.Names{ResultsStream: c.Results.Name, BlobsBucket: c.Blobs.Name}
+	if len(c.Jobs.Subjects) > 0 {
+		n.JobsSubject = c.Jobs.Subjects[0]
+	}
+	if len(c.Results.Subjects) > 0 {
+		n.ResultsSubject = c.Results.Subjects[0]
+	}
+	return n
 }

@@ -39,7 +39,7 @@ func TestConfigValidate(t *testing.T) {
 			c := DefaultConfig()
 			tc.modify(&c)
 			err := c.Validate()
-			if !errors.Is(err, ErrInvalidConfig) {
+			if !errors.Is(err, ErrConfig) {
 				t.Fatalf("err = %v, want ErrInvalidConfig", err)
 			}
 			if !strings.Contains(err.Error(), tc.want) {

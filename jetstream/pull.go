@@ -10,25 +10,25 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/jobloop"
 )
 
-// Sink takes the deliveries of the fetch loop; *consumer.Consumer is one.
+// Sink takes the deliveries of the fetch loop; *jobloop.Loop is one.
 // Submit blocks while the sink's in-flight budget is full, which is how the
 // loop stops pulling: it does not ask for more than it has handed over.
 type Sink interface {
-	Submit(ctx context.Context, d consumer.Delivery) error
+	Submit(ctx context.Context, d jobloop.Delivery) error
 }
 
 // statser is the optional ability of a [Sink] to say how much it has done;
 // the fetch loop sizes its prefetch from it.
 type statser interface {
-	Stats() consumer.Stats
+	Stats() jobloop.Stats
 }
 
 // PullLoop is a running fetch loop started by [Pull]. Like nats.go's
 // ConsumeContext it is stopped with [PullLoop.Stop] or [PullLoop.Drain] and
-// reports the end through [PullLoop.Closed].
+// reports the end through [PullLoop.Done].
 //
 // Three goroutines share the prefetch buffer: the fetcher issues one pull
 // request at a time and appends what it brings; the submitter hands the
@@ -61,7 +61,7 @@ type PullLoop struct {
 
 // Pull starts the fetch loop of the durable pull consumer cons: it pulls
 // with one pull request at a time (nats.go's Fetch) and hands every message
-// to sink as a [consumer.Delivery]. The loop runs until ctx ends, the
+// to sink as a [jobloop.Delivery]. The loop runs until ctx ends, the
 // handle is stopped, or the connection closes for good; every other error
 // (a reconnect, a lost pull request, a consumer briefly gone) ends only
 // the pull request, and the loop issues a new one.
@@ -148,9 +148,9 @@ func (p *PullLoop) Drain() {
 	signal(p.more)
 }
 
-// Closed is closed when the loop has ended and every message it pulled was
+// Done is closed when the loop has ended and every message it pulled was
 // handed to the sink or NAKed.
-func (p *PullLoop) Closed() <-chan struct{} { return p.done }
+func (p *PullLoop) Done() <-chan struct{} { return p.done }
 
 func signal(c chan struct{}) {
 	select {
@@ -319,11 +319,11 @@ func (p *PullLoop) submitter(ctx context.Context) {
 	}
 }
 
-func (p *PullLoop) stats() (consumer.Stats, bool) {
+func (p *PullLoop) stats() (jobloop.Stats, bool) {
 	if s, ok := p.sink.(statser); ok {
 		return s.Stats(), true
 	}
-	return consumer.Stats{}, false
+	return jobloop.Stats{}, false
 }
 
 // adapt measures the sink's throughput and moves the prefetch target.

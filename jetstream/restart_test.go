@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -21,7 +21,7 @@ func TestWorkerSurvivesServerCrash(t *testing.T) {
 	srv := provisioned(t, p.URL(), nil)
 	e := openEngine(t, engine.Config{})
 	startWorker(t, srv, e, workerOptions{})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("crash"))
+	c, err := client.New(srv.nc, client.WithRun("crash"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestWorkerSurvivesServerCrash(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cli, err := jetstream.NewClient(srv.nc)
+	cli, err := client.New(srv.nc)
 	if err != nil {
 		t.Fatal(err)
 	}

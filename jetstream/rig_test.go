@@ -13,10 +13,10 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -49,7 +49,7 @@ func openEngineWith(t testing.TB, cfg engine.Config, wrap func(engine.Runner) en
 // countingEmbedder records every Embed call's report, to see how texts of
 // different jobs were packed.
 type countingEmbedder struct {
-	consumer.Embedder
+	engine.Embedder
 	mu      sync.Mutex
 	calls   int
 	reports []engine.CallReport
@@ -66,13 +66,10 @@ func (c *countingEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]en
 	return embs, rep, err
 }
 
-func (c *countingEmbedder) MaxTokens() int  { return c.Embedder.(*engine.Engine).MaxTokens() }
-func (c *countingEmbedder) ModelID() string { return c.Embedder.(*engine.Engine).ModelID() }
-
 // sinkFunc lets a test look at (or change) deliveries on their way in.
-type sinkFunc func(ctx context.Context, d consumer.Delivery) error
+type sinkFunc func(ctx context.Context, d jobloop.Delivery) error
 
-func (f sinkFunc) Submit(ctx context.Context, d consumer.Delivery) error { return f(ctx, d) }
+func (f sinkFunc) Submit(ctx context.Context, d jobloop.Delivery) error { return f(ctx, d) }
 
 // server is one nats-server with the jetembed streams provisioned.
 type server struct {
@@ -118,13 +115,13 @@ func connect(t testing.TB, url string) *nats.Conn { return natstest.Connect(t, u
 type worker struct {
 	nc   *nats.Conn
 	w    *jetstream.Worker
-	cons *consumer.Consumer
+	cons *jobloop.Loop
 }
 
 type workerOptions struct {
-	cfg   consumer.Config
-	blobs bool                                    // store oversized results in the blobs bucket, as serve --blobs
-	sink  func(*consumer.Consumer) jetstream.Sink // wraps the consumer
+	cfg   jobloop.Config
+	blobs bool                               // store oversized results in the blobs bucket, as serve --blobs
+	sink  func(*jobloop.Loop) jetstream.Sink // wraps the consumer
 	pull  []jetstream.PullOption
 	// subject is the request-reply endpoint; empty: the default.
 	subject string
@@ -133,7 +130,7 @@ type workerOptions struct {
 }
 
 // startWorker runs a consumer on emb against srv, like serve does.
-func startWorker(t testing.TB, srv *server, emb consumer.Embedder, o workerOptions) *worker {
+func startWorker(t testing.TB, srv *server, emb engine.Embedder, o workerOptions) *worker {
 	t.Helper()
 	nc := connect(t, srv.url)
 	log := o.cfg.Logger
@@ -147,7 +144,7 @@ func startWorker(t testing.TB, srv *server, emb consumer.Embedder, o workerOptio
 	if err != nil {
 		t.Fatal(err)
 	}
-	wk := &worker{nc: nc, w: w, cons: w.Consumer()}
+	wk := &worker{nc: nc, w: w, cons: w.Loop()}
 	t.Cleanup(func() { wk.stop(t, time.Second) })
 	return wk
 }

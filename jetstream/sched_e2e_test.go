@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -67,7 +67,7 @@ func TestRequestUnderBacklog(t *testing.T) {
 	gate := make(chan struct{})
 	e, openAll := openGatedEngine(t, engine.Config{Sessions: 2, MaxBatch: 2}, gate, 64)
 	const n = 12
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("backlog"))
+	c, err := client.New(srv.nc, client.WithRun("backlog"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,14 +80,14 @@ func TestRequestUnderBacklog(t *testing.T) {
 		ids[i] = j.ID
 	}
 	// The bulk budget holds about the whole backlog and no more.
-	w := startWorker(t, srv, e, workerOptions{cfg: consumer.Config{Patience: time.Millisecond, InFlightTokens: 2000}})
+	w := startWorker(t, srv, e, workerOptions{cfg: jobloop.Config{InFlightTokens: 2000}})
 	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if st := w.cons.Stats(); st.Held < n/2 || st.Queued != 0 {
 			return fmt.Errorf("%d jobs held, %d queued in the consumer", st.Held, st.Queued)
 		}
 		return nil
 	})
-	cli, err := jetstream.NewClient(srv.nc)
+	cli, err := client.New(srv.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func TestJobSettlesAlone(t *testing.T) {
 	gate := make(chan struct{})
 	// One text a run: no short text shares the gated long one's chunk.
 	e, openAll := openGatedEngine(t, engine.Config{Sessions: 2, MaxBatch: 1}, gate, 64)
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("alone"))
+	c, err := client.New(srv.nc, client.WithRun("alone"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,12 +155,12 @@ func TestJobSettlesAlone(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	startWorker(t, srv, e, workerOptions{cfg: consumer.Config{Patience: 200 * time.Millisecond}})
+	startWorker(t, srv, e, workerOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	pull, stop := iter.Pull2(c.Results(ctx, "alone"))
 	defer stop()
-	next := func() (jetstream.StoredResult, error) {
+	next := func() (client.StoredResult, error) {
 		sr, err, ok := pull()
 		if !ok && err == nil {
 			err = fmt.Errorf("results ended")

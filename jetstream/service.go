@@ -13,20 +13,15 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// The request-reply service: `nats micro ls` lists it as ServiceName, and
-// requests go to EndpointSubject.
+// The endpoints of the request-reply service ([schema.ServiceName], in
+// the queue group of the same name, on [schema.SubjectEmbed]).
 const (
-	ServiceName     = "embed"
-	EndpointName    = "embed"
-	EndpointSubject = "embed.v1.embed"
+	EndpointName = "embed"
 	// TenantEndpointName is the endpoint of tenants' requests, on
-	// <EndpointSubject>.<tenant>: the server's permissions let each
+	// <schema.SubjectEmbed>.<tenant>: the server's permissions let each
 	// producer publish only to its own, so the subject tells the service
 	// whose request it is (see [schema.Tenancy]).
 	TenantEndpointName = "embed-tenant"
-	// ServiceQueueGroup spreads requests over the fleet: each goes to one
-	// process.
-	ServiceQueueGroup = "embed"
 )
 
 // ServiceOptions configure [StartService].
@@ -35,10 +30,10 @@ type ServiceOptions struct {
 	// describe, "dev") is carried as a 0.0.0 pre-release, since micro
 	// requires SemVer.
 	Version string
-	// Subject is the endpoint subject; empty means [EndpointSubject].
+	// Subject is the endpoint subject; empty means [schema.SubjectEmbed].
 	Subject string
-	// QueueGroup is the endpoint's queue group; empty means
-	// [ServiceQueueGroup].
+	// QueueGroup is the endpoint's queue group, which spreads requests
+	// over the fleet; empty means [schema.ServiceName].
 	QueueGroup string
 	// Metadata is shown by `nats micro info` (e.g. the model id).
 	Metadata map[string]string
@@ -46,12 +41,12 @@ type ServiceOptions struct {
 	// slog.Default().
 	Logger *slog.Logger
 	// Tokenizer, when set, serves the tokenize endpoint
-	// ([TokenizeSubject]); without it the endpoint is not registered.
+	// ([schema.SubjectTokenize]); without it the endpoint is not registered.
 	Tokenizer Tokenizer
 	// RerankBytes bounds the text of one rerank request; 0 means
 	// [DefaultRerankBytes].
 	RerankBytes int
-	// NoRerank leaves the rerank endpoint ([RerankSubject]) out.
+	// NoRerank leaves the rerank endpoint ([schema.SubjectRerank]) out.
 	NoRerank bool
 	// Replies is the reply policy every answer's inbox is checked against
 	// before the request is handled (the consumer checks its own again);
@@ -81,7 +76,7 @@ func tenantOf(base string, tenanted bool) func(subject string) string {
 	}
 }
 
-// StartService registers the NATS micro service [ServiceName] on nc with
+// StartService registers the NATS micro service [schema.ServiceName] on nc with
 // two endpoints, <subject> and <subject>.<tenant> ([EndpointName],
 // [TenantEndpointName]), that hand each request to sink, the same consumer
 // the fetch loop feeds, so request texts are packed into the same runs as
@@ -110,11 +105,11 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 	}
 	subject := o.Subject
 	if subject == "" {
-		subject = EndpointSubject
+		subject = schema.SubjectEmbed
 	}
 	queue := o.QueueGroup
 	if queue == "" {
-		queue = ServiceQueueGroup
+		queue = schema.ServiceName
 	}
 	metrics := o.Metrics
 	if metrics == nil {
@@ -138,7 +133,7 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 	s.stopSlow = stopSlow
 	s.slow = watchSlow(nc, s.owns, metrics, log)
 	svc, err := micro.AddService(nc, micro.Config{
-		Name:        ServiceName,
+		Name:        schema.ServiceName,
 		Version:     semver(o.Version),
 		Description: "BGE-M3 embeddings (dense, sparse, ColBERT); jetembed wire contract v1",
 		Metadata:    o.Metadata,
@@ -169,14 +164,14 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 		if maxBytes <= 0 {
 			maxBytes = DefaultRerankBytes
 		}
-		extras = append(extras, extra{RerankEndpointName, RerankSubject, "jetembed rerank request v1 (query, texts, weights)",
+		extras = append(extras, extra{RerankEndpointName, schema.SubjectRerank, "jetembed rerank request v1 (query, texts, weights)",
 			func(ctx context.Context, it queued) { s.rerank(ctx, it, limits, maxBytes) }, rerankErrBody, false})
 	}
 	if o.Tokenizer != nil {
-		extras = append(extras, extra{TokenizeName, TokenizeSubject, "jetembed tokenize request v1 (texts, add_special)",
-			func(_ context.Context, it queued) { s.tokenize(it, o.Tokenizer, o.Metadata["model"], limits) }, tokenizeErrBody, false})
+		extras = append(extras, extra{TokenizeName, schema.SubjectTokenize, "jetembed tokenize request v1 (texts, add_special)",
+			func(_ context.Context, it queued) { s.tokenize(it, o.Tokenizer, o.Metadata[schema.MetaModel], limits) }, tokenizeErrBody, false})
 	}
-	extras = append(extras, extra{InfoName, InfoSubject, "empty: every member answers with its micro service info (JSON)",
+	extras = append(extras, extra{InfoName, schema.SubjectInfo, "empty: every member answers with its micro service info (JSON)",
 		func(_ context.Context, it queued) { s.info(it) }, nil, true})
 	for _, x := range extras {
 		for _, tenanted := range []bool{false, true} {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -173,12 +173,12 @@ func TestSlowSubscriptionDropsCounted(t *testing.T) {
 // they came in.
 type blockingSink struct {
 	mu      sync.Mutex
-	order   []consumer.Delivery
+	order   []jobloop.Delivery
 	release chan struct{}
 	came    atomic.Int32
 }
 
-func (s *blockingSink) Submit(_ context.Context, d consumer.Delivery) error {
+func (s *blockingSink) Submit(_ context.Context, d jobloop.Delivery) error {
 	s.mu.Lock()
 	s.order = append(s.order, d)
 	s.mu.Unlock()
@@ -223,7 +223,7 @@ func TestServiceDoorShedsAndTakesTurns(t *testing.T) {
 	}
 	req := func(tenant, reply string) {
 		t.Helper()
-		if err := rc.PublishMsg(&nats.Msg{Subject: EndpointSubject + "." + tenant, Reply: reply,
+		if err := rc.PublishMsg(&nats.Msg{Subject: schema.SubjectEmbed + "." + tenant, Reply: reply,
 			Header: nats.Header{schema.HeaderContentType: {schema.MediaTypeJSON}}, Data: []byte(`{"id":"x","texts":["x"]}`)}); err != nil {
 			t.Fatal(err)
 		}

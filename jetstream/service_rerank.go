@@ -12,13 +12,11 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// The rerank and tokenize endpoints of the embed service, beside
-// [EndpointSubject].
+// The rerank and tokenize endpoints of the embed service
+// ([schema.SubjectRerank], [schema.SubjectTokenize]).
 const (
 	RerankEndpointName = "rerank"
-	RerankSubject      = "embed.v1.rerank"
 	TokenizeName       = "tokenize"
-	TokenizeSubject    = "embed.v1.tokenize"
 	// DefaultRerankBytes bounds the text (query included) of one rerank
 	// request: its ColBERT vectors, about 4 KiB a token with BGE-M3, are
 	// held while it is scored. Larger is refused job_too_large.

@@ -13,10 +13,9 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
-	"go.opentelemetry.io/otel/metric"
 
-	"github.com/jetembed/jetembed/internal/consumer"
-	"github.com/jetembed/jetembed/internal/telemetry"
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/jobloop"
 )
 
 // ErrWorkerStopped is the cause [Worker.Err] wraps when a worker stopped on
@@ -30,18 +29,18 @@ type WorkerConfig struct {
 	// settings (AckWait, MaxDeliver, BackOff, MaxAckPending) are not used:
 	// the worker reads them from the server.
 	Config Config
-	// Consumer tunes the job loop; its AckWait and MaxDeliver are replaced
-	// by the server's.
-	Consumer consumer.Config
+	// Consumer tunes the job loop; its Delivery limits (AckWait,
+	// MaxDeliver) are the server's.
+	Consumer jobloop.Config
 	// Embedder makes the vectors.
-	Embedder consumer.Embedder
+	Embedder engine.Embedder
 	// Blobs stores results over the server's max payload in the blobs
 	// Object Store bucket and replies with a reference (serve --blobs);
 	// false answers them result_too_large.
 	Blobs bool
 	// Sink, when set, wraps the consumer on its way from the fetch loop and
 	// the service (tests look at deliveries there).
-	Sink func(*consumer.Consumer) Sink
+	Sink func(*jobloop.Loop) Sink
 	// Service registers the request-reply service; its Logger defaults to
 	// Logger.
 	Service ServiceOptions
@@ -50,8 +49,11 @@ type WorkerConfig struct {
 	PrefetchMax int
 	// Pull are further options of the fetch loop.
 	Pull []PullOption
-	// Refresh is how often the consumer's info is read from the server, for
-	// the backlog and for changed settings (default 5s).
+	// Refresh is how often the worker samples the consumer's info: the
+	// one reading of it in the process, for [Worker.Backlog] (the gauges,
+	// the heartbeat and the fleet's idleness read it there) and for
+	// changed settings, which reopen the fetch loop (default 5s; the
+	// runtime's is 2s).
 	Refresh time.Duration
 	// Grace bounds the drain when the worker stops on its own (default
 	// 30s); [Worker.Stop] takes its own deadline.
@@ -80,7 +82,7 @@ func (s ServerSettings) equal(o ServerSettings) bool {
 
 // limits are the consumer's view: the shortest ack wait any delivery gets
 // (a BackOff step below AckWait shortens it) and the last delivery.
-func (s ServerSettings) limits() consumer.DeliveryLimits {
+func (s ServerSettings) limits() jobloop.DeliveryLimits {
 	ackWait := s.AckWait
 	for _, d := range s.BackOff {
 		if d > 0 && d < ackWait {
@@ -91,20 +93,20 @@ func (s ServerSettings) limits() consumer.DeliveryLimits {
 	if maxDeliver <= 0 {
 		maxDeliver = -1
 	}
-	return consumer.DeliveryLimits{AckWait: ackWait, MaxDeliver: maxDeliver}
+	return jobloop.DeliveryLimits{AckWait: ackWait, MaxDeliver: maxDeliver}
 }
 
 // Worker is one consumer process's work: the job loop, the request-reply
 // service and the fetch loop of the shared durable consumer, started by
 // [StartWorker]. Like nats.go's ConsumeContext it is stopped with
-// [Worker.Stop] and reports its end through [Worker.Stopped] and
+// [Worker.Stop] and reports its end through [Worker.Done] and
 // [Worker.Err].
 type Worker struct {
 	nc   *nats.Conn
 	js   natsjs.JetStream
 	cfg  WorkerConfig
 	log  *slog.Logger
-	cons *consumer.Consumer
+	cons *jobloop.Loop
 	sink Sink
 	svc  micro.Service
 
@@ -169,12 +171,11 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 	if cfg.Blobs {
 		cc.Blobs = pub
 	}
-	l := st.limits()
-	cc.AckWait, cc.MaxDeliver = l.AckWait, l.MaxDeliver
+	cc.Delivery = st.limits()
 	if cc.Logger == nil {
 		cc.Logger = cfg.Logger
 	}
-	cons, err := consumer.New(cc, cfg.Embedder, pub)
+	cons, err := jobloop.New(cc, cfg.Embedder, pub)
 	if err != nil {
 		return nil, err
 	}
@@ -216,8 +217,8 @@ func (w *Worker) pull(jc natsjs.Consumer, st ServerSettings) (*PullLoop, error) 
 	return Pull(context.Background(), jc, w.sink, append(opts, w.cfg.Pull...)...)
 }
 
-// Consumer is the job loop, for its Stats.
-func (w *Worker) Consumer() *consumer.Consumer { return w.cons }
+// Loop is the job loop, for its Stats.
+func (w *Worker) Loop() *jobloop.Loop { return w.cons }
 
 // Settings are the server's consumer settings the worker runs with.
 func (w *Worker) Settings() ServerSettings {
@@ -239,13 +240,13 @@ func (w *Worker) Prefetch() int {
 	return w.loop.Prefetch()
 }
 
-// Stopped is closed once the worker has stopped, after [Worker.Stop] or on
+// Done is closed once the worker has stopped, after [Worker.Stop] or on
 // its own (see [Worker.Err]).
-func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+func (w *Worker) Done() <-chan struct{} { return w.stopped }
 
 // Err is nil after a requested stop, and wraps [ErrWorkerStopped] with the
 // cause when the worker stopped on its own. It is valid once
-// [Worker.Stopped] is closed.
+// [Worker.Done] is closed.
 func (w *Worker) Err() error {
 	select {
 	case <-w.stopped:
@@ -278,7 +279,7 @@ func (w *Worker) stop(ctx context.Context, cause error) error {
 		w.log.Warn("micro service stop", "err", err)
 	}
 	err := w.drain(ctx)
-	<-loop.Closed()
+	<-loop.Done()
 	close(w.stopped)
 	return err
 }
@@ -301,7 +302,7 @@ func (w *Worker) watch() {
 	defer t.Stop()
 	for {
 		w.mu.Lock()
-		closed := w.loop.Closed()
+		closed := w.loop.Done()
 		w.mu.Unlock()
 		var cause error
 		select {
@@ -374,52 +375,4 @@ func (w *Worker) setBacklog(info *natsjs.ConsumerInfo) {
 	}
 	w.pending.Store(int64(info.NumPending))
 	w.ackPending.Store(int64(info.NumAckPending))
-}
-
-// The job loop's types that a program running a [Worker] itself names (the
-// loop is internal/consumer's; these are the same types under jetstream's
-// name).
-type (
-	// ConsumerConfig tunes the job loop ([WorkerConfig.Consumer]).
-	ConsumerConfig = consumer.Config
-	// Backoff is the NAK delay schedule of [ConsumerConfig.NakBackoff].
-	Backoff = consumer.Backoff
-	// Embedder makes the vectors ([WorkerConfig.Embedder]); *engine.Engine
-	// is one.
-	Embedder = consumer.Embedder
-	// JobLoop is the worker's job loop ([Worker.Consumer]); a [Sink]
-	// wrapper (WorkerConfig.Sink) hands deliveries on to it.
-	JobLoop = consumer.Consumer
-	// Delivery is one job (a JetStream message or a request) as a [Sink]
-	// takes it.
-	Delivery = consumer.Delivery
-	// LoopStats is what the job loop has done ([JobLoop.Stats]).
-	LoopStats = consumer.Stats
-	// LoopMetrics is what the job loop records ([ConsumerConfig.Metrics]);
-	// [NewMetrics] makes jetembed's own on a meter provider.
-	LoopMetrics = consumer.Metrics
-	// Outcome labels a job's disposition in [LoopMetrics].
-	Outcome = telemetry.Outcome
-	// DeadLetter is one copy for the DLQ stream ([Publisher.PublishDLQ]).
-	DeadLetter = consumer.DeadLetter
-)
-
-// The outcomes a job's disposition is counted under.
-const (
-	OutcomeOK    = telemetry.OutcomeOK
-	OutcomeError = telemetry.OutcomeError
-	OutcomeNak   = telemetry.OutcomeNak
-	OutcomeTerm  = telemetry.OutcomeTerm
-)
-
-// NewMetrics creates jetembed's job-loop instruments (the jetembed_*
-// families serve exposes on /metrics) on a meter of mp, for a program that
-// runs a [Worker] with its own OpenTelemetry SDK: set the result as
-// [ConsumerConfig.Metrics]. This package uses the OpenTelemetry API only.
-func NewMetrics(mp metric.MeterProvider) (LoopMetrics, error) {
-	m, err := telemetry.NewMetrics(mp)
-	if err != nil {
-		return nil, err
-	}
-	return m, nil
 }

@@ -7,14 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
-// The worker's timing is the server's: the caller's consumer.Config says
+// The worker's timing is the server's: the caller's jobloop.Config says
 // AckWait 1m and MaxDeliver 5, the server says 1.5s and 2. The final error
 // result comes on delivery 2, and a job that runs longer than the server's
 // AckWait is heartbeated within it (delivered once).
@@ -26,8 +27,8 @@ func TestWorkerTakesTheServersSettings(t *testing.T) {
 	slow := &slowEmbedder{Engine: e, hold: 4 * time.Second}
 	var seen deliveries
 	w := startWorker(t, srv, slow, workerOptions{
-		cfg: consumer.Config{AckWait: time.Minute, MaxDeliver: 5,
-			NakBackoff: consumer.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
+		cfg: jobloop.Config{Delivery: jobloop.DeliveryLimits{AckWait: time.Minute, MaxDeliver: 5},
+			NakBackoff: jobloop.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
 		sink: seen.wrap,
 	})
 	if st := w.w.Settings(); st.AckWait != 1500*time.Millisecond || st.MaxDeliver != 2 || st.MaxAckPending != 16 {
@@ -39,7 +40,7 @@ func TestWorkerTakesTheServersSettings(t *testing.T) {
 	if p := w.w.Prefetch(); p > 16 {
 		t.Errorf("prefetch %d above the server's MaxAckPending 16", p)
 	}
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("truth"))
+	c, err := client.New(srv.nc, client.WithRun("truth"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +84,7 @@ func TestWorkerRefreshesChangedSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
-		if l := w.Consumer().DeliveryLimits(); l.AckWait != 3*time.Second || l.MaxDeliver != 3 {
+		if l := w.Loop().DeliveryLimits(); l.AckWait != 3*time.Second || l.MaxDeliver != 3 {
 			return fmt.Errorf("consumer limits %+v", l)
 		}
 		if p := w.Prefetch(); p > 8 {
@@ -91,7 +92,7 @@ func TestWorkerRefreshesChangedSettings(t *testing.T) {
 		}
 		return nil
 	})
-	c, err := jetstream.NewClient(srv.nc, jetstream.WithRun("refresh"))
+	c, err := client.New(srv.nc, client.WithRun("refresh"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,7 +117,7 @@ func TestWorkerStopsOnItsOwn(t *testing.T) {
 	}
 	nc.Close()
 	select {
-	case <-w.Stopped():
+	case <-w.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("worker did not stop after its connection closed")
 	}
@@ -132,7 +133,7 @@ func TestStartWorkerWithoutConsumer(t *testing.T) {
 	srv := natstest.RunServer(t)
 	nc := connect(t, srv.ClientURL())
 	_, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
-		Config: jetstream.DefaultConfig(), Embedder: embedderFunc(nil), Logger: testLogger(t),
+		Config: jetstream.DefaultConfig(), Embedder: engine.EmbedderFunc(nil), Logger: testLogger(t),
 	})
 	if err == nil {
 		t.Fatal("StartWorker without the consumer on the server: no error")

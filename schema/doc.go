@@ -1,12 +1,15 @@
 // Package schema is wire contract v1 of jetembed: the [Job] and [Result]
-// types, their msgpack and JSON encodings, the header names, the [Limits]
-// and their validation, and the stable error [Code]s. Producers, the
-// consumer and clients all speak through it.
+// types, their msgpack and JSON encodings, the header names, the wire
+// names of the default deployment (subjects such as [SubjectEmbed] and
+// [SubjectJobs], the streams and buckets), the [Limits] and their
+// validation, the reply policy, and the stable error [Code]s and
+// [Outcome]s. Producers, the job loop, the gateway and clients all speak
+// through it.
 //
 // schema imports nothing of the project (it is the bottom of the one-way
-// flow cmd -> jetstream -> consumer -> engine -> schema) and nothing of
-// NATS: headers are plain map[string][]string, which nats.Header converts
-// to and from.
+// flow cmd -> runtime -> jetstream -> jobloop -> engine -> schema) and
+// nothing of NATS: headers are plain map[string][]string, which
+// nats.Header converts to and from.
 //
 // # Encodings
 //

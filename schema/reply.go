@@ -20,7 +20,7 @@ const (
 // DefaultReplyDeny are the subjects of the default configuration that a
 // result must never be published to, whatever the allow-list says: the
 // jobs, the dead letters and the request-reply service.
-func DefaultReplyDeny() []string { return []string{"embed.jobs.>", "embed.dlq.>", "embed.v1.>"} }
+func DefaultReplyDeny() []string { return []string{SubjectJobs, SubjectDLQ, SubjectService} }
 
 // ReplyPolicy decides which subjects a result may be published to. A reply
 // subject comes from the job (its reply field, the Embed-Reply header or the

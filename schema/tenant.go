@@ -12,7 +12,7 @@ const (
 	DefaultTenantToken = 3
 	// DefaultTenantResultsPrefix is the results subject prefix: a tenant's
 	// results are under embed.results.<tenant>.>.
-	DefaultTenantResultsPrefix = "embed.results"
+	DefaultTenantResultsPrefix = "embed.results" // SubjectResults less its ".>"
 	// DefaultTenantInboxPrefix makes a tenant's inbox: _INBOX_<tenant>.>,
 	// the prefix its connection sets with nats.CustomInboxPrefix.
 	DefaultTenantInboxPrefix = "_INBOX_"

@@ -19,8 +19,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -73,11 +73,11 @@ func TestAttackRerankRelay(t *testing.T) {
 	}
 	if got := r.stored(t, ctx, "embed.results.producer-b.>"); len(got) != 0 {
 		t.Errorf("messages stored under producer-b's results: %v", got)
-		cb, err := jetstream.NewClient(b.Conn, jetstream.WithTenant("producer-b"), jetstream.WithRun("run"))
+		cb, err := client.New(b.Conn, client.WithTenant("producer-b"), client.WithRun("run"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		for sr, err := range cb.Results(ctx, "run", jetstream.UntilCaughtUp()) {
+		for sr, err := range cb.Results(ctx, "run", client.UntilCaughtUp()) {
 			if err != nil {
 				t.Logf("producer-b's reader: %v", err)
 				break
@@ -340,7 +340,7 @@ func TestAttackJobsStreamSequenceOracle(t *testing.T) {
 		}
 	}
 	b := connectProducer(t, r.url, r.caFile, "producer-b")
-	cb, err := jetstream.NewClient(b.Conn, jetstream.WithTenant("producer-b"), jetstream.WithRun("secretrun"))
+	cb, err := client.New(b.Conn, client.WithTenant("producer-b"), client.WithRun("secretrun"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -498,7 +498,7 @@ func TestAttackBulkBacklogStarvesOthers(t *testing.T) {
 		t.Fatal("backlog not published")
 	}
 	b := connectProducer(t, r.url, r.caFile, "producer-b")
-	cb, err := jetstream.NewClient(b.Conn, jetstream.WithTenant("producer-b"), jetstream.WithRun("run"))
+	cb, err := client.New(b.Conn, client.WithTenant("producer-b"), client.WithRun("run"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,9 +20,9 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -79,16 +79,20 @@ func TestDLQFloodBounded(t *testing.T) {
 	})
 	_, after := streamState(t, js, "EMBED_DLQ")
 	t.Logf("EMBED_DLQ grew by %d KiB for %d jobs of %d KiB", (after-before)>>10, n+1, size>>10)
-	if grown := after - before; grown > (n+1)*(3*consumer.DLQExcerptBytes) {
-		t.Errorf("EMBED_DLQ grew by %d bytes for %d jobs: over %d KiB each", grown, n+1, 3*consumer.DLQExcerptBytes>>10)
+	if grown := after - before; grown > (n+1)*(3*jobloop.DLQExcerptBytes) {
+		t.Errorf("EMBED_DLQ grew by %d bytes for %d jobs: over %d KiB each", grown, n+1, 3*jobloop.DLQExcerptBytes>>10)
 	}
 	codes := map[string]int{}
-	for l, err := range jetstream.Letters(ctx, js, "EMBED_DLQ", "") {
+	dl, err := jetstream.OpenDeadLetters(js.Conn(), "EMBED_DLQ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for l, err := range dl.Letters(ctx, "") {
 		if err != nil {
 			t.Fatal(err)
 		}
 		codes[l.Code]++
-		if got := l.SHA256 + "/" + strconv.Itoa(l.Size); got != sums[l.JobID] || !l.Excerpt || len(l.Data) != consumer.DLQExcerptBytes {
+		if got := l.SHA256 + "/" + strconv.Itoa(l.Size); got != sums[l.JobID] || !l.Excerpt || len(l.Data) != jobloop.DLQExcerptBytes {
 			t.Errorf("letter %d of %s: sha/size %s, want %s; excerpt %v, %d bytes kept", l.Seq, l.JobID, got, sums[l.JobID], l.Excerpt, len(l.Data))
 		}
 	}
@@ -166,7 +170,7 @@ func TestResultAmplificationRefused(t *testing.T) {
 	if msgs, _ := streamState(t, js, "OBJ_EMBED_BLOBS"); msgs != 0 {
 		t.Errorf("%d blob chunks stored", msgs)
 	}
-	if msgs, bytes := streamState(t, js, "EMBED_DLQ"); msgs != 1 || bytes > 3*consumer.DLQExcerptBytes {
+	if msgs, bytes := streamState(t, js, "EMBED_DLQ"); msgs != 1 || bytes > 3*jobloop.DLQExcerptBytes {
 		t.Errorf("EMBED_DLQ: %d letters, %d bytes; want 1 excerpt", msgs, bytes)
 	}
 	if ok := submit("normal", texts[:16]); ok.Error != nil || len(ok.Items) != 16 || len(ok.Items[0].ColBERT) == 0 {
@@ -204,14 +208,14 @@ func TestDLQReplay(t *testing.T) {
 		t.Helper()
 		h := schema.JobHeader(job, schema.EncodingMsgpack)
 		h[jetstream.HeaderSubject] = []string{subject}
-		dl := consumer.DeadLetter{JobID: job.ID, MsgID: "dlq-" + code + subject, Code: code, Message: "test", NumDelivered: 5,
+		dl := jobloop.DeadLetter{JobID: job.ID, MsgID: "dlq-" + code + subject, Code: code, Message: "test", NumDelivered: 5,
 			BodySize: len(body), BodySHA256: hex.EncodeToString(sum[:]), Excerpt: excerpt}
 		if err := pub.PublishDLQ(ctx, dl, h, data); err != nil {
 			t.Fatal(err)
 		}
 	}
 	letter("publish_failed", "embed.jobs.replay", body, false)      // seq 1
-	letter("overloaded", jetstream.EndpointSubject, body, false)    // seq 2: a request
+	letter("overloaded", schema.SubjectEmbed, body, false)          // seq 2: a request
 	letter("bad_payload", "embed.jobs.replay", body[:10], true)     // seq 3: an excerpt
 	letter("publish_denied", "embed.jobs.replay", body[:10], false) // seq 4: does not match its digest
 	// The error result the last delivery sent, under the job's result id.
@@ -311,7 +315,7 @@ func TestDLQReplayAsProvisioner(t *testing.T) {
 	sum := sha256.Sum256(body)
 	h := schema.JobHeader(job, schema.EncodingMsgpack)
 	h[jetstream.HeaderSubject] = []string{"embed.jobs.producer-a"}
-	if err := pub.PublishDLQ(ctx, consumer.DeadLetter{JobID: job.ID, MsgID: "dlq-x", Code: "publish_failed", NumDelivered: 5,
+	if err := pub.PublishDLQ(ctx, jobloop.DeadLetter{JobID: job.ID, MsgID: "dlq-x", Code: "publish_failed", NumDelivered: 5,
 		BodySize: len(body), BodySHA256: hex.EncodeToString(sum[:])}, h, body); err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,9 @@ import (
 	"path/filepath"
 
 	"github.com/jetembed/jetembed/internal/devserver"
-	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/runtime"
+	"github.com/jetembed/jetembed/schema"
 )
 
 func init() {
@@ -26,21 +27,18 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	listen := fs.String("listen", devserver.DefaultListen, "client address of the embedded NATS server (port 0: any free port)")
 	dataDir := fs.String("data", "./jetembed-data", "directory of the JetStream file store; it survives restarts")
 	verbose := fs.Bool("verbose", false, "print the NATS server's log")
-	pf := addProvisionFlags(fs, false)
 	// No warm-up grid by default: up to 8192 tokens it takes a minute on
 	// CPU, and a development server should answer at once.
-	ef := addEngineFlags(fs, false)
-	ff := addFleetFlags(fs)
-	sf := addServeFlags(fs, "create")
-	cfg, c, done, err := parseServe(fs, args, io, pf, ef, ff, sf)
+	sc := addServeCommand(fs, false, false, "create")
+	c, done, err := sc.parse(args, io)
 	if done || err != nil {
 		return err
 	}
-	if cfg.Replicas != 1 {
+	if c.Objects.Replicas != 1 {
 		return fmt.Errorf("%w: the dev server is a single node: --replicas must be 1", errUsage)
 	}
-	if *ef.modelDir == "" {
-		if *ef.modelDir, err = bundledModel(); err != nil {
+	if c.Engine.Model == "" {
+		if c.Engine.Model, err = bundledModel(); err != nil {
 			return err
 		}
 	}
@@ -65,18 +63,22 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 		s.WaitForShutdown()
 	}()
 	url := s.ClientURL()
-	c.NATS = jetstream.Options{URLs: []string{url}, Name: "jetembed-dev", Logger: log}
-	err = provision(ctx, c.NATS, cfg, io, jetstream.WithMode(c.Provision), jetstream.ServerTuning())
+	c.Runtime.NATS = jetstream.Options{URLs: []string{url}, Name: "jetembed-dev", Logger: log}
+	err = provision(ctx, c.Runtime.NATS, c.Objects, io, jetstream.WithMode(provisionMode(c.Runtime.Check)), jetstream.ServerTuning())
 	if errors.Is(err, jetstream.ErrMissing) {
 		return fmt.Errorf("%w: %w (dev --provision=off: create them with `jetembed provision --nats %s`)", errConfig, err, url)
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrDrift) {
 		return err
 	}
-	printDevHelp(io, cfg, url, dir, *sf.api.listen)
-	fmt.Fprintf(io.out, "serving model %s; press Ctrl-C to stop\n", *ef.modelDir)
-	c.Provision = skipProvision // done above, with the same config
-	err = serve(ctx, telemetry.NewLogger(io.err, c.LogLevel, c.LogFormat), c)
+	api := ""
+	if c.Runtime.API != nil {
+		api = c.Runtime.API.Listen
+	}
+	printDevHelp(io, c.Objects, url, dir, api)
+	fmt.Fprintf(io.out, "serving model %s; press Ctrl-C to stop\n", c.Engine.Model)
+	c.Runtime.Check = runtime.SkipCheck // done above, with the same config
+	err = serve(ctx, io, c)
 	fmt.Fprintln(io.out, "stopping the dev server")
 	return err
 }
@@ -127,7 +129,7 @@ func printDevHelp(io stdio, cfg jetstream.Config, url, dir, api string) {
 	fmt.Fprintf(io.out, "read results: nats sub '%s.>' --server %s\n", results, url)
 	fmt.Fprintf(io.out, "submit a job: nats pub -H Content-Type:application/json %s.demo '{\"v\":1,\"id\":\"1\",\"texts\":[\"hello\"],\"reply\":\"%s.1\"}' --server %s\n",
 		subjectRoot(cfg.Jobs.Subjects[0]), results, url)
-	fmt.Fprintf(io.out, "request:      nats req %s '{\"id\":\"1\",\"texts\":[\"hello\"]}' -H Content-Type:application/json --server %s\n", jetstream.EndpointSubject, url)
+	fmt.Fprintf(io.out, "request:      nats req %s '{\"id\":\"1\",\"texts\":[\"hello\"]}' -H Content-Type:application/json --server %s\n", schema.SubjectEmbed, url)
 	fmt.Fprintf(io.out, "or:           jetembed submit --nats %s --text hello\n", url)
 	fmt.Fprintln(io.out, "max payload:  8 MiB here; a standard nats-server takes 1 MiB (jetembed submit reads it and cuts its jobs to fit)")
 	if a := api; a != "" {

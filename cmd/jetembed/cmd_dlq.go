@@ -15,8 +15,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	natsjs "github.com/nats-io/nats.go/jetstream"
-
 	"github.com/jetembed/jetembed/jetstream"
 )
 
@@ -99,15 +97,15 @@ func runDLQ(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer nc.Close()
-	js, err := jetstream.New(nc)
+	dl, err := jetstream.OpenDeadLetters(nc, *stream)
 	if err != nil {
 		return err
 	}
 	switch sub {
 	case "list":
-		return dlqList(ctx, io, js, *stream, *code, *limit, *asJSON)
+		return dlqList(ctx, io, dl, *code, *limit, *asJSON)
 	case "show":
-		l, err := jetstream.GetLetter(ctx, js, *stream, seqs[0])
+		l, err := dl.Get(ctx, seqs[0])
 		if err != nil {
 			return err
 		}
@@ -117,7 +115,7 @@ func runDLQ(ctx context.Context, args []string, io stdio) error {
 		}
 		return dlqShow(io, l)
 	}
-	return dlqReplay(ctx, io, js, *stream, *jobs, *code, seqs, *purge)
+	return dlqReplay(ctx, io, dl, *jobs, *code, seqs, *purge)
 }
 
 func dlqUsage(io stdio) {
@@ -156,13 +154,13 @@ func lineOf(l jetstream.Letter) letterLine {
 		Size: size, Kept: len(l.Data), Excerpt: l.Excerpt, Replayable: l.Replayable() == nil, Message: l.Message}
 }
 
-func dlqList(ctx context.Context, io stdio, js natsjs.JetStream, stream, code string, limit int, asJSON bool) error {
+func dlqList(ctx context.Context, io stdio, dl *jetstream.DeadLetters, code string, limit int, asJSON bool) error {
 	tw := tabwriter.NewWriter(io.out, 0, 4, 2, ' ', 0)
 	if !asJSON {
 		fmt.Fprintln(tw, "SEQ\tTIME\tCODE\tJOB\tDELIVERED\tBYTES\tBODY\tSUBJECT\tMESSAGE")
 	}
 	n := 0
-	for l, err := range jetstream.Letters(ctx, js, stream, code) {
+	for l, err := range dl.Letters(ctx, code) {
 		if err != nil {
 			return err
 		}
@@ -222,21 +220,21 @@ func dlqShow(io stdio, l jetstream.Letter) error {
 	return nil
 }
 
-func dlqReplay(ctx context.Context, io stdio, js natsjs.JetStream, stream, jobs, code string, seqs []uint64, purge bool) error {
-	r, err := jetstream.NewReplayer(ctx, js, jobs)
+func dlqReplay(ctx context.Context, io stdio, dl *jetstream.DeadLetters, jobs, code string, seqs []uint64, purge bool) error {
+	r, err := dl.Replayer(ctx, jobs)
 	if err != nil {
 		return err
 	}
 	var letters []jetstream.Letter
 	for _, seq := range seqs {
-		l, err := jetstream.GetLetter(ctx, js, stream, seq)
+		l, err := dl.Get(ctx, seq)
 		if err != nil {
 			return err
 		}
 		letters = append(letters, l)
 	}
 	if code != "" {
-		for l, err := range jetstream.Letters(ctx, js, stream, code) {
+		for l, err := range dl.Letters(ctx, code) {
 			if err != nil {
 				return err
 			}
@@ -262,7 +260,7 @@ func dlqReplay(ctx context.Context, io stdio, js natsjs.JetStream, stream, jobs,
 		}
 		fmt.Fprintf(io.out, "replayed %d (%s, job %s) to %s: %s seq %d%s\n", l.Seq, l.Code, printable(l.JobID, 40), l.JobSubject, ack.Stream, ack.Sequence, note)
 		if purge {
-			if err := jetstream.DeleteLetter(ctx, js, stream, l.Seq); err != nil {
+			if err := dl.Delete(ctx, l.Seq); err != nil {
 				return err
 			}
 		}

@@ -59,13 +59,17 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer closeIn()
-	e, _, err := ef.open(ctx)
+	ec, err := ef.config()
 	if err != nil {
 		return err
 	}
-	defer e.Close()
-	fmt.Fprintf(io.err, "jetembed: memory budget %s; attention %s; malloc %s\n", ef.budgetNote, ef.attentionNote, mallocenv.Mode())
-	return embedStream(ctx, e, in, *batch, want, !*noTruncate, total, io)
+	o, err := ec.open(ctx, io.err)
+	if err != nil {
+		return err
+	}
+	defer o.engine.Close()
+	fmt.Fprintf(io.err, "jetembed: memory budget %s; attention %s; malloc %s\n", ec.BudgetNote, o.attention, mallocenv.Mode())
+	return embedStream(ctx, o.engine, in, *batch, want, !*noTruncate, total, io)
 }
 
 // embedStream embeds the lines of in, batch lines at a time, and writes

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -45,7 +46,7 @@ func runResults(ctx context.Context, args []string, io stdio) error {
 	defer nc.Close()
 	cfg := jetstream.DefaultConfig()
 	cfg.Results.Name = *stream
-	c, err := jetstream.NewClient(nc, jetstream.WithRun(runs[0]), jetstream.WithStreams(cfg), jetstream.WithTenant(*tenant))
+	c, err := client.New(nc, client.WithRun(runs[0]), client.WithNames(cfg.ClientNames()), client.WithTenant(*tenant))
 	if err != nil {
 		return err
 	}
@@ -65,8 +66,8 @@ func runResults(ctx context.Context, args []string, io stdio) error {
 	defer sp.Close()
 	b := &bulk{prefix: c.Run() + "-"}
 	last := -1
-	for sr, err := range c.Results(ctx, c.Run(), jetstream.UntilCaughtUp()) {
-		if errors.Is(err, jetstream.ErrForeignResult) {
+	for sr, err := range c.Results(ctx, c.Run(), client.UntilCaughtUp()) {
+		if errors.Is(err, client.ErrForeignResult) {
 			// Not the fleet's: no job's result, whatever it says.
 			log.Warn("ignoring a message of the results stream the fleet did not write", "subject", sr.Subject, "err", err)
 			continue

@@ -7,138 +7,171 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/internal/mallocenv"
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
+	"github.com/jetembed/jetembed/runtime"
 	"github.com/jetembed/jetembed/schema"
 )
 
 // serve's flags and the configuration parsed from them.
 
-// serveFlags are the flags of serve beyond the NATS, provisioning and
-// engine ones. The consumer's ack wait, max deliver, backoff and max ack
-// pending are not among them: they are the server's (see `provision`).
+// serveFlags are the flags of serve beyond the NATS, provisioning, engine
+// and fleet ones. The consumer's ack wait, max deliver, backoff and max
+// ack pending are not among them: they are the server's (see `provision`).
 type serveFlags struct {
-	patience       *time.Duration
-	gatherTokens   *int
-	inFlightTokens *int
-	interactive    *int
-	prefetchMax    *int
-	prefetchBytes  *int
-	grace          *time.Duration
-	http           *string
-	logLevel       *string
-	logFormat      *string
-	heartbeat      *time.Duration
-	provision      *string
-	blobs          *bool
-	maxResult      *int
-	printConfig    *bool
-	replyAllow     *string
-	maxReplyBytes  *int
-	tenantToken    *int
-	tenantResults  *string
-	tenantInbox    *string
-	interTenants   *string
+	patience       time.Duration
+	gatherTokens   int
+	inFlightTokens int
+	interactive    int
+	prefetchMax    int
+	prefetchBytes  int
+	grace          time.Duration
+	http           string
+	logLevel       string
+	logFormat      string
+	heartbeat      time.Duration
+	provision      string
+	blobs          bool
+	maxResult      int
+	printConfig    bool
+	replyAllow     string
+	maxReplyBytes  int
+	tenantToken    int
+	tenantResults  string
+	tenantInbox    string
+	interTenants   string
 	api            *gatewayFlags
 }
 
 // addServeFlags defines serve's flags; provision is the default of
 // --provision (off for serve, create for dev).
 func addServeFlags(fs *flagSet, provision string) *serveFlags {
-	return &serveFlags{
-		patience:       fs.Duration("patience", consumer.DefaultPatience, "how long bulk jobs wait before they go to the engine, so its packer has more texts to choose from (interactive jobs wait none)"),
-		gatherTokens:   fs.Int("gather-tokens", 0, "estimated tokens of queued jobs that end the patience window early (0: max-batch-tokens x sessions)"),
-		inFlightTokens: fs.Int("in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds; when full it stops pulling (0: 4 x gather-tokens; interactive jobs have a budget of their own)"),
-		interactive:    fs.Int("interactive-tokens", 0, "the one knob of this process's interactive capacity: estimated tokens of the requests and interactive jobs it holds (apart from the bulk budget, so a backlog never refuses a request; requests beyond it wait in a queue of up to 8 times as many tokens), also the engine's interactive admission budget and what a gateway sizes its calls by (0: 2 x gather-tokens)"),
-		prefetchMax:    fs.Int("prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4"),
-		prefetchBytes:  fs.Int("prefetch-bytes", jetstream.DefaultPrefetchBytes, "byte cap of the jobs buffered ahead of the consumer: pull requests ask for no more than fits (raised to the server's max payload)"),
-		grace:          fs.Duration("grace", 30*time.Second, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed"),
-		http:           fs.String("http", telemetry.DefaultAddr, "address of /healthz, /readyz and /metrics (empty: off)"),
-		logLevel:       fs.String("log-level", "info", "log level: debug, info, warn or error"),
-		logFormat:      fs.String("log-format", telemetry.LogAuto, "log format: auto (text on a terminal, else json), text or json"),
-		heartbeat:      fs.Duration("heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)"),
-		provision:      fs.String("provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is jetembed provision"),
-		blobs:          fs.Bool("blobs", true, "store results over the server's max payload in the blobs bucket and reply with a reference (false: reply result_too_large)"),
-		maxResult:      fs.Int("max-result-bytes", 0, "largest encoded result of one job, in bytes; a job over it fails result_too_large, refused before it runs when its dense and ColBERT vectors alone exceed it (0: auto, the larger of 32 MiB and 8 texts of the model's max tokens with dense and ColBERT; -1: none)"),
-		printConfig:    fs.Bool("print-config", false, "print the effective value of every flag with its environment variable, and exit"),
-		replyAllow:     fs.String("reply-allow", "", "subject patterns a reply may match besides its tenant's space, comma separated; {tenant} stands for the job's tenant (audit.{tenant}.>), a pattern without it is open to every tenant; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)"),
-		maxReplyBytes:  fs.Int("max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)"),
-		tenantToken:    fs.Int("tenant-token", schema.DefaultTenantToken, "position of the tenant in a job's subject (embed.jobs.<tenant>.>: 3); a reply goes only to the tenant's space (0: no tenants, one shared space: any embed.results.> or _INBOX.> reply)"),
-		tenantResults:  fs.String("tenant-results-prefix", schema.DefaultTenantResultsPrefix, "a tenant's results space: <prefix>.<tenant>.>"),
-		tenantInbox:    fs.String("tenant-inbox-prefix", schema.DefaultTenantInboxPrefix, "a tenant's inbox space: <prefix><tenant>.> (its connection's nats inbox prefix)"),
-		interTenants:   fs.String("interactive-tenants", "*", "tenants whose queued jobs may ask for priority interactive, comma separated; another tenant's run as bulk, so a bulk producer cannot take the budget of the callers who wait (*: every tenant; empty: none; requests are interactive whatever it says)"),
-		api:            addGatewayFlags(fs, "http-api", ""),
-	}
+	f := new(serveFlags)
+	fs.DurationVar(&f.patience, "patience", 0, "deprecated, ignored: jobs go to the engine at once, whose one queue packs the texts of every job in flight")
+	fs.IntVar(&f.gatherTokens, "gather-tokens", 0, "deprecated: nothing waits to be gathered; a value still stands for max-batch-tokens x sessions in the defaults of --in-flight-tokens and --interactive-tokens (set those instead)")
+	fs.IntVar(&f.inFlightTokens, "in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds (in the engine's queue, running or publishing); when full it stops pulling (0: 4 x max-batch-tokens x sessions; interactive jobs have a budget of their own)")
+	fs.IntVar(&f.interactive, "interactive-tokens", 0, "the one knob of this process's interactive capacity: estimated tokens of the requests and interactive jobs it holds (apart from the bulk budget, so a backlog never refuses a request; requests beyond it wait in a queue of up to 8 times as many tokens), also the engine's interactive admission budget and what a gateway sizes its calls by (0: 2 x max-batch-tokens x sessions)")
+	fs.IntVar(&f.prefetchMax, "prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4")
+	fs.IntVar(&f.prefetchBytes, "prefetch-bytes", jetstream.DefaultPrefetchBytes, "byte cap of the jobs buffered ahead of the consumer: pull requests ask for no more than fits (raised to the server's max payload)")
+	fs.DurationVar(&f.grace, "grace", runtime.DefaultGrace, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed")
+	fs.StringVar(&f.http, "http", telemetry.DefaultAddr, "address of /healthz, /readyz and /metrics (empty: off)")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.logFormat, "log-format", telemetry.LogAuto, "log format: auto (text on a terminal, else json), text or json")
+	fs.DurationVar(&f.heartbeat, "heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)")
+	fs.StringVar(&f.provision, "provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is jetembed provision")
+	fs.BoolVar(&f.blobs, "blobs", true, "store results over the server's max payload in the blobs bucket and reply with a reference (false: reply result_too_large)")
+	fs.IntVar(&f.maxResult, "max-result-bytes", 0, "largest encoded result of one job, in bytes; a job over it fails result_too_large, refused before it runs when its dense and ColBERT vectors alone exceed it (0: auto, the larger of 32 MiB and 8 texts of the model's max tokens with dense and ColBERT; -1: none)")
+	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective value of every flag with its environment variable, and exit")
+	fs.StringVar(&f.replyAllow, "reply-allow", "", "subject patterns a reply may match besides its tenant's space, comma separated; {tenant} stands for the job's tenant (audit.{tenant}.>), a pattern without it is open to every tenant; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)")
+	fs.IntVar(&f.maxReplyBytes, "max-reply-bytes", schema.DefaultMaxReplyBytes, "longest reply subject a result is sent to, in bytes (at most 1024)")
+	fs.IntVar(&f.tenantToken, "tenant-token", schema.DefaultTenantToken, "position of the tenant in a job's subject (embed.jobs.<tenant>.>: 3); a reply goes only to the tenant's space (0: no tenants, one shared space: any embed.results.> or _INBOX.> reply)")
+	fs.StringVar(&f.tenantResults, "tenant-results-prefix", schema.DefaultTenantResultsPrefix, "a tenant's results space: <prefix>.<tenant>.>")
+	fs.StringVar(&f.tenantInbox, "tenant-inbox-prefix", schema.DefaultTenantInboxPrefix, "a tenant's inbox space: <prefix><tenant>.> (its connection's nats inbox prefix)")
+	fs.StringVar(&f.interTenants, "interactive-tenants", "*", "tenants whose queued jobs may ask for priority interactive, comma separated; another tenant's run as bulk, so a bulk producer cannot take the budget of the callers who wait (*: every tenant; empty: none; requests are interactive whatever it says)")
+	f.api = addGatewayFlags(fs, "http-api", "")
+	return f
 }
 
-// serveConfig is everything serve runs with, parsed from the flags.
+// serveConfig is everything serve and dev run with, parsed once from the
+// flags: the runtime's config (but for what the process adds at start:
+// the engine opener, the metrics and the logger), the engine's, and the
+// log settings.
 type serveConfig struct {
-	NATS      jetstream.Options
-	JetStream jetstream.Config
-	// Provision is how serve treats the server's objects at start:
-	// jetstream.ModeCheck (off) or ModeCreate (create); skipProvision
-	// when the caller (dev) already did.
-	Provision jetstream.Mode
-	Engine    *engineFlags
-	Fleet     *fleetFlags
-
-	Replies schema.ReplyPolicy
-	// InteractiveTenants is --interactive-tenants: nil for every tenant.
-	InteractiveTenants []string
-	// Blobs stores results over the max payload in EMBED_BLOBS.
-	Blobs bool
-	// MaxResultBytes is --max-result-bytes: 0 auto ([serveConfig.resultLimit]),
-	// -1 none.
-	MaxResultBytes int
-
-	Patience, Grace, Heartbeat                      time.Duration
-	GatherTokens, InFlightTokens, InteractiveTokens int
-	PrefetchMax, PrefetchBytes                      int
-	HTTP                                            string
-	LogLevel                                        slog.Level
-	LogFormat                                       string
-	// API is the HTTP API's flags (--http-api, off when empty).
-	API *gatewayFlags
+	Runtime runtime.Config
+	Engine  engineConfig
+	// Objects is what dev provisions (the runtime's Objects too).
+	Objects   jetstream.Config
+	LogLevel  slog.Level
+	LogFormat string
 }
 
-// skipProvision is a [serveConfig.Provision] that checks nothing.
-const skipProvision jetstream.Mode = -1
-
-// provisionMode parses --provision.
-func provisionMode(s string) (jetstream.Mode, error) {
+// provisionCheck parses --provision.
+func provisionCheck(s string) (runtime.Check, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "off", "false":
-		return jetstream.ModeCheck, nil
+		return runtime.CheckObjects, nil
 	case "create":
-		return jetstream.ModeCreate, nil
+		return runtime.CreateMissing, nil
 	case "true", "on", "apply":
 		return 0, fmt.Errorf("%w: --provision=%s: serve no longer creates or updates the server's objects; run `jetembed provision` (as a user allowed to), then serve with --provision=off, or --provision=create to create only what is missing", errUsage, s)
 	}
 	return 0, fmt.Errorf("%w: --provision %q: want off or create", errUsage, s)
 }
 
-// config gathers the parsed flags into one [serveConfig].
-func (sf *serveFlags) config(no jetstream.Options, cfg jetstream.Config, ef *engineFlags, ff *fleetFlags) (serveConfig, error) {
-	c := serveConfig{NATS: no, JetStream: cfg, Engine: ef, Fleet: ff,
-		Patience: *sf.patience, Grace: *sf.grace, Heartbeat: *sf.heartbeat,
-		GatherTokens: *sf.gatherTokens, InFlightTokens: *sf.inFlightTokens, InteractiveTokens: *sf.interactive, PrefetchMax: *sf.prefetchMax,
-		PrefetchBytes: *sf.prefetchBytes,
-		HTTP:          *sf.http, LogFormat: *sf.logFormat, Blobs: *sf.blobs, MaxResultBytes: *sf.maxResult, API: sf.api}
-	if c.MaxResultBytes < -1 {
-		return c, fmt.Errorf("%w: --max-result-bytes %d: want -1 (none), 0 (auto) or a size in bytes", errUsage, c.MaxResultBytes)
+// provisionMode is the mode dev provisions with for a --provision check.
+func provisionMode(c runtime.Check) jetstream.Mode {
+	if c == runtime.CreateMissing {
+		return jetstream.ModeCreate
 	}
-	if err := c.LogLevel.UnmarshalText([]byte(*sf.logLevel)); err != nil {
-		return c, fmt.Errorf("%w: --log-level %q", errUsage, *sf.logLevel)
+	return jetstream.ModeCheck
+}
+
+// config gathers the parsed flags into one [serveConfig]; warn receives the
+// deprecation warnings.
+func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *fleetFlags, warn func(string, ...any)) (serveConfig, error) {
+	c := serveConfig{Objects: objects, LogFormat: sf.logFormat}
+	if err := c.LogLevel.UnmarshalText([]byte(sf.logLevel)); err != nil {
+		return c, fmt.Errorf("%w: --log-level %q", errUsage, sf.logLevel)
 	}
-	c.InteractiveTokens = interactiveTokens(*sf.interactive, c.gatherTokens(), ef)
+	if sf.maxResult < -1 {
+		return c, fmt.Errorf("%w: --max-result-bytes %d: want -1 (none), 0 (auto) or a size in bytes", errUsage, sf.maxResult)
+	}
 	var err error
-	if c.Replies, err = sf.replyPolicy(cfg); err != nil {
+	if c.Engine, err = ef.config(); err != nil {
 		return c, err
 	}
-	c.InteractiveTenants = interactiveTenants(*sf.interTenants)
-	c.Provision, err = provisionMode(*sf.provision)
-	return c, err
+	if sf.patience != 0 {
+		warn("warning: --patience (JETEMBED_PATIENCE) is deprecated and ignored: jobs go to the engine at once, whose one queue packs the texts of every job in flight\n")
+	}
+	if sf.gatherTokens > 0 {
+		warn("warning: --gather-tokens (JETEMBED_GATHER_TOKENS) is deprecated: nothing waits to be gathered; it still sizes the default budgets (4x in flight, 2x interactive): set --in-flight-tokens and --interactive-tokens instead\n")
+	}
+	runs := runTokens(sf.gatherTokens, c.Engine)
+	inFlight := sf.inFlightTokens
+	if inFlight <= 0 {
+		inFlight = 4 * runs
+	}
+	interactive := interactiveTokens(sf.interactive, ef.interactive, runs, warn)
+	// One interactive capacity: what the job loop takes in, the engine
+	// runs.
+	c.Engine.Engine.InteractiveTokens = interactive
+	replies, err := sf.replyPolicy(objects)
+	if err != nil {
+		return c, err
+	}
+	check, err := provisionCheck(sf.provision)
+	if err != nil {
+		return c, err
+	}
+	fc, err := ff.config(c.Engine)
+	if err != nil {
+		return c, err
+	}
+	var api *runtime.APIConfig
+	if sf.api.listen != "" {
+		api = &runtime.APIConfig{Listen: sf.api.listen, Gateway: sf.api.config()}
+	}
+	c.Runtime = runtime.Config{
+		Objects: objects,
+		Check:   check,
+		Loop: jobloop.Config{Replies: replies, InFlightTokens: inFlight, InteractiveTokens: interactive,
+			InteractiveTenants: interactiveTenants(sf.interTenants)},
+		Blobs:          sf.blobs,
+		MaxResultBytes: int64(sf.maxResult),
+		PrefetchMax:    sf.prefetchMax,
+		PrefetchBytes:  sf.prefetchBytes,
+		Sample:         ff.poll,
+		Grace:          sf.grace,
+		Fleet:          fc,
+		API:            api,
+		HTTP:           sf.http,
+		Heartbeat:      sf.heartbeat,
+		Version:        version,
+		Notes:          []any{"memory_budget", c.Engine.BudgetNote, "malloc", mallocenv.Mode()},
+	}
+	return c, nil
 }
 
 // interactiveTenants parses --interactive-tenants: nil for "*" (every
@@ -156,42 +189,37 @@ func interactiveTenants(s string) []string {
 	return out
 }
 
-// gatherTokens is --gather-tokens, or its default: what fills every
-// session's run once.
-func (c serveConfig) gatherTokens() int {
-	if c.GatherTokens > 0 {
-		return c.GatherTokens
+// runTokens is the padded tokens of one run of every session, which the
+// in-flight budgets default to multiples of: --max-batch-tokens (16384 by
+// default) x --sessions, or the deprecated --gather-tokens that stood for
+// it.
+func runTokens(gatherFlag int, ec engineConfig) int {
+	if gatherFlag > 0 {
+		return gatherFlag
 	}
-	gather := consumer.DefaultMaxBatchTokens
-	if c.Engine != nil && c.Engine.maxBatchTokens != nil && *c.Engine.maxBatchTokens > 0 {
-		gather = *c.Engine.maxBatchTokens
+	run := engine.DefaultMaxBatchTokens
+	if ec.Engine.MaxBatchTokens > 0 {
+		run = ec.Engine.MaxBatchTokens
 	}
-	if c.Engine != nil && c.Engine.sessions != nil {
-		gather *= max(*c.Engine.sessions, 1)
-	}
-	return gather
+	return run * max(ec.Engine.Sessions, 1)
 }
 
 // interactiveTokens is the process's one interactive capacity: the
-// consumer's budget of held requests and the engine's interactive
-// admission alike, so that what the consumer takes in the engine runs.
-// --engine-interactive-tokens, the second knob it replaces, is a
-// deprecated alias read when --interactive-tokens is not set.
-func interactiveTokens(flag, gather int, ef *engineFlags) int {
+// job loop's budget of held requests and the engine's interactive
+// admission alike, so that what the job loop takes in the engine runs.
+// --engine-interactive-tokens, the second knob it replaced, is a
+// deprecated alias read when --interactive-tokens is not set (kept so that
+// deployments that set it, or its JETEMBED_ variable, still start).
+func interactiveTokens(flag, engineFlag, runs int, warn func(string, ...any)) int {
 	n := flag
-	if ef != nil && ef.interactive != nil && *ef.interactive > 0 {
+	if engineFlag > 0 {
 		if n <= 0 {
-			n = *ef.interactive
+			n = engineFlag
 		}
-		if ef.warn != nil {
-			fmt.Fprintf(ef.warn, "warning: --engine-interactive-tokens (JETEMBED_ENGINE_INTERACTIVE_TOKENS) is deprecated: --interactive-tokens is the one interactive budget, the engine's included; using %d\n", n)
-		}
+		warn("warning: --engine-interactive-tokens (JETEMBED_ENGINE_INTERACTIVE_TOKENS) is deprecated: --interactive-tokens is the one interactive budget, the engine's included; using %d\n", n)
 	}
 	if n <= 0 {
-		n = 2 * gather
-	}
-	if ef != nil && ef.interactive != nil {
-		*ef.interactive = n
+		n = 2 * runs
 	}
 	return n
 }
@@ -216,44 +244,47 @@ func secretFlag(name string) bool {
 		strings.Contains(name, "secret") || name == "api-key"
 }
 
-// parseServe parses the flags of serve and dev into the server-side
-// config and serve's own; done is true when nothing is left to do
-// (--print-config printed the configuration).
-func parseServe(fs *flagSet, args []string, io stdio, pf *provisionFlags, ef *engineFlags, ff *fleetFlags, sf *serveFlags) (cfg jetstream.Config, c serveConfig, done bool, err error) {
-	if err := fs.Parse(args); err != nil {
-		return cfg, c, false, err
-	}
-	if fs.NArg() > 0 {
-		return cfg, c, false, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
-	}
-	if *sf.printConfig {
-		printConfig(fs, io)
-		return cfg, c, true, nil
-	}
-	if cfg, err = pf.config(); err != nil {
-		return cfg, c, false, err
-	}
-	c, err = sf.config(jetstream.Options{}, cfg, ef, ff)
-	return cfg, c, false, err
+// serveCommand is the flags serve and dev share, defined on one flag set.
+type serveCommand struct {
+	fs *flagSet
+	nf *natsFlags // nil for dev
+	pf *provisionFlags
+	ef *engineFlags
+	ff *fleetFlags
+	sf *serveFlags
 }
 
-// autoResultFloor is the least --max-result-bytes=0 allows: dense and
-// sparse results of any job within the job limits fit it.
-const autoResultFloor = 32 << 20
-
-// resultLimit is the per-job result cap for an engine e, in bytes (0: none):
-// --max-result-bytes, or for 0 the larger of [autoResultFloor] and eight
-// texts of e's max tokens with dense and ColBERT vectors (256 MiB on
-// BGE-M3 at 8192 tokens: a job of 1024 such texts would be 2 GiB).
-func (c serveConfig) resultLimit(e interface {
-	OutputBytes(tokens int, o engine.Output) int64
-	MaxTokens() int
-}) int64 {
-	switch {
-	case c.MaxResultBytes > 0:
-		return int64(c.MaxResultBytes)
-	case c.MaxResultBytes < 0:
-		return 0
+// addServeCommand defines the flags of serve on fs: with the NATS flags
+// (dev serves its own server), the warm-up grid by default (warm) and
+// provision the default of --provision.
+func addServeCommand(fs *flagSet, natsFlags, warm bool, provision string) serveCommand {
+	sc := serveCommand{fs: fs}
+	if natsFlags {
+		sc.nf = addNATSFlags(fs)
 	}
-	return max(autoResultFloor, 8*e.OutputBytes(e.MaxTokens(), engine.Dense|engine.ColBERT))
+	sc.pf, sc.ef, sc.ff, sc.sf = addProvisionFlags(fs, false), addEngineFlags(fs, warm), addFleetFlags(fs), addServeFlags(fs, provision)
+	return sc
+}
+
+// parse parses the flags of serve and dev into a [serveConfig]; done is
+// true when nothing is left to do (--print-config printed the
+// configuration). The NATS options are set by the caller (dev serves its
+// own server).
+func (sc serveCommand) parse(args []string, io stdio) (c serveConfig, done bool, err error) {
+	if err := sc.fs.Parse(args); err != nil {
+		return c, false, err
+	}
+	if sc.fs.NArg() > 0 {
+		return c, false, fmt.Errorf("%w: unexpected arguments %q", errUsage, sc.fs.Args())
+	}
+	if sc.sf.printConfig {
+		printConfig(sc.fs, io)
+		return c, true, nil
+	}
+	objects, err := sc.pf.config()
+	if err != nil {
+		return c, false, err
+	}
+	c, err = sc.sf.config(objects, sc.ef, sc.ff, func(format string, args ...any) { fmt.Fprintf(io.err, format, args...) })
+	return c, false, err
 }

@@ -9,7 +9,6 @@ import (
 	"math"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -75,7 +74,7 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := jetstream.NewClient(nc, jetstream.WithRun("drain"))
+	c, err := client.New(nc, client.WithRun("drain"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,59 +225,52 @@ func TestServePrintConfig(t *testing.T) {
 	}
 }
 
-// TestServeBudgetFlags: the consumer's three token budgets reach the
-// worker's configuration as given, and the gather default follows the
-// engine's batch size and sessions. --interactive-tokens is the one
-// interactive knob: the engine's interactive admission is the same
-// number, its default is 2 x gather, and the old second knob
-// --engine-interactive-tokens is a deprecated alias of it.
+// TestServeBudgetFlags: the job loop's token budgets reach the runtime's
+// configuration as given, and their defaults follow the engine's batch
+// size and sessions (4 and 2 runs of every session). --interactive-tokens
+// is the one interactive knob: the engine's interactive admission is the
+// same number. The deprecated knobs still start and warn:
+// --engine-interactive-tokens is an alias of --interactive-tokens,
+// --gather-tokens still stands for a run of every session in the
+// defaults, and --patience is ignored.
 func TestServeBudgetFlags(t *testing.T) {
-	for _, c := range []struct {
-		args              []string
-		interactive       int
-		deprecatedWarning bool
+	const runs = 2048 * 3
+	for _, tc := range []struct {
+		args                  []string
+		inFlight, interactive int
+		deprecatedWarning     bool
 	}{
-		{[]string{"--in-flight-tokens", "999", "--interactive-tokens", "1234"}, 1234, false},
-		{nil, 2 * 2048 * 3, false},
-		{[]string{"--engine-interactive-tokens", "4321"}, 4321, true},
-		{[]string{"--engine-interactive-tokens", "4321", "--interactive-tokens", "1234"}, 1234, true},
+		{[]string{"--in-flight-tokens", "999", "--interactive-tokens", "1234"}, 999, 1234, false},
+		{nil, 4 * runs, 2 * runs, false},
+		{[]string{"--engine-interactive-tokens", "4321"}, 4 * runs, 4321, true},
+		{[]string{"--engine-interactive-tokens", "4321", "--interactive-tokens", "1234"}, 4 * runs, 1234, true},
+		{[]string{"--gather-tokens", "1000"}, 4000, 2000, true},
+		{[]string{"--patience", "1s"}, 4 * runs, 2 * runs, true},
 	} {
 		var stderr strings.Builder
-		fs := newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: &stderr})
-		pf := addProvisionFlags(fs, false)
-		ef := addEngineFlags(fs, true)
-		ff := addFleetFlags(fs)
-		sf := addServeFlags(fs, "off")
-		_, sc, done, err := parseServe(fs, append([]string{"--max-batch-tokens", "2048", "--sessions", "3"}, c.args...),
-			stdio{out: io.Discard, err: io.Discard}, pf, ef, ff, sf)
+		sc := addServeCommand(newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: &stderr}), true, true, "off")
+		c, done, err := sc.parse(append([]string{"--max-batch-tokens", "2048", "--sessions", "3"}, tc.args...),
+			stdio{out: io.Discard, err: &stderr})
 		if err != nil || done {
 			t.Fatalf("parse: done %v, %v", done, err)
 		}
-		w := sc.worker(nil, nil, nil, "m", 8192)
-		if got := w.Consumer; got.InteractiveTokens != c.interactive || got.MaxBatchTokens != 2048*3 {
-			t.Errorf("%q: consumer config %+v: want interactive %d, gather 6144", c.args, got, c.interactive)
+		if got := c.Runtime.Loop; got.InteractiveTokens != tc.interactive || got.InFlightTokens != tc.inFlight {
+			t.Errorf("%q: job loop config %+v: want in flight %d, interactive %d", tc.args, got, tc.inFlight, tc.interactive)
 		}
-		if len(c.args) > 1 && c.args[0] == "--in-flight-tokens" && w.Consumer.InFlightTokens != 999 {
-			t.Errorf("in-flight %d, want 999", w.Consumer.InFlightTokens)
+		if got := c.Engine.Engine.InteractiveTokens; got != tc.interactive {
+			t.Errorf("%q: engine interactive %d, want %d: the one knob", tc.args, got, tc.interactive)
 		}
-		ecfg, _, err := ef.config()
-		if err != nil || ecfg.InteractiveTokens != c.interactive {
-			t.Errorf("%q: engine interactive %d (%v), want %d: the one knob", c.args, ecfg.InteractiveTokens, err, c.interactive)
-		}
-		if got := w.Service.Metadata[jetstream.MetaInteractiveTokens]; got != strconv.Itoa(c.interactive) {
-			t.Errorf("%q: service metadata says %q", c.args, got)
-		}
-		if warned := strings.Contains(stderr.String(), "deprecated"); warned != c.deprecatedWarning {
-			t.Errorf("%q: deprecation warning %v, want %v: %s", c.args, warned, c.deprecatedWarning, stderr.String())
+		if warned := strings.Contains(stderr.String(), "deprecated"); warned != tc.deprecatedWarning {
+			t.Errorf("%q: deprecation warning %v, want %v: %s", tc.args, warned, tc.deprecatedWarning, stderr.String())
 		}
 	}
 }
 
 // TestServeInteractiveTenants: --interactive-tenants reaches the
-// consumer: "*" (the default) is every tenant, a list those tenants, an
+// job loop: "*" (the default) is every tenant, a list those tenants, an
 // empty value none.
 func TestServeInteractiveTenants(t *testing.T) {
-	for _, c := range []struct {
+	for _, tc := range []struct {
 		args []string
 		want []string
 	}{
@@ -287,18 +279,14 @@ func TestServeInteractiveTenants(t *testing.T) {
 		{[]string{"--interactive-tenants", "gateway, producer-a,"}, []string{"gateway", "producer-a"}},
 		{[]string{"--interactive-tenants", ""}, []string{}},
 	} {
-		fs := newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard})
-		pf := addProvisionFlags(fs, false)
-		ef := addEngineFlags(fs, true)
-		ff := addFleetFlags(fs)
-		sf := addServeFlags(fs, "off")
-		_, sc, done, err := parseServe(fs, c.args, stdio{out: io.Discard, err: io.Discard}, pf, ef, ff, sf)
+		sc := addServeCommand(newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard}), true, true, "off")
+		c, done, err := sc.parse(tc.args, stdio{out: io.Discard, err: io.Discard})
 		if err != nil || done {
 			t.Fatalf("parse: done %v, %v", done, err)
 		}
-		got := sc.worker(nil, nil, nil, "m", 8192).Consumer.InteractiveTenants
-		if (got == nil) != (c.want == nil) || !slices.Equal(got, c.want) {
-			t.Errorf("%q: %#v, want %#v", c.args, got, c.want)
+		got := c.Runtime.Loop.InteractiveTenants
+		if (got == nil) != (tc.want == nil) || !slices.Equal(got, tc.want) {
+			t.Errorf("%q: %#v, want %#v", tc.args, got, tc.want)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -146,11 +147,11 @@ func submitFile(ctx context.Context, o jetstream.Options, log *slog.Logger, f su
 	}
 	streams := jetstream.DefaultConfig()
 	streams.Results.Name = *f.results
-	opts := []jetstream.ClientOption{jetstream.WithRun(*f.run), jetstream.WithStreams(streams), jetstream.WithTenant(*f.tenant)}
+	opts := []client.Option{client.WithRun(*f.run), client.WithNames(streams.ClientNames()), client.WithTenant(*f.tenant)}
 	if *f.json {
-		opts = append(opts, jetstream.WithJSON())
+		opts = append(opts, client.WithJSON())
 	}
-	c, err := jetstream.NewClient(nc, opts...)
+	c, err := client.New(nc, opts...)
 	if err != nil {
 		return err
 	}
@@ -165,7 +166,7 @@ func submitFile(ctx context.Context, o jetstream.Options, log *slog.Logger, f su
 	if *f.tenant != "" {
 		jobs = ""
 	}
-	err = b.run(ctx, newInputReader(r), sum, w, io.err, newWatch(nc, jobs, *f.consumer))
+	err = b.run(ctx, newInputReader(r), sum, w, io.err, jetstream.RunWatch(nc, jobs, *f.consumer))
 	if ferr := nc.Drain(); err == nil && ferr != nil {
 		err = ferr
 	}
@@ -178,11 +179,11 @@ func submitText(ctx context.Context, o jetstream.Options, f submitFlags, outs []
 		return err
 	}
 	defer nc.Close()
-	opts := []jetstream.ClientOption{jetstream.WithOutputs(outs...), jetstream.WithTenant(*f.tenant)}
+	opts := []client.Option{client.WithOutputs(outs...), client.WithTenant(*f.tenant)}
 	if *f.json {
-		opts = append(opts, jetstream.WithJSON())
+		opts = append(opts, client.WithJSON())
 	}
-	c, err := jetstream.NewClient(nc, opts...)
+	c, err := client.New(nc, opts...)
 	if err != nil {
 		return err
 	}

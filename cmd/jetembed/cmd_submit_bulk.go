@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -44,7 +44,7 @@ type bulkJob struct {
 }
 
 type bulk struct {
-	c       *jetstream.Client
+	c       *client.Client
 	prefix  string // job ids are prefix + job number
 	f       submitFlags
 	cut     jobCut
@@ -66,7 +66,7 @@ type bulk struct {
 	err       error // the first write error
 }
 
-func newBulk(c *jetstream.Client, run string, f submitFlags, cut jobCut, outs []schema.Output, log *slog.Logger) (*bulk, error) {
+func newBulk(c *client.Client, run string, f submitFlags, cut jobCut, outs []schema.Output, log *slog.Logger) (*bulk, error) {
 	sp, err := newSpool()
 	if err != nil {
 		return nil, err
@@ -109,17 +109,17 @@ func (b *bulk) jobOfSubject(subject string) (int, bool) {
 // into an internal error for its job's lines: resubmitting the job would
 // not help, since the stream's duplicate window drops a second result with
 // the same job id, and the run would wait for it forever.
-func (b *bulk) take(sr jetstream.StoredResult, err error) error {
+func (b *bulk) take(sr client.StoredResult, err error) error {
 	var k int
 	var ok bool
 	res := sr.Result
 	switch {
-	case errors.Is(err, jetstream.ErrForeignResult):
+	case errors.Is(err, client.ErrForeignResult):
 		// Not the fleet's (a message relayed to the run's subject): it
 		// settles no job.
 		b.log.Warn("ignoring a message of the results stream the fleet did not write", "subject", sr.Subject, "err", err)
 		return nil
-	case errors.Is(err, jetstream.ErrBadResult):
+	case errors.Is(err, client.ErrBadResult):
 		k, ok = b.jobOfSubject(sr.Subject)
 		b.log.Warn("stored result does not decode: its lines get an internal error", "subject", sr.Subject, "err", err)
 		res = schema.ErrorResult("", schema.Errorf(schema.CodeInternal, "stored result does not decode: %v", err))
@@ -186,7 +186,7 @@ func (b *bulk) flush() {
 // a slow one.
 func (b *bulk) run(ctx context.Context, in *inputReader, sum inputSummary, w, errw io.Writer, watch func(ctx context.Context, stalled time.Duration) string) error {
 	var lastSeq uint64
-	for sr, err := range b.c.Results(ctx, b.c.Run(), jetstream.UntilCaughtUp()) {
+	for sr, err := range b.c.Results(ctx, b.c.Run(), client.UntilCaughtUp()) {
 		if err := b.take(sr, err); err != nil {
 			return err
 		}
@@ -208,7 +208,7 @@ func (b *bulk) run(ctx context.Context, in *inputReader, sum inputSummary, w, er
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
-		for sr, err := range b.c.Results(ctx, b.c.Run(), jetstream.AfterSequence(lastSeq)) {
+		for sr, err := range b.c.Results(ctx, b.c.Run(), client.AfterSequence(lastSeq)) {
 			if ctx.Err() != nil {
 				return
 			}

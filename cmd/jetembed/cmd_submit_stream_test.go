@@ -13,8 +13,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -63,7 +63,7 @@ func (r *submitRig) msgs(t *testing.T, stream string) uint64 {
 // would (Nats-Msg-Id derived from the reply subject and job id).
 func (r *submitRig) storeResult(t *testing.T, run, id string, data []byte) {
 	t.Helper()
-	c, err := jetstream.NewClient(r.nc, jetstream.WithRun(run))
+	c, err := client.New(r.nc, client.WithRun(run))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,15 @@
 // Command jetembed turns a NATS JetStream work queue into BGE-M3 embeddings.
 //
 // Each subcommand lives in its own file (cmd_<name>.go) and registers itself
-// with [register] from an init function. All wiring of packages happens here,
-// in cmd/: the packages below know nothing of flags or environment variables.
+// with [register] from an init function. Flags and environment variables
+// live here, in cmd/, and nowhere below: a command parses them once into
+// the value configs of the packages it runs (serve and dev into a
+// runtime.Config, then runtime.Run), and maps their errors to exit codes.
 //
 // cmd is the top of the one-way flow and may import any package of the
-// project. It reaches NATS through package jetstream; the serve, fleet and
-// submit --watch wiring still hold nats.go handles (natsjs.JetStream,
-// *nats.Conn) that jetstream hands out, the one exception to "only
-// jetstream and client import nats.go" (internal/importrules).
+// project. It imports no nats.go: it hands the connection jetstream.Connect
+// returns to client and runtime without naming its type, and the NATS
+// logic of its commands (reconnects, consumer info, the dead-letter
+// stream, the engines bucket) is in jetstream and runtime
+// (internal/importrules holds it to that).
 package main

@@ -17,45 +17,38 @@ import (
 
 // engineFlags are the flags of every command that runs the model (embed,
 // warmup, serve): where the model is, where it runs, and how the engine
-// packs, guards and warms.
+// packs, guards and warms. The flag set writes into it; [engineFlags.config]
+// turns it, once, into the [engineConfig] the rest of the command reads.
 type engineFlags struct {
-	modelDir, modelSHA  *string
-	modelFile           *string
-	noVerify, verify    *bool
-	ortLib, provider    *string
-	device              *int
-	sessions, threads   *int
-	maxTokens           *int
-	maxBatchTokens      *int
-	maxBatch            *int
-	tiers               *string
-	admission           *int
-	interactive         *int
-	guard               *string
-	guardSeq            *int
-	breaker             *int
-	warmBatches, warmSq *string
-	warmMaxSeq          *string
-	warmStrict          *string
-	warn                io.Writer // the command's stderr
-	probe               *string
-	maxChunkLatency     *time.Duration
-	memoryBudget        *string
-	cpuArena            *bool
-	engineCache         *string
-	fp16                *bool
-	gpuMemMiB           *int
-	cudaArena           *string
-	trtWorkspaceMiB     *int
-	trtProfile          *bool
-	attention           *string
-
-	// budgetNote says how the memory budget was chosen (set by config);
-	// attentionNote how attention runs (set by open).
-	budgetNote    string
-	attentionNote string
-	// tok is the tokenizer open loaded (serve's tokenize endpoint uses it).
-	tok *tokenizer.Tokenizer
+	modelDir, modelSHA  string
+	modelFile           string
+	noVerify, verify    bool
+	ortLib, provider    string
+	device              int
+	sessions, threads   int
+	maxTokens           int
+	maxBatchTokens      int
+	maxBatch            int
+	tiers               string
+	admission           int
+	interactive         int
+	guard               string
+	guardSeq            int
+	breaker             int
+	warmBatches, warmSq string
+	warmMaxSeq          string
+	warmStrict          string
+	probe               string
+	maxChunkLatency     time.Duration
+	memoryBudget        string
+	cpuArena            bool
+	engineCache         string
+	fp16                bool
+	gpuMemMiB           int
+	cudaArena           string
+	trtWorkspaceMiB     int
+	trtProfile          bool
+	attention           string
 }
 
 // addEngineFlags defines the engine flags on fs. warm says whether the
@@ -66,106 +59,135 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 	if warm {
 		defBatches = "auto"
 	}
-	return &engineFlags{
-		warn:            fs.Output(),
-		modelDir:        fs.String("model", "", "the model: a directory (a jetembed model, or a Hugging Face snapshot such as BAAI/bge-m3's as downloaded), or a repo id org/name[@revision] found in the local Hugging Face cache (never downloaded)"),
-		modelFile:       fs.String("model-file", "", modelFileUsage),
-		modelSHA:        fs.String("model-sha256", "", "pin: fail unless the model's digest (in its id: the sha256 of the graph file followed by its external data) starts with this"),
-		verify:          fs.Bool("verify", false, "require manifest.json and that it pins every file jetembed reads (jetembed model lock writes it)"),
-		noVerify:        fs.Bool("no-verify", false, "skip manifest.json even when the model has one (by default the files it lists are checked)"),
-		ortLib:          fs.String("ort-lib", "", "ONNX Runtime shared library (default: JETEMBED_ORT_LIB, then .deps, then the system loader)"),
-		provider:        fs.String("provider", "cpu", "execution provider: cpu, cuda or tensorrt (GPU providers never fall back to CPU)"),
-		device:          fs.Int("device", 0, "first GPU ordinal; session i runs on device+i"),
-		sessions:        fs.Int("sessions", 1, "model sessions (one per GPU, or CPU workers)"),
-		threads:         fs.Int("threads", 0, "ONNX Runtime intra-op threads per session (0: one per core)"),
-		maxTokens:       fs.Int("max-tokens", 0, "longest text in tokens before truncation (0: the model's maximum)"),
-		maxBatchTokens:  fs.Int("max-batch-tokens", 0, "padded tokens (batch x seq) per session run (0: 16384)"),
-		maxBatch:        fs.Int("max-batch", 0, "texts per session run (0: 64)"),
-		tiers:           fs.String("tiers", "", "padded sequence tiers, comma separated (default: none on cpu without the guard, where a chunk is padded to its own longest text; else 4 per octave from 8 to max tokens)"),
-		admission:       fs.Int("engine-admission-tokens", 0, "engine admission budget: tokens of embed calls in progress; beyond it a call is refused as overloaded (0: 8 x max-batch-tokens x sessions)"),
-		interactive:     fs.Int("engine-interactive-tokens", 0, "deprecated alias of --interactive-tokens (serve, dev), which now sets the engine's interactive admission too; ignored by embed and warmup"),
-		guard:           fs.String("guard", "auto", "JIT guard refusing unwarmed long shapes: auto (on for tensorrt), on or off"),
-		guardSeq:        fs.Int("guard-seq", 4096, "sequence length from which the JIT guard applies"),
-		breaker:         fs.Int("breaker-threshold", 3, "consecutive run errors that drop and reload a session"),
-		warmBatches:     fs.String("warmup-batches", defBatches, "warm-up grid batch sizes, comma separated (empty: no warm-up; auto: 1,2 on cuda/tensorrt, none on cpu, which compiles nothing per shape)"),
-		warmSq:          fs.String("warmup-seqs", "", "warm-up grid sequence lengths (default: every tier up to --warmup-max-seq)"),
-		warmMaxSeq:      fs.String("warmup-max-seq", "auto", "longest sequence of the default warm-up grid: auto (max tokens on cuda/tensorrt, 512 on cpu, where a shape compiles nothing and batch 2 x 8192 needs gigabytes), or a number"),
-		warmStrict:      fs.String("warmup-strict", "auto", "a warm-up shape that fails is a start failure (exit 1): on, off (warn, skip it: the JIT guard's ceiling is what did warm), or auto (on for cuda and tensorrt, off for cpu)"),
-		probe:           fs.AutoBool("probe", "auto", "time a few shapes at start and fit the packing cost model: auto (on for cuda/tensorrt; on cpu the model is fitted from the runs themselves), true or false"),
-		maxChunkLatency: fs.Duration("max-chunk-latency", engine.DefaultMaxChunkLatency, "cap on the modelled run time of a bulk chunk, so a request waits at most about one chunk (0: the default; negative: no cap)"),
-		memoryBudget:    fs.String("memory-budget", "auto", "workspace budget of all sessions' chunks and warm-up shapes, e.g. 2GiB: longer texts are cut (or fail text_too_long); auto: half the available memory on cpu, off on gpu providers; off"),
-		cpuArena:        fs.Bool("cpu-arena", false, "keep ONNX Runtime's CPU memory arena (faster on some shapes, but memory taken by a long text is never returned)"),
-		engineCache:     fs.String("trt-cache", "", "TensorRT engine cache directory (shared by the fleet)"),
-		fp16:            fs.Bool("fp16", false, "TensorRT: build FP16 engines"),
-		gpuMemMiB:       fs.Int("gpu-mem-limit", 0, "CUDA and TensorRT: cap of the CUDA memory arena per session, in MiB (0: no cap)"),
-		cudaArena:       fs.String("cuda-arena", "", "CUDA arena growth: kNextPowerOfTwo (ORT's default) or kSameAsRequested (less waste with many shapes)"),
-		trtWorkspaceMiB: fs.Int("trt-workspace", 0, "TensorRT: builder workspace cap in MiB (0: TensorRT's default)"),
-		trtProfile:      fs.Bool("trt-profile", false, "TensorRT: one engine whose optimization profile spans the warm-up grid (min: smallest shape, opt and max: largest) instead of an engine per shape; chunks outside the grid then fail, so keep --max-batch and --max-tokens inside it"),
-		attention:       fs.String("attention", "auto", "how attention runs: fused (the model's attention blocks rewritten at load into ONNX Runtime's MultiHeadAttention, which never holds the heads x S x S scores; kept only if a canary run agrees with the graph within 1e-4), graph (as exported), or auto (fused on cpu when ORT's flash kernel can run there, graph on cuda and tensorrt; tensorrt refuses fused)"),
-	}
+	f := new(engineFlags)
+	fs.StringVar(&f.modelDir, "model", "", "the model: a directory (a jetembed model, or a Hugging Face snapshot such as BAAI/bge-m3's as downloaded), or a repo id org/name[@revision] found in the local Hugging Face cache (never downloaded)")
+	fs.StringVar(&f.modelFile, "model-file", "", modelFileUsage)
+	fs.StringVar(&f.modelSHA, "model-sha256", "", "pin: fail unless the model's digest (in its id: the sha256 of the graph file followed by its external data) starts with this")
+	fs.BoolVar(&f.verify, "verify", false, "require manifest.json and that it pins every file jetembed reads (jetembed model lock writes it)")
+	fs.BoolVar(&f.noVerify, "no-verify", false, "skip manifest.json even when the model has one (by default the files it lists are checked)")
+	fs.StringVar(&f.ortLib, "ort-lib", "", "ONNX Runtime shared library (default: JETEMBED_ORT_LIB, then .deps, then the system loader)")
+	fs.StringVar(&f.provider, "provider", "cpu", "execution provider: cpu, cuda or tensorrt (GPU providers never fall back to CPU)")
+	fs.IntVar(&f.device, "device", 0, "first GPU ordinal; session i runs on device+i")
+	fs.IntVar(&f.sessions, "sessions", 1, "model sessions (one per GPU, or CPU workers)")
+	fs.IntVar(&f.threads, "threads", 0, "ONNX Runtime intra-op threads per session (0: one per core)")
+	fs.IntVar(&f.maxTokens, "max-tokens", 0, "longest text in tokens before truncation (0: the model's maximum)")
+	fs.IntVar(&f.maxBatchTokens, "max-batch-tokens", 0, "padded tokens (batch x seq) per session run (0: 16384)")
+	fs.IntVar(&f.maxBatch, "max-batch", 0, "texts per session run (0: 64)")
+	fs.StringVar(&f.tiers, "tiers", "", "padded sequence tiers, comma separated (default: none on cpu without the guard, where a chunk is padded to its own longest text; else 4 per octave from 8 to max tokens)")
+	fs.IntVar(&f.admission, "engine-admission-tokens", 0, "engine admission budget: tokens of embed calls in progress; beyond it a call is refused as overloaded (0: 8 x max-batch-tokens x sessions)")
+	fs.IntVar(&f.interactive, "engine-interactive-tokens", 0, "deprecated alias of --interactive-tokens (serve, dev), which now sets the engine's interactive admission too; ignored by embed and warmup")
+	fs.StringVar(&f.guard, "guard", "auto", "JIT guard refusing unwarmed long shapes: auto (on for tensorrt), on or off")
+	fs.IntVar(&f.guardSeq, "guard-seq", 4096, "sequence length from which the JIT guard applies")
+	fs.IntVar(&f.breaker, "breaker-threshold", 3, "consecutive run errors that drop and reload a session")
+	fs.StringVar(&f.warmBatches, "warmup-batches", defBatches, "warm-up grid batch sizes, comma separated (empty: no warm-up; auto: 1,2 on cuda/tensorrt, none on cpu, which compiles nothing per shape)")
+	fs.StringVar(&f.warmSq, "warmup-seqs", "", "warm-up grid sequence lengths (default: every tier up to --warmup-max-seq)")
+	fs.StringVar(&f.warmMaxSeq, "warmup-max-seq", "auto", "longest sequence of the default warm-up grid: auto (max tokens on cuda/tensorrt, 512 on cpu, where a shape compiles nothing and batch 2 x 8192 needs gigabytes), or a number")
+	fs.StringVar(&f.warmStrict, "warmup-strict", "auto", "a warm-up shape that fails is a start failure (exit 1): on, off (warn, skip it: the JIT guard's ceiling is what did warm), or auto (on for cuda and tensorrt, off for cpu)")
+	fs.AutoBoolVar(&f.probe, "probe", "auto", "time a few shapes at start and fit the packing cost model: auto (on for cuda/tensorrt; on cpu the model is fitted from the runs themselves), true or false")
+	fs.DurationVar(&f.maxChunkLatency, "max-chunk-latency", engine.DefaultMaxChunkLatency, "cap on the modelled run time of a bulk chunk, so a request waits at most about one chunk (0: the default; negative: no cap)")
+	fs.StringVar(&f.memoryBudget, "memory-budget", "auto", "workspace budget of all sessions' chunks and warm-up shapes, e.g. 2GiB: longer texts are cut (or fail text_too_long); auto: half the available memory on cpu, off on gpu providers; off")
+	fs.BoolVar(&f.cpuArena, "cpu-arena", false, "keep ONNX Runtime's CPU memory arena (faster on some shapes, but memory taken by a long text is never returned)")
+	fs.StringVar(&f.engineCache, "trt-cache", "", "TensorRT engine cache directory (shared by the fleet)")
+	fs.BoolVar(&f.fp16, "fp16", false, "TensorRT: build FP16 engines")
+	fs.IntVar(&f.gpuMemMiB, "gpu-mem-limit", 0, "CUDA and TensorRT: cap of the CUDA memory arena per session, in MiB (0: no cap)")
+	fs.StringVar(&f.cudaArena, "cuda-arena", "", "CUDA arena growth: kNextPowerOfTwo (ORT's default) or kSameAsRequested (less waste with many shapes)")
+	fs.IntVar(&f.trtWorkspaceMiB, "trt-workspace", 0, "TensorRT: builder workspace cap in MiB (0: TensorRT's default)")
+	fs.BoolVar(&f.trtProfile, "trt-profile", false, "TensorRT: one engine whose optimization profile spans the warm-up grid (min: smallest shape, opt and max: largest) instead of an engine per shape; chunks outside the grid then fail, so keep --max-batch and --max-tokens inside it")
+	fs.StringVar(&f.attention, "attention", "auto", "how attention runs: fused (the model's attention blocks rewritten at load into ONNX Runtime's MultiHeadAttention, which never holds the heads x S x S scores; kept only if a canary run agrees with the graph within 1e-4), graph (as exported), or auto (fused on cpu when ORT's flash kernel can run there, graph on cuda and tensorrt; tensorrt refuses fused)")
+	return f
 }
 
-// config turns the flags into an engine configuration.
-func (f *engineFlags) config() (engine.Config, ort.Provider, error) {
-	var cfg engine.Config
-	p := ort.Provider{Kind: ort.Kind(*f.provider), IntraOpThreads: *f.threads, DeviceID: *f.device, CPUArena: *f.cpuArena,
-		GPUMemLimit: int64(*f.gpuMemMiB) << 20, ArenaExtendStrategy: *f.cudaArena,
-		EngineCacheDir: *f.engineCache, TimingCacheDir: *f.engineCache, FP16: *f.fp16,
-		MaxWorkspaceBytes: int64(*f.trtWorkspaceMiB) << 20}
-	if *f.trtProfile && p.Kind != ort.TensorRT {
-		return cfg, p, fmt.Errorf("%w: --trt-profile needs --provider tensorrt", errUsage)
+// engineConfig is the engine flags parsed: what opening the engine takes.
+type engineConfig struct {
+	// Model is --model; ModelOptions the manifest and pin flags.
+	Model        string
+	ModelOptions model.Options
+	// ORTLib is the ONNX Runtime library (--ort-lib).
+	ORTLib   string
+	Engine   engine.Config
+	Provider ort.Provider
+	// TRTProfile makes the TensorRT profile span the warm-up grid.
+	TRTProfile bool
+	// BudgetNote says how the memory budget was chosen.
+	BudgetNote string
+}
+
+// opened is an engine open made, with what it loaded beside it.
+type opened struct {
+	engine *engine.Engine
+	model  *model.Model
+	tok    *tokenizer.Tokenizer
+	// attention says how attention runs.
+	attention string
+}
+
+// config turns the flags into an engine configuration; it reads the
+// flags and changes nothing.
+func (f *engineFlags) config() (engineConfig, error) {
+	c := engineConfig{Model: f.modelDir, ORTLib: f.ortLib, TRTProfile: f.trtProfile}
+	p := ort.Provider{Kind: ort.Kind(f.provider), IntraOpThreads: f.threads, DeviceID: f.device, CPUArena: f.cpuArena,
+		GPUMemLimit: int64(f.gpuMemMiB) << 20, ArenaExtendStrategy: f.cudaArena,
+		EngineCacheDir: f.engineCache, TimingCacheDir: f.engineCache, FP16: f.fp16,
+		MaxWorkspaceBytes: int64(f.trtWorkspaceMiB) << 20}
+	if f.trtProfile && p.Kind != ort.TensorRT {
+		return c, fmt.Errorf("%w: --trt-profile needs --provider tensorrt", errUsage)
 	}
 	var err error
-	if p.Attention, err = ort.ParseAttention(*f.attention); err != nil {
-		return cfg, p, fmt.Errorf("%w: --attention: %w", errUsage, err)
+	if p.Attention, err = ort.ParseAttention(f.attention); err != nil {
+		return c, fmt.Errorf("%w: --attention: %w", errUsage, err)
 	}
 	if err := p.Validate(); err != nil {
-		return cfg, p, fmt.Errorf("%w: --provider: %w", errUsage, err)
+		return c, fmt.Errorf("%w: --provider: %w", errUsage, err)
 	}
-	cpu := p.Kind == ort.CPU || p.Kind == ""
-	cfg = engine.Config{
-		Sessions: *f.sessions, MaxTokens: *f.maxTokens, MaxBatchTokens: *f.maxBatchTokens,
-		MaxBatch: *f.maxBatch, AdmissionTokens: *f.admission, InteractiveTokens: *f.interactive, GuardSeq: *f.guardSeq,
-		BreakerThreshold: *f.breaker, MaxChunkLatency: *f.maxChunkLatency,
+	c.Provider = p
+	if c.ModelOptions, err = f.modelOptions(); err != nil {
+		return c, err
 	}
-	cfg.Probe = *f.probe == "true" || *f.probe == "auto" && !cpu
-	if cfg.MemoryBudget, f.budgetNote, err = memoryBudget(*f.memoryBudget, cpu); err != nil {
-		return cfg, p, err
+	cpu := p.CPUProvider()
+	cfg := engine.Config{
+		Sessions: f.sessions, MaxTokens: f.maxTokens, MaxBatchTokens: f.maxBatchTokens,
+		MaxBatch: f.maxBatch, AdmissionTokens: f.admission, InteractiveTokens: f.interactive, GuardSeq: f.guardSeq,
+		BreakerThreshold: f.breaker, MaxChunkLatency: f.maxChunkLatency,
 	}
-	switch *f.guard {
+	cfg.Probe = f.probe == "true" || f.probe == "auto" && !cpu
+	if cfg.MemoryBudget, c.BudgetNote, err = memoryBudget(f.memoryBudget, cpu); err != nil {
+		return c, err
+	}
+	switch f.guard {
 	case "auto":
 		cfg.Guard = p.Kind == ort.TensorRT
 	case "on":
 		cfg.Guard = true
 	case "off":
 	default:
-		return cfg, p, fmt.Errorf("%w: --guard %q (want auto, on or off)", errUsage, *f.guard)
+		return c, fmt.Errorf("%w: --guard %q (want auto, on or off)", errUsage, f.guard)
 	}
-	switch *f.warmStrict {
+	switch f.warmStrict {
 	case "auto":
 		cfg.WarmupBestEffort = p.Kind == ort.CPU
 	case "on":
 	case "off":
 		cfg.WarmupBestEffort = true
 	default:
-		return cfg, p, fmt.Errorf("%w: --warmup-strict %q (want auto, on or off)", errUsage, *f.warmStrict)
+		return c, fmt.Errorf("%w: --warmup-strict %q (want auto, on or off)", errUsage, f.warmStrict)
 	}
-	if cfg.Tiers, err = ints("tiers", *f.tiers); err != nil {
-		return cfg, p, err
+	if cfg.Tiers, err = ints("tiers", f.tiers); err != nil {
+		return c, err
 	}
 	// Tiers only where a provider compiles shapes, or where the JIT guard
 	// and the fleet's shape records name them.
 	cfg.PadExact = cpu && len(cfg.Tiers) == 0 && !cfg.Guard
 	if err := f.warmup(&cfg, p.Kind); err != nil {
-		return cfg, p, err
+		return c, err
 	}
-	return cfg, p, nil
+	c.Engine = cfg
+	return c, nil
 }
 
 // warmup sets the warm-up grid of cfg from the --warmup-* flags: none by
 // default on CPU (no JIT to warm), batches 1 and 2 elsewhere.
 func (f *engineFlags) warmup(cfg *engine.Config, kind ort.Kind) error {
-	wb := *f.warmBatches
+	wb := f.warmBatches
 	if wb == "auto" {
 		wb = ""
 		if kind != ort.CPU && kind != "" {
@@ -176,22 +198,22 @@ func (f *engineFlags) warmup(cfg *engine.Config, kind ort.Kind) error {
 	if err != nil {
 		return err
 	}
-	seqs, err := ints("warmup-seqs", *f.warmSq)
+	seqs, err := ints("warmup-seqs", f.warmSq)
 	if err != nil {
 		return err
 	}
 	// Without --warmup-seqs the engine warms every tier up to the model's
 	// maximum (or --warmup-max-seq) at these batch sizes.
 	cfg.NoWarmup, cfg.WarmupBatches = len(batches) == 0, batches
-	switch *f.warmMaxSeq {
+	switch f.warmMaxSeq {
 	case "auto":
 		if kind == ort.CPU {
 			cfg.WarmupMaxSeq = cpuWarmupMaxSeq
 		}
 	default:
-		n, err := strconv.Atoi(*f.warmMaxSeq)
+		n, err := strconv.Atoi(f.warmMaxSeq)
 		if err != nil || n < 1 {
-			return fmt.Errorf("%w: --warmup-max-seq %q (want auto or a positive number)", errUsage, *f.warmMaxSeq)
+			return fmt.Errorf("%w: --warmup-max-seq %q (want auto or a positive number)", errUsage, f.warmMaxSeq)
 		}
 		cfg.WarmupMaxSeq = n
 	}
@@ -209,42 +231,36 @@ func (f *engineFlags) warmup(cfg *engine.Config, kind ort.Kind) error {
 const cpuWarmupMaxSeq = 512
 
 // open loads the model, the tokenizer and the sessions and returns a ready
-// engine (warm-up done). The caller closes the engine.
-func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, error) {
-	if *f.modelDir == "" {
-		return nil, nil, fmt.Errorf("%w: --model is required", errUsage)
+// engine (warm-up done); what it says about the model goes to warn. The
+// caller closes the engine.
+func (c engineConfig) open(ctx context.Context, warn io.Writer) (opened, error) {
+	if c.Model == "" {
+		return opened{}, fmt.Errorf("%w: --model is required", errUsage)
 	}
-	cfg, prov, err := f.config()
+	cfg, prov := c.Engine, c.Provider
+	if _, err := ort.Init(ort.LibraryOptions{Path: c.ORTLib}); err != nil {
+		return opened{}, err
+	}
+	m, err := model.Open(c.Model, c.ModelOptions)
 	if err != nil {
-		return nil, nil, err
+		return opened{}, err
 	}
-	if _, err := ort.Init(ort.LibraryOptions{Path: *f.ortLib}); err != nil {
-		return nil, nil, err
-	}
-	opts, err := f.modelOptions()
-	if err != nil {
-		return nil, nil, err
-	}
-	m, err := model.Open(*f.modelDir, opts)
-	if err != nil {
-		return nil, nil, err
-	}
-	fmt.Fprintf(f.warn, "jetembed: %s\n", modelLine(m))
+	fmt.Fprintf(warn, "jetembed: %s\n", modelLine(m))
 	tok, err := tokenizer.Load(m.TokenizerPath)
 	if err != nil {
-		return nil, nil, err
+		return opened{}, err
 	}
-	f.tok = tok
 	if unk, ok := tok.TokenToID("<unk>"); ok {
 		cfg.SparseSkip = []int32{unk}
 	}
-	if *f.trtProfile {
+	if c.TRTProfile {
 		if prov.Profile, err = gridProfile(cfg.WithDefaults(m.Config.MaxTokens).Warmup); err != nil {
-			return nil, nil, fmt.Errorf("%w: --trt-profile: %w", errUsage, err)
+			return opened{}, fmt.Errorf("%w: --trt-profile: %w", errUsage, err)
 		}
 	}
-	if err := f.planAttention(m, prov, &cfg); err != nil {
-		return nil, nil, err
+	plan, err := planAttention(m, prov, &cfg, warn)
+	if err != nil {
+		return opened{}, err
 	}
 	e, err := engine.New(ctx, cfg, engine.TokenizerFunc(tok.EncodeIDs), m, func(session int) (engine.Runner, error) {
 		p := prov
@@ -258,40 +274,39 @@ func (f *engineFlags) open(ctx context.Context) (*engine.Engine, *model.Model, e
 		return r, err
 	})
 	if err != nil {
-		return nil, nil, err
+		return opened{}, err
 	}
 	for _, err := range e.WarmupFailures() {
-		fmt.Fprintf(f.warn, "jetembed: warning: %v (--warmup-strict=off: serving without it)\n", err)
+		fmt.Fprintf(warn, "jetembed: warning: %v (--warmup-strict=off: serving without it)\n", err)
 	}
-	return e, m, nil
+	return opened{engine: e, model: m, tok: tok, attention: plan}, nil
 }
 
 // planAttention decides how the sessions compute attention (the rewrite
 // and its canary run once, here, before the engine sizes its memory
-// model) and says so on stderr.
-func (f *engineFlags) planAttention(m *model.Model, prov ort.Provider, cfg *engine.Config) error {
+// model), says so on warn and returns how attention runs.
+func planAttention(m *model.Model, prov ort.Provider, cfg *engine.Config, warn io.Writer) (string, error) {
 	plan, err := ort.PlanAttention(m, prov)
 	if err != nil {
-		return err
+		return "", err
 	}
 	if plan.Fused {
 		cfg.Attention = engine.AttentionFused
 	}
-	f.attentionNote = cfg.Attention.String()
 	prefix := "jetembed: "
 	if plan.Warn {
 		prefix = "jetembed: warning: "
 	}
-	fmt.Fprintf(f.warn, "%s%s\n", prefix, plan)
-	return nil
+	fmt.Fprintf(warn, "%s%s\n", prefix, plan)
+	return cfg.Attention.String(), nil
 }
 
 // modelOptions are the model flags as [model.Options].
 func (f *engineFlags) modelOptions() (model.Options, error) {
-	if *f.verify && *f.noVerify {
+	if f.verify && f.noVerify {
 		return model.Options{}, fmt.Errorf("%w: --verify and --no-verify contradict each other", errUsage)
 	}
-	return model.Options{SHA256: *f.modelSHA, File: *f.modelFile, VerifyManifest: *f.verify, CheckManifest: !*f.noVerify}, nil
+	return model.Options{SHA256: f.modelSHA, File: f.modelFile, VerifyManifest: f.verify, CheckManifest: !f.noVerify}, nil
 }
 
 // modelLine is what a command prints about its model at start: its id,
@@ -361,12 +376,9 @@ func ints(flag, s string) ([]int, error) {
 }
 
 // tokenizeFunc is the tokenize endpoint's view of the tokenizer open
-// loaded, cut at maxTokens as the engine cuts; nil before open.
-func (f *engineFlags) tokenizeFunc(maxTokens int) jetstream.Tokenizer {
-	tok := f.tok
-	if tok == nil {
-		return nil
-	}
+// loaded, cut at maxTokens as the engine cuts.
+func (o opened) tokenizeFunc(maxTokens int) jetstream.Tokenizer {
+	tok := o.tok
 	special := map[int32]bool{}
 	for _, id := range tok.SpecialIDs() {
 		special[id] = true

@@ -27,10 +27,11 @@ func TestEngineFlagsProvider(t *testing.T) {
 	f := parseEngineFlags(t, "--provider", "tensorrt", "--device", "1", "--gpu-mem-limit", "2048",
 		"--cuda-arena", "kSameAsRequested", "--trt-workspace", "512", "--trt-cache", "/cache", "--fp16",
 		"--engine-admission-tokens", "70000", "--engine-interactive-tokens", "9000", "--warmup-batches", "1,4", "--warmup-seqs", "16,256")
-	cfg, p, err := f.config()
+	c, err := f.config()
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg, p := c.Engine, c.Provider
 	want := ort.Provider{Kind: ort.TensorRT, DeviceID: 1, GPUMemLimit: 2 << 30, ArenaExtendStrategy: "kSameAsRequested",
 		EngineCacheDir: "/cache", TimingCacheDir: "/cache", FP16: true, MaxWorkspaceBytes: 512 << 20, Attention: ort.AttentionAuto}
 	if p != want {
@@ -53,7 +54,7 @@ func TestEngineFlagsErrors(t *testing.T) {
 		{"--guard", "maybe"},
 		{"--warmup-seqs", "8,x"},
 	} {
-		if _, _, err := parseEngineFlags(t, args...).config(); !errors.Is(err, errUsage) {
+		if _, err := parseEngineFlags(t, args...).config(); !errors.Is(err, errUsage) {
 			t.Errorf("%q: err %v, want a usage error", args, err)
 		}
 	}

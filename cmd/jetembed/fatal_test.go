@@ -10,9 +10,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -62,7 +62,7 @@ func TestServeExitsOnFatalEngineError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := jetstream.NewClient(nc, jetstream.WithRun("fatal"))
+	c, err := client.New(nc, client.WithRun("fatal"))
 	if err != nil {
 		t.Fatal(err)
 	}

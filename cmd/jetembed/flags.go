@@ -45,43 +45,56 @@ func (fs *flagSet) bind(name, usage string) string {
 // variable's value is not the flag's default, so that --help never prints
 // it (it may be a password).
 func (fs *flagSet) String(name, def, usage string) *string {
-	p := fs.FlagSet.String(name, def, fs.bind(name, usage))
-	fs.fromEnv(name)
+	p := new(string)
+	fs.StringVar(p, name, def, usage)
 	return p
+}
+
+// StringVar is [flagSet.String] into p.
+func (fs *flagSet) StringVar(p *string, name, def, usage string) {
+	fs.FlagSet.StringVar(p, name, def, fs.bind(name, usage))
+	fs.fromEnv(name)
 }
 
 // Int defines an int flag backed by its environment variable.
 func (fs *flagSet) Int(name string, def int, usage string) *int {
 	p := new(int)
-	*p = def
-	fs.Var(&envValue[int]{p: p, parse: strconv.Atoi}, name, fs.bind(name, usage))
-	fs.fromEnv(name)
+	fs.IntVar(p, name, def, usage)
 	return p
+}
+
+// IntVar is [flagSet.Int] into p.
+func (fs *flagSet) IntVar(p *int, name string, def int, usage string) {
+	envVar(fs, p, name, def, usage, strconv.Atoi, false)
 }
 
 // Bool defines a bool flag backed by its environment variable.
 func (fs *flagSet) Bool(name string, def bool, usage string) *bool {
 	p := new(bool)
-	*p = def
-	fs.Var(&envValue[bool]{p: p, parse: strconv.ParseBool, isBool: true}, name, fs.bind(name, usage))
-	fs.fromEnv(name)
+	fs.BoolVar(p, name, def, usage)
 	return p
+}
+
+// BoolVar is [flagSet.Bool] into p.
+func (fs *flagSet) BoolVar(p *bool, name string, def bool, usage string) {
+	envVar(fs, p, name, def, usage, strconv.ParseBool, true)
 }
 
 // Duration defines a duration flag backed by its environment variable.
 func (fs *flagSet) Duration(name string, def time.Duration, usage string) *time.Duration {
 	p := new(time.Duration)
-	*p = def
-	fs.Var(&envValue[time.Duration]{p: p, parse: time.ParseDuration}, name, fs.bind(name, usage))
-	fs.fromEnv(name)
+	fs.DurationVar(p, name, def, usage)
 	return p
 }
 
-// AutoBool defines a flag that is "auto", "true" or "false" (a bare
-// --name means true), backed by its environment variable.
-func (fs *flagSet) AutoBool(name, def, usage string) *string {
-	p := new(string)
-	*p = def
+// DurationVar is [flagSet.Duration] into p.
+func (fs *flagSet) DurationVar(p *time.Duration, name string, def time.Duration, usage string) {
+	envVar(fs, p, name, def, usage, time.ParseDuration, false)
+}
+
+// AutoBoolVar defines a flag into p that is "auto", "true" or "false" (a
+// bare --name means true), backed by its environment variable.
+func (fs *flagSet) AutoBoolVar(p *string, name, def, usage string) {
 	parse := func(s string) (string, error) {
 		switch strings.ToLower(s) {
 		case "auto":
@@ -93,9 +106,15 @@ func (fs *flagSet) AutoBool(name, def, usage string) *string {
 		}
 		return strconv.FormatBool(b), nil
 	}
-	fs.Var(&envValue[string]{p: p, parse: parse, isBool: true}, name, fs.bind(name, usage))
+	envVar(fs, p, name, def, usage, parse, true)
+}
+
+// envVar defines a flag of type T into p, backed by its environment
+// variable.
+func envVar[T any](fs *flagSet, p *T, name string, def T, usage string, parse func(string) (T, error), isBool bool) {
+	*p = def
+	fs.Var(&envValue[T]{p: p, parse: parse, isBool: isBool}, name, fs.bind(name, usage))
 	fs.fromEnv(name)
-	return p
 }
 
 // envErr records a malformed environment variable; Parse reports it.

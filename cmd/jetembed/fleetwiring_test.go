@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine/model"
 	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
@@ -42,7 +43,7 @@ func TestServeFleetHealsRefusedJob(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := jetstream.NewClient(nc, jetstream.WithRun("fleet"))
+	c, err := client.New(nc, client.WithRun("fleet"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,11 @@ func TestServeTakesPeerProbe(t *testing.T) {
 	if err := fs.Parse([]string{"--threads", "1"}); err != nil {
 		t.Fatal(err)
 	}
-	arch := hardware(context.Background(), ef)
+	ec, err := ef.config()
+	if err != nil {
+		t.Fatal(err)
+	}
+	arch := ec.Provider.Hardware(context.Background())
 	if !strings.HasPrefix(arch, "cpu-") || !strings.HasSuffix(arch, "-t1") {
 		t.Fatalf("hardware = %q, want cpu-<arch>-<model>-t1", arch)
 	}
@@ -140,7 +145,7 @@ func TestServeFleetAutoIsOffOnCPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := jetstream.NewClient(nc, jetstream.WithRun("cpu"))
+	c, err := client.New(nc, client.WithRun("cpu"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -31,7 +32,7 @@ func TestOpsPublishDeniedAndBlobs(t *testing.T) {
 	url, caFile, s := serveUnderAccounts(t, ctx, "--reply-allow", "orders.>")
 
 	a := connectProducer(t, url, caFile, "producer-a")
-	ca, err := jetstream.NewClient(a.Conn, jetstream.WithTenant("producer-a"))
+	ca, err := client.New(a.Conn, client.WithTenant("producer-a"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,9 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -125,7 +125,7 @@ func TestOpsPermissionsEndToEnd(t *testing.T) {
 
 	a := connectProducer(t, url, caFile, "producer-a")
 	b := connectProducer(t, url, caFile, "producer-b")
-	ca, err := jetstream.NewClient(a.Conn, jetstream.WithTenant("producer-a"))
+	ca, err := client.New(a.Conn, client.WithTenant("producer-a"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestOpsPermissionsEndToEnd(t *testing.T) {
 	// Request-reply answers each producer on its private inbox, on its
 	// own endpoint subject.
 	for user, p := range map[string]*producer{"producer-a": a, "producer-b": b} {
-		c, err := jetstream.NewClient(p.Conn, jetstream.WithTenant(user))
+		c, err := client.New(p.Conn, client.WithTenant(user))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -14,9 +14,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/internal/telemetry"
-	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -107,7 +107,7 @@ func TestOpsDeepReadinessBrokenSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := jetstream.NewClient(nc)
+	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}

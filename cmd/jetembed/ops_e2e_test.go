@@ -20,9 +20,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine/tokenizer"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -189,7 +189,7 @@ func TestOpsMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := jetstream.NewClient(nc, jetstream.WithRun("ops"))
+	c, err := client.New(nc, client.WithRun("ops"))
 	if err != nil {
 		t.Fatal(err)
 	}

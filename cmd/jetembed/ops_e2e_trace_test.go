@@ -13,9 +13,9 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/internal/telemetry"
-	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -45,7 +45,7 @@ func TestOpsTraceSubmitToRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := jetstream.NewClient(nc, jetstream.WithRun("traced"))
+	c, err := client.New(nc, client.WithRun("traced"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine/model/modeltest"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -69,7 +69,7 @@ func TestServeRepoIDFromHFCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	c, err := jetstream.NewClient(nc)
+	c, err := client.New(nc)
 	if err != nil {
 		t.Fatal(err)
 	}

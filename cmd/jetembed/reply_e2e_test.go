@@ -143,7 +143,7 @@ func TestServeRefusesBadReplies(t *testing.T) {
 		r.publish(nil, `{"id":"kv","texts":["poison"],"reply":"$KV.EMBED_ENGINES.`+kvKey+`"}`)
 		r.deadLetter("kv")
 		// The same through a request's own reply inbox.
-		if err := r.nc.PublishMsg(&nats.Msg{Subject: jetstream.EndpointSubject, Reply: "$KV.EMBED_ENGINES." + kvKey + "x",
+		if err := r.nc.PublishMsg(&nats.Msg{Subject: schema.SubjectEmbed, Reply: "$KV.EMBED_ENGINES." + kvKey + "x",
 			Header: nats.Header{schema.HeaderContentType: {schema.MediaTypeJSON}},
 			Data:   []byte(`{"id":"kv-req","texts":["poison"]}`)}); err != nil {
 			t.Fatal(err)

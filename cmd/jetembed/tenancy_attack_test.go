@@ -17,6 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -183,7 +184,7 @@ func TestTenancyAttackerReview(t *testing.T) {
 
 	t.Run("push consumer delivering elsewhere", func(t *testing.T) {
 		// A result of producer-a's own, stored.
-		ca, err := jetstream.NewClient(a.Conn, jetstream.WithTenant("producer-a"), jetstream.WithRun("deputy"))
+		ca, err := client.New(a.Conn, client.WithTenant("producer-a"), client.WithRun("deputy"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -264,7 +265,7 @@ func TestTenancyAttackerReview(t *testing.T) {
 	})
 
 	t.Run("producer-b's own job still runs, once", func(t *testing.T) {
-		cb, err := jetstream.NewClient(b.Conn, jetstream.WithTenant("producer-b"), jetstream.WithRun("run"))
+		cb, err := client.New(b.Conn, client.WithTenant("producer-b"), client.WithRun("run"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -279,7 +280,7 @@ func TestTenancyAttackerReview(t *testing.T) {
 			t.Fatalf("producer-b's submit: %+v, %v", ack, err)
 		}
 		n := 0
-		for sr, err := range cb.Results(ctx, "run", jetstream.UntilCaughtUp()) {
+		for sr, err := range cb.Results(ctx, "run", client.UntilCaughtUp()) {
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -296,7 +297,7 @@ func TestTenancyAttackerReview(t *testing.T) {
 }
 
 // natsWaitResult reads run "run" until its first result.
-func natsWaitResult(t *testing.T, ctx context.Context, c *jetstream.Client) {
+func natsWaitResult(t *testing.T, ctx context.Context, c *client.Client) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/jobloop"
 )
 
 // Config is what the suite runs on and how big it is.
@@ -133,7 +133,7 @@ type suite struct {
 	s      *stack
 	corpus []string
 	jobs   [][]string
-	cc     consumer.Config // the consumer as serve configures it
+	cc     jobloop.Config // the consumer as serve configures it
 	r      *Report
 }
 
@@ -153,7 +153,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	u.corpus = Corpus(cfg.Texts, cfg.Seed)
 	u.jobs = Jobs(u.corpus, cfg.Seed)
 	u.r.Jobs = len(u.jobs)
-	u.cc = consumer.Config{MaxBatchTokens: consumer.DefaultMaxBatchTokens * cfg.Sessions}
+	// As serve sizes it: 4 and 2 runs of 16384 tokens on every session.
+	u.cc = jobloop.Config{InFlightTokens: jobloop.DefaultInFlightTokens * cfg.Sessions, InteractiveTokens: jobloop.DefaultInteractiveTokens * cfg.Sessions}
 	u.r.InFlightTokens = u.cc.WithDefaults().InFlightTokens
 	u.logf("corpus: %d texts in %d jobs; model %s; %d session(s) x %d thread(s)", len(u.corpus), len(u.jobs), s.m.ID, cfg.Sessions, cfg.Threads)
 
@@ -223,7 +224,7 @@ func (u *suite) rounds(ctx context.Context, e *engine.Engine) error {
 			r.Engine = bare
 		}
 		u.logf("round %d: bare engine %.1f texts/s", round+1, bare.PerSecond())
-		cw := &counting{inner: e}
+		cw := &counting{Embedder: e}
 		busy0 := sessionBusy(e)
 		pipe, err := bulkRun(ctx, cw, u.cc, u.jobs)
 		if err != nil {
@@ -309,7 +310,7 @@ func (u *suite) baselines(ctx context.Context) error {
 	}
 	u.logf("arrival-order batches of %d: %.1f texts/s", arrivalBatch, r.Arrival.PerSecond())
 	naive := &naiveEmbedder{s: u.s, pool: pool}
-	ncc := consumer.Config{MaxBatchJobs: 1} // the runner pool bounds the runs at once
+	ncc := jobloop.Config{} // the runner pool bounds the runs at once
 	if r.Naive, err = bulkRun(ctx, naive, ncc, u.jobs); err != nil {
 		return fmt.Errorf("naive baseline: %w", err)
 	}
@@ -336,7 +337,7 @@ func (u *suite) noopRuns(ctx context.Context, cost engine.Cost) error {
 	if r.NoopEngine, err = bareEngine(ctx, noop, noopJobs, len(noopJobs)); err != nil {
 		return fmt.Errorf("no-op engine: %w", err)
 	}
-	cw := &counting{inner: noop}
+	cw := &counting{Embedder: noop}
 	if r.Noop, err = bulkRun(ctx, cw, u.cc, noopJobs); err != nil {
 		return fmt.Errorf("no-op pipeline: %w", err)
 	}

@@ -13,10 +13,10 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/gateway"
-	"github.com/jetembed/jetembed/internal/consumer"
-	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -55,7 +55,7 @@ const (
 
 // benchFleet is the gateway's view of the fleet through the producer
 // client, as cmd/jetembed wires it.
-type benchFleet struct{ c *jetstream.Client }
+type benchFleet struct{ c *client.Client }
 
 func (f benchFleet) Request(ctx context.Context, job *schema.Job) (*schema.Result, error) {
 	return f.c.Request(ctx, job)
@@ -63,7 +63,7 @@ func (f benchFleet) Request(ctx context.Context, job *schema.Job) (*schema.Resul
 
 // gatewayBench runs a worker on e, a gateway in front of it on a loopback
 // port, and times both ways of asking.
-func gatewayBench(ctx context.Context, e *engine.Engine, cc consumer.Config, n int) (Gateway, error) {
+func gatewayBench(ctx context.Context, e *engine.Engine, cc jobloop.Config, n int) (Gateway, error) {
 	g := Gateway{Calls: n, Callers: gatewayCallers}
 	err := withNATS(ctx, func(env *natsEnv) error {
 		stop, err := env.startWorker(ctx, e, cc)

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -71,7 +71,7 @@ func engineOnce(ctx context.Context, e *engine.Engine) (time.Duration, error) {
 // requestLatency measures n sequential requests of shortText through the
 // request-reply service of a worker on e, while a producer queues bulk jobs
 // at loadTexts texts/s (0: none).
-func requestLatency(ctx context.Context, e *engine.Engine, cc consumer.Config, n int, loadTexts float64, jobs [][]string) (Latency, error) {
+func requestLatency(ctx context.Context, e *engine.Engine, cc jobloop.Config, n int, loadTexts float64, jobs [][]string) (Latency, error) {
 	l := Latency{Requests: n, LoadTexts: loadTexts}
 	err := withNATS(ctx, func(env *natsEnv) error {
 		stop, err := env.startWorker(ctx, e, cc)

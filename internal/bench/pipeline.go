@@ -9,10 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/internal/devserver"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -21,14 +22,14 @@ import (
 // closures, so this package never names them.
 type natsEnv struct {
 	cfg    jetstream.Config
-	client *jetstream.Client
+	client *client.Client
 	// results returns how many results the results stream holds.
 	results func(ctx context.Context) (uint64, error)
 	// seen counts the distinct results of the run stored so far.
 	seen *resultCounter
 	// startWorker runs a consumer on emb like serve does: fetch loop,
 	// publisher and request-reply service. stop drains it.
-	startWorker func(ctx context.Context, emb consumer.Embedder, cc consumer.Config) (stop func(), err error)
+	startWorker func(ctx context.Context, emb engine.Embedder, cc jobloop.Config) (stop func(), err error)
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -63,11 +64,11 @@ func withNATS(ctx context.Context, f func(env *natsEnv) error) error {
 	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
-	client, err := jetstream.NewClient(nc, jetstream.WithRun("bench"))
+	c, err := client.New(nc, client.WithRun("bench"))
 	if err != nil {
 		return err
 	}
-	env := &natsEnv{cfg: cfg, client: client}
+	env := &natsEnv{cfg: cfg, client: c}
 	env.results = func(ctx context.Context) (uint64, error) {
 		s, err := js.Stream(ctx, cfg.Results.Name)
 		if err != nil {
@@ -79,7 +80,7 @@ func withNATS(ctx context.Context, f func(env *natsEnv) error) error {
 		}
 		return info.State.Msgs, nil
 	}
-	env.startWorker = func(ctx context.Context, emb consumer.Embedder, cc consumer.Config) (func(), error) {
+	env.startWorker = func(ctx context.Context, emb engine.Embedder, cc jobloop.Config) (func(), error) {
 		return startWorker(ctx, opts, cfg, emb, cc)
 	}
 	return f(env)
@@ -107,7 +108,7 @@ func (env *natsEnv) readResults(ctx context.Context) (stop func()) {
 
 // startWorker runs a worker like serve's on its own connection, as a serve
 // process would have; stop drains it.
-func startWorker(ctx context.Context, opts jetstream.Options, cfg jetstream.Config, emb consumer.Embedder, cc consumer.Config) (stop func(), err error) {
+func startWorker(ctx context.Context, opts jetstream.Options, cfg jetstream.Config, emb engine.Embedder, cc jobloop.Config) (stop func(), err error) {
 	wnc, err := jetstream.Connect(ctx, opts)
 	if err != nil {
 		return nil, err
@@ -191,7 +192,7 @@ type Bulk struct {
 // bulkRun queues jobs on a fresh server, then starts a worker on emb and
 // times it from start to the last result stored. The queue is filled first
 // so that the worker never waits for the producer.
-func bulkRun(ctx context.Context, emb consumer.Embedder, cc consumer.Config, jobs [][]string) (Bulk, error) {
+func bulkRun(ctx context.Context, emb engine.Embedder, cc jobloop.Config, jobs [][]string) (Bulk, error) {
 	var b Bulk
 	b.Jobs = len(jobs)
 	for _, j := range jobs {
@@ -226,35 +227,18 @@ func bulkRun(ctx context.Context, emb consumer.Embedder, cc consumer.Config, job
 // counting wraps an embedder and sums the tokens it ran, so that a pipeline
 // run reports its padding like a bare run does.
 type counting struct {
-	inner interface {
-		Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error)
-	}
-	mu             sync.Mutex
-	tokens, padded int
+	engine.Embedder // the model id and token limit pass through
+	mu              sync.Mutex
+	tokens, padded  int
 }
 
 func (c *counting) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
-	embs, rep, err := c.inner.Embed(ctx, texts)
+	embs, rep, err := c.Embedder.Embed(ctx, texts)
 	c.mu.Lock()
 	c.tokens += rep.Tokens
 	c.padded += rep.PaddedTokens
 	c.mu.Unlock()
 	return embs, rep, err
-}
-
-// ModelID and MaxTokens pass through what the consumer asks the engine.
-func (c *counting) ModelID() string {
-	if m, ok := c.inner.(interface{ ModelID() string }); ok {
-		return m.ModelID()
-	}
-	return ""
-}
-
-func (c *counting) MaxTokens() int {
-	if m, ok := c.inner.(interface{ MaxTokens() int }); ok {
-		return m.MaxTokens()
-	}
-	return 0
 }
 
 func (c *counting) totals() (int, int) {

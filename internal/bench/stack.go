@@ -203,3 +203,5 @@ func (n *naiveEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engin
 }
 
 func (n *naiveEmbedder) ModelID() string { return n.s.m.ID }
+
+func (n *naiveEmbedder) MaxTokens() int { return n.s.m.Config.MaxTokens }

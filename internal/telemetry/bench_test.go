@@ -28,8 +28,8 @@ func BenchmarkJobDone(b *testing.B) {
 	m, ctx := benchMetrics(b), context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
-		m.JobDone(ctx, OutcomeOK, "")
-		m.TextsDone(ctx, OutcomeError, schema.CodeTextTooLong, 3)
+		m.JobDone(ctx, schema.OutcomeOK, "")
+		m.TextsDone(ctx, schema.OutcomeError, schema.CodeTextTooLong, 3)
 	}
 }
 

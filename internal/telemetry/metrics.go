@@ -128,7 +128,7 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.refused = counter("jetembed_guard_refusals_total", "Chunks refused by the JIT guard before session run.")
 	m.dropped = counter("jetembed_requests_dropped_total", "Requests of the service that got no answer, by reason (slow_consumer, no_reply, refused_reply, answer_failed).")
 	m.shed = counter("jetembed_requests_shed_total", "Requests of the service answered at once without reaching their endpoint, by reason (queue_full, stopping).")
-	m.batchTexts = sizes("jetembed_batch_texts", "Texts per gathered batch.", textsBuckets)
+	m.batchTexts = sizes("jetembed_batch_texts", "Texts per Embed call (one job).", textsBuckets)
 	m.chunkTokens = sizes("jetembed_chunk_tokens", "Padded tokens (batch x seq) per session run.", tokensBuckets)
 	m.queueWait = seconds("jetembed_queue_wait_seconds", "Time from publish of a job to its fetch.")
 	m.tokenize = seconds("jetembed_tokenize_seconds", "Tokenization time per Embed call.")

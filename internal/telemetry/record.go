@@ -11,23 +11,6 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// Outcome is how the consumer disposed of a job or a text on this delivery.
-type Outcome string
-
-// The outcomes of jetembed_jobs_total and jetembed_texts_total.
-const (
-	// OutcomeOK: the result was published and the message ACKed.
-	OutcomeOK Outcome = "ok"
-	// OutcomeError: an error result was published (a failed item, or a job
-	// the consumer refused for good) and the message ACKed.
-	OutcomeError Outcome = "error"
-	// OutcomeNak: the message was NAKed and will be delivered again.
-	OutcomeNak Outcome = "nak"
-	// OutcomeTerm: the message was terminated (bad input, or retries
-	// exhausted) and copied to the DLQ.
-	OutcomeTerm Outcome = "term"
-)
-
 // codeNone is the code label of outcomes without an error, so dashboards can
 // select it; an empty label value would read as a missing label.
 const codeNone = "none"
@@ -73,7 +56,7 @@ func (l *labelSets) get(k labelKey) metric.MeasurementOption {
 	return o.(metric.MeasurementOption)
 }
 
-func (l *labelSets) outcome(o Outcome, c schema.Code) metric.MeasurementOption {
+func (l *labelSets) outcome(o schema.Outcome, c schema.Code) metric.MeasurementOption {
 	return l.get(labelKey{a: string(o), b: string(c), withOutcome: true})
 }
 
@@ -83,7 +66,7 @@ func (l *labelSets) one(key attribute.Key, v string) metric.MeasurementOption {
 
 // JobDone counts one job at its disposition for this delivery. code is the
 // job-level error code, empty for OutcomeOK.
-func (m *Metrics) JobDone(ctx context.Context, outcome Outcome, code schema.Code) {
+func (m *Metrics) JobDone(ctx context.Context, outcome schema.Outcome, code schema.Code) {
 	if m == nil {
 		return
 	}
@@ -92,7 +75,7 @@ func (m *Metrics) JobDone(ctx context.Context, outcome Outcome, code schema.Code
 
 // TextsDone counts n texts with the same outcome and code: a job's good items
 // in one call, each failed code in another.
-func (m *Metrics) TextsDone(ctx context.Context, outcome Outcome, code schema.Code, n int) {
+func (m *Metrics) TextsDone(ctx context.Context, outcome schema.Outcome, code schema.Code, n int) {
 	if m == nil || n <= 0 {
 		return
 	}
@@ -109,8 +92,8 @@ func (m *Metrics) Tokens(ctx context.Context, tokens, padded int) {
 	m.padded.Add(ctx, int64(padded))
 }
 
-// BatchTexts records the number of texts in one gathered batch (all texts of
-// all jobs of one fetch).
+// BatchTexts records the number of texts of one job's Embed call (the
+// engine's queue packs them with every other call's).
 func (m *Metrics) BatchTexts(ctx context.Context, n int) {
 	if m == nil {
 		return

@@ -17,10 +17,6 @@ type Config struct {
 	// chunk's Seq is the smallest tier that holds its longest text; a text
 	// longer than the last tier is padded to its own length.
 	Tiers []int
-	// Cost is the workspace model; chunks whose cost exceeds MaxCost are
-	// split. MaxCost 0 disables the cost budget.
-	Cost    Cost
-	MaxCost float64
 }
 
 // ErrConfig reports an unusable [Config].
@@ -35,8 +31,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("%w: max batch %d <= 0", ErrConfig, c.MaxBatch)
 	case len(c.Tiers) == 0:
 		return fmt.Errorf("%w: no sequence tiers", ErrConfig)
-	case c.MaxCost < 0:
-		return fmt.Errorf("%w: max cost %g < 0", ErrConfig, c.MaxCost)
 	}
 	for i, t := range c.Tiers {
 		if t <= 0 || (i > 0 && t <= c.Tiers[i-1]) {

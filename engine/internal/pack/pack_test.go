@@ -36,7 +36,6 @@ func TestValidate(t *testing.T) {
 		{MaxTokens: 64, MaxBatch: 4},
 		{MaxTokens: 64, MaxBatch: 4, Tiers: []int{16, 8}},
 		{MaxTokens: 64, MaxBatch: 4, Tiers: []int{8, 8}},
-		{MaxTokens: 64, MaxBatch: 4, Tiers: []int{8}, MaxCost: -1},
 	}
 	for i, c := range bad {
 		if err := c.Validate(); !errors.Is(err, ErrConfig) {

@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jetembed/jetembed/internal/consumer"
+	"github.com/jetembed/jetembed/jobloop"
 )
 
 // fate is what happened to a member by the end of the run.
@@ -210,12 +210,12 @@ func account(sent []string, stored map[string]int, resultID func(job string) str
 // tracedSink records deliveries and acks in the ledger on their way to
 // the member's consumer.
 type tracedSink struct {
-	c      *consumer.Consumer
+	c      *jobloop.Loop
 	l      *ledger
 	member int
 }
 
-func (s tracedSink) Submit(ctx context.Context, d consumer.Delivery) error {
+func (s tracedSink) Submit(ctx context.Context, d jobloop.Delivery) error {
 	// Every job has a subject of its own (the client's per-job subject).
 	id := d.Subject
 	if id != "" && d.Msg != nil {
@@ -227,10 +227,10 @@ func (s tracedSink) Submit(ctx context.Context, d consumer.Delivery) error {
 
 // Stats lets the pull loop size its prefetch from the consumer, as it
 // does without the tracing.
-func (s tracedSink) Stats() consumer.Stats { return s.c.Stats() }
+func (s tracedSink) Stats() jobloop.Stats { return s.c.Stats() }
 
 type ackedMsg struct {
-	consumer.Message
+	jobloop.Message
 	done func()
 }
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/jetembed/jetembed/engine"
 	jfleet "github.com/jetembed/jetembed/fleet"
-	"github.com/jetembed/jetembed/internal/consumer"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jobloop"
 )
 
 // member is one consumer process of the fleet: its own connection, the
@@ -39,8 +39,8 @@ type memberEnv struct {
 	log    *slog.Logger
 	// prefetch caps each member's pull loop (0: the worker's default).
 	prefetch int
-	// batchTokens and inFlight are the consumer's budgets (0: defaults).
-	batchTokens, inFlight int
+	// inFlight is the job loop's bulk budget (0: the default).
+	inFlight int
 }
 
 func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) {
@@ -75,9 +75,9 @@ func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) 
 	}
 	m.w, err = jetstream.StartWorker(ctx, m.nc, jetstream.WorkerConfig{
 		Config:      env.cfg,
-		Consumer:    consumer.Config{Logger: env.log, MaxBatchTokens: env.batchTokens, InFlightTokens: env.inFlight},
+		Consumer:    jobloop.Config{Logger: env.log, InFlightTokens: env.inFlight},
 		Embedder:    jfleet.Wrap(m.eng, m.fl),
-		Sink:        func(c *consumer.Consumer) jetstream.Sink { return tracedSink{c: c, l: env.ledger, member: idx} },
+		Sink:        func(c *jobloop.Loop) jetstream.Sink { return tracedSink{c: c, l: env.ledger, member: idx} },
 		PrefetchMax: env.prefetch,
 		Grace:       10 * time.Second,
 		Logger:      env.log,
@@ -94,8 +94,8 @@ func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) 
 // fleet after AckWait.
 func (m *member) kill() {
 	m.nc.Close()
-	<-m.w.Stopped()
-	m.fl.Stop()
+	<-m.w.Done()
+	_ = m.fl.Stop(context.Background())
 	m.eng.Close()
 }
 
@@ -103,14 +103,14 @@ func (m *member) kill() {
 // leave the fleet, drain the connection.
 func (m *member) stop(ctx context.Context) error {
 	err := m.w.Stop(ctx)
-	m.fl.Stop()
+	_ = m.fl.Stop(context.Background())
 	m.close()
 	return err
 }
 
 func (m *member) close() {
 	if m.fl != nil {
-		m.fl.Stop()
+		_ = m.fl.Stop(context.Background())
 	}
 	if m.nc != nil {
 		m.nc.Close()

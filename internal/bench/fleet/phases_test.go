@@ -41,7 +41,7 @@ func (f *fleetRun) drain(ctx context.Context, r *rig, sent []string) {
 	var wg sync.WaitGroup
 	for k, i := range initial[:kill+stop] {
 		m := f.remove(i)
-		held := m.w.Consumer().Stats().Held
+		held := m.w.Loop().Stats().Held
 		if k < kill {
 			rep.heldAtKill += held
 			l.setFate(i, killed)

@@ -51,8 +51,8 @@ func (r *report) markdown() string {
 	w("Three nats-server processes (one cluster, R3 file-storage streams), %d members at the start, "+
 		"%d jobs (%.0f%% with one ~1k-token text), MaxAckPending %d, AckWait %v.",
 		p.members, t.Sent, p.long*100, r.maxAckPending, p.ackWait)
-	if *prefetchMax > 0 || *batchTokens > 0 || *inFlight > 0 {
-		w("Per member: prefetch cap %d, consumer batch tokens %d, in-flight tokens %d (0: defaults).", *prefetchMax, *batchTokens, *inFlight)
+	if *prefetchMax > 0 || *inFlight > 0 {
+		w("Per member: prefetch cap %d, in-flight tokens %d (0: defaults).", *prefetchMax, *inFlight)
 	}
 	w("Fake GPU per member: %.0f tokens/s + %v a run; source: %s.", p.cost.TokensPerSec, p.cost.Overhead, costSource)
 	w("")

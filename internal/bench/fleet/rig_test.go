@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -27,7 +28,7 @@ type rig struct {
 	cfg   jetstream.Config
 	nc    *nats.Conn
 	js    natsjs.JetStream
-	c     *jetstream.Client
+	c     *client.Client
 }
 
 // newRig starts a three-node cluster of nats-server processes and
@@ -61,7 +62,7 @@ func newRig(t testing.TB, cfg jetstream.Config) *rig {
 		_, err := jetstream.Provision(ctx, r.js, cfg)
 		return err
 	})
-	if r.c, err = jetstream.NewClient(r.nc, jetstream.WithRun("fleet"), jetstream.WithStreams(cfg)); err != nil {
+	if r.c, err = client.New(r.nc, client.WithRun("fleet"), client.WithNames(cfg.ClientNames())); err != nil {
 		t.Fatal(err)
 	}
 	return r

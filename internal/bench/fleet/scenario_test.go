@@ -26,8 +26,7 @@ var (
 	ackWait     = flag.Duration("fleet.ack-wait", 0, "the consumer's AckWait: how soon a killed member's jobs come back (default 10s, 4s in the smoke run)")
 	maxAckPend  = flag.Int("fleet.max-ack-pending", 0, "the consumer's MaxAckPending (default 64 per member at the peak)")
 	prefetchMax = flag.Int("fleet.prefetch", 0, "each member's prefetch cap (0: the worker's default)")
-	batchTokens = flag.Int("fleet.batch-tokens", 0, "each member's consumer MaxBatchTokens (serve --gather-tokens; 0: the default)")
-	inFlight    = flag.Int("fleet.inflight-tokens", 0, "each member's consumer InFlightTokens (serve --in-flight-tokens; 0: the default, 4 x batch tokens)")
+	inFlight    = flag.Int("fleet.inflight-tokens", 0, "each member's job loop InFlightTokens (serve --in-flight-tokens; 0: the default)")
 	outFile     = flag.String("fleet.out", "", "also write the Markdown report to this file")
 )
 
@@ -129,7 +128,7 @@ func TestFleet(t *testing.T) {
 
 	env := &memberEnv{urls: r.urls, cfg: cfg, mf: openModel(t), cost: p.cost, plans: newPlanCache(),
 		ledger: newLedger(), log: benchLogger(), prefetch: *prefetchMax,
-		batchTokens: *batchTokens, inFlight: *inFlight}
+		inFlight: *inFlight}
 	f := &fleetRun{t: t, env: env, rep: rep}
 	defer f.closeAll()
 	f.drain(ctx, r, sent)

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/otlptranslator"
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 
 	"github.com/jetembed/jetembed/internal/telemetry"
@@ -54,6 +55,10 @@ func NewPrometheus() (*Prometheus, error) {
 func (p *Prometheus) Handler() http.Handler {
 	return promhttp.HandlerFor(p.registry, promhttp.HandlerOpts{Registry: p.registry})
 }
+
+// MeterProvider is the SDK's meter provider the exporter reads, for a
+// program that makes its own instruments on it (the runtime's).
+func (p *Prometheus) MeterProvider() metric.MeterProvider { return p.provider }
 
 // Shutdown stops the meter provider; recording after it is a no-op.
 func (p *Prometheus) Shutdown(ctx context.Context) error { return p.provider.Shutdown(ctx) }

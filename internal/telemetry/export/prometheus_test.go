@@ -86,12 +86,12 @@ func TestMetricsScrape(t *testing.T) {
 	}
 	defer m.Shutdown(ctx)
 
-	m.JobDone(ctx, telemetry.OutcomeOK, "")
-	m.JobDone(ctx, telemetry.OutcomeOK, "")
-	m.JobDone(ctx, telemetry.OutcomeTerm, schema.CodeBadPayload)
-	m.TextsDone(ctx, telemetry.OutcomeOK, "", 7)
-	m.TextsDone(ctx, telemetry.OutcomeError, schema.CodeTextTooLong, 2)
-	m.TextsDone(ctx, telemetry.OutcomeError, schema.CodeTextTooLong, 0) // no-op
+	m.JobDone(ctx, schema.OutcomeOK, "")
+	m.JobDone(ctx, schema.OutcomeOK, "")
+	m.JobDone(ctx, schema.OutcomeTerm, schema.CodeBadPayload)
+	m.TextsDone(ctx, schema.OutcomeOK, "", 7)
+	m.TextsDone(ctx, schema.OutcomeError, schema.CodeTextTooLong, 2)
+	m.TextsDone(ctx, schema.OutcomeError, schema.CodeTextTooLong, 0) // no-op
 	m.Tokens(ctx, 100, 128)
 	m.Tokens(ctx, 20, 32)
 	m.BatchTexts(ctx, 9)
@@ -189,7 +189,7 @@ func TestMetricsScrape(t *testing.T) {
 	}
 
 	// A second scrape sees counters grow by exactly what was added since.
-	m.JobDone(ctx, telemetry.OutcomeOK, "")
+	m.JobDone(ctx, schema.OutcomeOK, "")
 	m.Tokens(ctx, 5, 8)
 	fams = scrape(t, m.Handler())
 	if got := value(sample(t, fams, "jetembed_jobs_total", map[string]string{"outcome": "ok", "code": "none"})); got != 3 {
@@ -237,8 +237,8 @@ func TestObserveConsumerErrorSkipsGauges(t *testing.T) {
 func TestNilMetrics(t *testing.T) {
 	ctx := context.Background()
 	var m *telemetry.Metrics
-	m.JobDone(ctx, telemetry.OutcomeOK, "")
-	m.TextsDone(ctx, telemetry.OutcomeOK, "", 1)
+	m.JobDone(ctx, schema.OutcomeOK, "")
+	m.TextsDone(ctx, schema.OutcomeOK, "", 1)
 	m.Tokens(ctx, 1, 1)
 	m.Run(ctx, "s", time.Second)
 	m.SetBreakerOpen(ctx, "s", true)
@@ -256,8 +256,8 @@ func TestMetricNames(t *testing.T) {
 	}
 	ctx := context.Background()
 	defer m.Shutdown(ctx)
-	m.JobDone(ctx, telemetry.OutcomeOK, "")
-	m.TextsDone(ctx, telemetry.OutcomeOK, "", 1)
+	m.JobDone(ctx, schema.OutcomeOK, "")
+	m.TextsDone(ctx, schema.OutcomeOK, "", 1)
 	m.Tokens(ctx, 1, 1)
 	m.BatchTexts(ctx, 1)
 	m.Chunk(ctx, 1, 1)
