@@ -83,6 +83,7 @@ func TestNoORTTelemetry(t *testing.T) {
 			cmd.Stdin = strings.NewReader(tc.stdin)
 			log := &testkit.Buffer{}
 			cmd.Stdout, cmd.Stderr = log, log
+			started := time.Now()
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
@@ -119,7 +120,9 @@ func TestNoORTTelemetry(t *testing.T) {
 					return nil
 				})
 			}
-			if _, err := os.Stat(fmt.Sprintf("/tmp/mat-debug-%d.log", cmd.Process.Pid)); err == nil {
+			// Only a file this process wrote: on a shared machine an older
+			// one of a process that had the same pid may be there.
+			if fi, err := os.Stat(fmt.Sprintf("/tmp/mat-debug-%d.log", cmd.Process.Pid)); err == nil && !fi.ModTime().Before(started.Add(-time.Second)) {
 				written = append(written, fmt.Sprintf("/tmp/mat-debug-%d.log", cmd.Process.Pid))
 			}
 			if len(written) > 0 {
