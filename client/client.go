@@ -89,6 +89,19 @@ func (c *Client) resultsRoot() string {
 	return strings.TrimSuffix(c.o.resultsPrefix+"."+c.space(), ".")
 }
 
+// idOfToken is the job id idToken made tok of ("" if none).
+func idOfToken(tok string) string {
+	enc, ok := strings.CutPrefix(tok, "~")
+	if !ok {
+		return tok
+	}
+	id, err := base64.RawURLEncoding.DecodeString(enc)
+	if err != nil {
+		return ""
+	}
+	return string(id)
+}
+
 func idToken(id string) string {
 	if id != "" && Token(id) == id {
 		return id

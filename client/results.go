@@ -30,7 +30,10 @@ type StoredResult struct {
 // [UntilCaughtUp], stops when it has read what was stored). A result that
 // does not decode, or that was delivered from outside the run's subjects,
 // is yielded with an error wrapping [ErrBadResult] and the iteration goes
-// on; an error that ends it (ctx, the stream) is yielded last.
+// on; a message the fleet did not write as the result of its subject's
+// job is yielded with [ErrForeignResult] alone (no Result) and the
+// iteration goes on; an error that ends it (ctx, the stream) is yielded
+// last.
 //
 // It reads through an ephemeral push consumer filtered on the run's
 // results (embed.results.<tenant>.<run>.>, or embed.results.<run>.>
@@ -89,11 +92,73 @@ func (c *Client) storedResult(ctx context.Context, m natsjs.Msg, prefix string) 
 	res, err := schema.DecodeResult(m.Data(), enc)
 	if err != nil {
 		err = fmt.Errorf("%w: %s (seq %d): %w", ErrBadResult, sr.Subject, sr.Sequence, err)
-	} else if res.Blob != nil {
+	}
+	// Only the embedder writes a result with the identity of its tenant,
+	// subject and job id; anything else that reached the subject (an
+	// answer relayed there, a message of someone else's) is no job's
+	// result, whatever its body says.
+	id := ""
+	if res != nil {
+		id = res.ID
+	} else {
+		// A body that does not decode names no id: the subject does
+		// ([Client.ReplySubject]).
+		id = idOfToken(sr.Subject[strings.LastIndexByte(sr.Subject, '.')+1:])
+	}
+	if !c.fleetWrote(m.Headers().Get(schema.HeaderMsgID), sr.Subject, id) {
+		return StoredResult{Subject: sr.Subject, Sequence: sr.Sequence, Pending: sr.Pending},
+			fmt.Errorf("%w: %s (seq %d) does not carry the identity of a result of job %q", ErrForeignResult, sr.Subject, sr.Sequence, id)
+	}
+	if err == nil && res.Blob != nil {
 		res, err = c.resolve(ctx, res, enc)
 	}
 	sr.Result = res
 	return sr, err
+}
+
+// fleetWrote reports whether msgID is the Nats-Msg-Id the embedder gives
+// the result of job id stored on subject: [schema.ResultMsgID] of its
+// tenant, the subject and the id, with the suffix of a replay
+// ("-" and 16 hex digits) or none. The tenant is the client's; without
+// one, the fleet read it from the job's subject (the token after the jobs
+// prefix, the same as after the results prefix here); with tenancy off
+// it is none.
+func (c *Client) fleetWrote(msgID, subject, id string) bool {
+	if msgID == "" || id == "" {
+		return false
+	}
+	tenants := []string{""}
+	if c.o.tenant != "" {
+		tenants = append(tenants, c.o.tenant)
+	} else if rest, ok := strings.CutPrefix(subject, c.o.resultsPrefix+"."); ok {
+		if tok, _, _ := strings.Cut(rest, "."); tok != "" {
+			tenants = append(tenants, tok)
+		}
+	}
+	for _, tenant := range tenants {
+		want := schema.ResultMsgID(tenant, subject, id)
+		if msgID == want {
+			return true
+		}
+		if suffix, ok := strings.CutPrefix(msgID, want+"-"); ok && replaySuffix(suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+// replaySuffix reports whether s is the suffix a replayed job's result
+// id carries: 16 lowercase hex digits.
+func replaySuffix(s string) bool {
+	if len(s) != 16 {
+		return false
+	}
+	for i := range len(s) {
+		if !('0' <= s[i] && s[i] <= '9' || 'a' <= s[i] && s[i] <= 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // resultsHeartbeat is the push consumer's idle heartbeat: two missed ones

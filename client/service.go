@@ -15,7 +15,7 @@ import (
 )
 
 // ServiceMember is what one member of the embed service says about itself
-// in its $SRV.INFO answer.
+// on its info endpoint (its micro service info, as $SRV.INFO would say).
 type ServiceMember struct {
 	// ID is the micro service instance id.
 	ID      string
@@ -31,8 +31,8 @@ type ServiceMember struct {
 	MaxTokens int
 }
 
-// MemberOf reads a member from its micro service info (what $SRV.INFO
-// answers, or micro.Service.Info of the process's own service).
+// MemberOf reads a member from its micro service info (what the info
+// endpoint answers, or micro.Service.Info of the process's own service).
 func MemberOf(info micro.Info) ServiceMember {
 	m := ServiceMember{ID: info.ID, Version: info.Version, Model: info.Metadata[schema.MetaModel]}
 	if n, err := strconv.Atoi(info.Metadata[schema.MetaInteractiveTokens]); err == nil && n > 0 {
@@ -44,19 +44,25 @@ func MemberOf(info micro.Info) ServiceMember {
 	return m
 }
 
-// infoSubject is $SRV.INFO.embed.
-func infoSubject() (string, error) {
-	return micro.ControlSubject(micro.InfoVerb, schema.ServiceName, "")
+// infoSubject is the info endpoint of the client's tenant
+// (embed.v1.info.<tenant>), the bare embed.v1.info without one. Every
+// member answers it as $SRV.INFO.embed would, but only to a reply its
+// reply policy allows: micro's own $SRV handlers answer any reply subject
+// with the embedder's permissions, so only operators may publish $SRV
+// (see deploy/nats/accounts.conf).
+func (c *Client) infoSubject() string {
+	if c.o.tenant == "" {
+		return schema.SubjectInfo
+	}
+	return schema.SubjectInfo + "." + c.o.tenant
 }
 
 // PingService asks the embed service who serves it: the first member to
-// answer $SRV.INFO.embed, bounded by ctx (give it a deadline). When no
-// member is subscribed the error wraps [ErrNoService].
+// answer the info endpoint of the client's tenant, bounded by ctx (give it
+// a deadline). When no member is subscribed the error wraps
+// [ErrNoService].
 func (c *Client) PingService(ctx context.Context) (ServiceMember, error) {
-	subject, err := infoSubject()
-	if err != nil {
-		return ServiceMember{}, err
-	}
+	subject := c.infoSubject()
 	msg, err := c.nc.RequestWithContext(ctx, subject, nil)
 	if errors.Is(err, nats.ErrNoResponders) {
 		return ServiceMember{}, fmt.Errorf("%w on %s: %w", ErrNoService, subject, err)
@@ -72,14 +78,11 @@ func (c *Client) PingService(ctx context.Context) (ServiceMember, error) {
 }
 
 // ServiceMembers asks every member of the embed service who it is: the
-// $SRV.INFO.embed answers that arrive until linger has passed after the
-// first one (or ctx ends), one per member. When none answers the error
-// wraps [ErrNoService].
+// answers on the info endpoint of the client's tenant that arrive until
+// linger has passed after the first one (or ctx ends), one per member.
+// When none answers the error wraps [ErrNoService].
 func (c *Client) ServiceMembers(ctx context.Context, linger time.Duration) ([]ServiceMember, error) {
-	subject, err := infoSubject()
-	if err != nil {
-		return nil, err
-	}
+	subject := c.infoSubject()
 	inbox := c.nc.NewInbox()
 	sub, err := c.nc.SubscribeSync(inbox)
 	if err != nil {

@@ -6,12 +6,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/jetembed/jetembed/internal/telemetry"
+	"github.com/jetembed/jetembed/jetstream"
 )
 
 func TestCompose(t *testing.T) {
@@ -68,16 +70,59 @@ func TestCompose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf")); err != nil {
-		t.Errorf("compose/nats.conf: %v", err)
-	} else if len(opts.Users) < 4 {
+	opts, err := server.ProcessConfigFile(filepath.Join(dir, "nats.conf"))
+	if err != nil {
+		t.Fatalf("compose/nats.conf: %v", err)
+	}
+	if len(opts.Users) < 4 {
 		t.Errorf("compose/nats.conf has %d users: accounts.conf is not included", len(opts.Users))
 	}
+	checkStoreCaps(t, services, consumers, opts.JetStreamMaxStore)
 	conf := readFile(t, "compose/nats.conf")
 	for _, n := range nats {
 		if !strings.Contains(conf, "nats://"+n+":6222") {
 			t.Errorf("compose/nats.conf routes lack %s", n)
 		}
+	}
+}
+
+// checkStoreCaps: the byte caps provision sets (its defaults where the
+// compose file sets none) fit the servers' max_file_store, against which
+// nats-server reserves every cap (a replica of each on each server); and
+// the consumers, which check the objects at start, say the same caps.
+func checkStoreCaps(t *testing.T, services obj, consumers []string, store int64) {
+	t.Helper()
+	d := jetstream.DefaultConfig()
+	var err error
+	caps := []struct {
+		env string
+		def int64
+	}{
+		{"JETEMBED_JOBS_MAX_BYTES", d.Jobs.MaxBytes},
+		{"JETEMBED_RESULTS_MAX_BYTES", d.Results.MaxBytes},
+		{"JETEMBED_DLQ_MAX_BYTES", d.DLQ.MaxBytes},
+		{"JETEMBED_BLOBS_MAX_BYTES", d.Blobs.MaxBytes},
+	}
+	var sum int64
+	for _, c := range caps {
+		v := c.def
+		if s := str(services["provision"], "environment", c.env); s != "" {
+			if v, err = strconv.ParseInt(s, 10, 64); err != nil {
+				t.Fatalf("compose provision %s=%q: %v", c.env, s, err)
+			}
+		}
+		if v <= 0 {
+			t.Errorf("compose provisions %s without a cap (%d)", c.env, v)
+		}
+		sum += v
+		for _, name := range consumers {
+			if got := str(services[name], "environment", c.env); got != str(services["provision"], "environment", c.env) {
+				t.Errorf("%s says %s=%q, provision %q", name, c.env, got, str(services["provision"], "environment", c.env))
+			}
+		}
+	}
+	if store <= 0 || sum > store {
+		t.Errorf("the compose file's caps reserve %d bytes, over the servers' max_file_store of %d", sum, store)
 	}
 }
 

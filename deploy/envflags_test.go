@@ -10,7 +10,8 @@ import (
 )
 
 var (
-	flagDef = regexp.MustCompile(`fs\.(?:String|Int|Bool|AutoBool|Duration|Float64)?(?:Var)?\(\s*(?:&?[A-Za-z_][\w.]*(?:\([^)]*\))?,\s*)?"([a-z0-9-]+)"`)
+	// fs.String("name", ...) and fs.StringVar(&v, "name", ...), of every kind.
+	flagDef = regexp.MustCompile(`fs\.(?:AutoBool|String|Int|Int64|Uint|Bool|Duration|Float64)(?:\(|Var\(\s*[^,()]+,)\s*"([a-z0-9-]+)"`)
 	envRef  = regexp.MustCompile(`JETEMBED_[A-Z][A-Z0-9_]*`)
 )
 

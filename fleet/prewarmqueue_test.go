@@ -26,7 +26,7 @@ func TestApplyPutDeleteCycleBoundsPrewarmQueue(t *testing.T) {
 		changed: make(chan struct{}), tried: map[shape]bool{},
 	}
 	key := cfg.key(2, 128).String()
-	val := encodeRecord(ShapeRecord{By: "peer"})
+	val := encodeRecord(ShapeRecord{By: "peer", Via: ViaRun})
 	for range 1000 {
 		f.apply(&Entry{Key: key, Value: val, Op: OpPut})
 		f.apply(&Entry{Key: key, Op: OpDelete})

@@ -35,10 +35,14 @@ func DecodeShapeRecord(b []byte) (ShapeRecord, error) {
 	if err := decodeRecord(b, &rec); err != nil {
 		return ShapeRecord{}, err
 	}
+	// The fields every member writes are required: any JSON object
+	// decodes (unknown fields ignored), and one that is not a record (an
+	// answer relayed into the bucket, {}) must never count as a compiled
+	// shape.
 	switch {
-	case len(rec.By) > maxMemberLen:
-		return ShapeRecord{}, fmt.Errorf("%w: member name over %d bytes", errRecord, maxMemberLen)
-	case rec.Via != "" && rec.Via != ViaLock && rec.Via != ViaRun:
+	case rec.By == "" || len(rec.By) > maxMemberLen:
+		return ShapeRecord{}, fmt.Errorf("%w: member name empty or over %d bytes", errRecord, maxMemberLen)
+	case rec.Via != ViaLock && rec.Via != ViaRun:
 		return ShapeRecord{}, fmt.Errorf("%w: unknown via", errRecord)
 	case rec.CompileMS < 0:
 		return ShapeRecord{}, fmt.Errorf("%w: negative compile time", errRecord)

@@ -16,8 +16,9 @@ import (
 // The order in which a call is taken in, so that no slot waits on a slow
 // or unauthenticated client: method and API key (before any byte of the
 // body), the client's own limit of calls in progress, the connection to
-// the fleet, the body (whole, within a deadline sized to it and the
-// gateway's byte budget), and only then a slot of MaxConcurrent.
+// the fleet, the body (whole, at a minimum pace, within the gateway's
+// byte budget and the client's share of it, both taken as bytes come),
+// and only then a slot of MaxConcurrent.
 
 // post wraps the handler of a POST endpoint: h gets the whole body, once
 // the call holds a slot.
@@ -36,7 +37,10 @@ func (s *Server) post(h func(w http.ResponseWriter, r *http.Request, body []byte
 		}
 		body, release, aerr := s.readBody(w, r)
 		if aerr != nil {
-			if aerr.Code == codeBodyTimeout {
+			// A body left unread (too slow, or refused for the budget)
+			// is not waited for: net/http would read what is left of it
+			// before answering.
+			if aerr.Code == codeBodyTimeout || aerr.Code == codeGatewayBusy || aerr.Code == codeClientBusy {
 				w.Header().Set("Connection", "close")
 			}
 			writeError(w, aerr, s.retryAfter())
@@ -60,8 +64,12 @@ func (s *Server) post(h func(w http.ResponseWriter, r *http.Request, body []byte
 
 // readBody checks the body's headers and reads it whole: JSON only
 // (Content-Type application/json, UTF-8, or none), no Content-Encoding,
-// at most MaxBodyBytes, at no less than MinBodyRate after HeaderTimeout,
-// and within the gateway's body budget. release gives the budget back.
+// at most MaxBodyBytes, at no less than MinBodyRate over a sliding window
+// after HeaderTimeout's grace, and within the gateway's body budget and
+// the client's share of it. The budget is taken as bytes arrive (the
+// buffer grows only when full): a declared Content-Length reserves
+// nothing, so bodies that are announced and not sent hold no budget and
+// get no time. release gives the budget back.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, release func(), aerr *apiError) {
 	if err := checkContentType(r.Header.Get("Content-Type")); err != nil {
 		return nil, nil, err
@@ -79,43 +87,57 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	// The connection's read deadline is cleared once the body is in: a
 	// deadline passing while the call runs would cancel it.
 	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	client := clientKey(r)
 	var reserved int64
-	release = func() { s.bodies.give(reserved) }
-	reserve := func(n int64) bool {
-		if !s.bodies.take(n) {
-			return false
+	release = func() { s.bodies.give(client, reserved) }
+	// reserve takes n more bytes of the budget, else says which share is
+	// spent.
+	reserve := func(n int64) *apiError {
+		switch s.bodies.take(client, n, s.cfg.ClientBodyBudget) {
+		case budgetFull:
+			return s.bodyBusy()
+		case clientShareFull:
+			return s.clientBodyBusy()
 		}
 		reserved += n
-		return true
+		return nil
 	}
+	// Until the connection is shed for one that keeps a better pace (see
+	// conns.shedLocked), it is marked as reading a body.
+	progress := bodyStarted(r.Context(), start)
+	defer progress.done()
 	const chunk = 64 << 10
-	first := int64(chunk)
+	// What the body may still hold: its declared length, else the limit.
+	most := limit + 1
 	if r.ContentLength >= 0 {
-		first = r.ContentLength + 1 // room for the EOF without growing
+		most = r.ContentLength + 1 // room for the EOF without growing
 	}
-	first = min(first, limit+1)
-	if !reserve(first) {
-		return nil, nil, s.bodyBusy()
+	first := min(int64(firstChunk), most)
+	if aerr := reserve(first); aerr != nil {
+		return nil, nil, aerr
 	}
 	buf := make([]byte, 0, first)
+	pace := newPace(start, s.cfg.HeaderTimeout, s.cfg.MinBodyRate)
 	for {
 		if len(buf) == cap(buf) {
-			grow := min(max(int64(cap(buf)), chunk), limit+1-int64(cap(buf)))
-			if grow <= 0 || !reserve(grow) {
+			grow := min(max(int64(cap(buf)), chunk), most-int64(cap(buf)), limit+1-int64(cap(buf)))
+			if grow <= 0 {
 				release()
-				if grow <= 0 {
-					return nil, nil, newError(http.StatusRequestEntityTooLarge, codeBodyTooLarge, "the body is over the limit of %d bytes", limit)
-				}
-				return nil, nil, s.bodyBusy()
+				return nil, nil, newError(http.StatusRequestEntityTooLarge, codeBodyTooLarge, "the body is over the limit of %d bytes", limit)
+			}
+			if aerr := reserve(grow); aerr != nil {
+				release()
+				return nil, nil, aerr
 			}
 			buf = slices.Grow(buf, int(grow))
 		}
-		// The body's deadline grows with it: HeaderTimeout of grace, then
-		// MinBodyRate for every byte it may hold.
-		due := start.Add(s.cfg.HeaderTimeout + time.Duration(float64(cap(buf))/float64(s.cfg.MinBodyRate)*float64(time.Second)))
-		_ = rc.SetReadDeadline(due)
+		_ = rc.SetReadDeadline(pace.due())
 		n, err := r.Body.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
+		if n > 0 {
+			pace.add(time.Now(), int64(n))
+			progress.add(int64(n))
+		}
 		if int64(len(buf)) > limit {
 			release()
 			return nil, nil, newError(http.StatusRequestEntityTooLarge, codeBodyTooLarge, "the body is over the limit of %d bytes", limit)
@@ -139,8 +161,73 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (body []byte, 
 	}
 }
 
+// firstChunk is the first reservation of a body (or its declared length
+// when shorter): the budget then follows what came.
+const firstChunk = 16 << 10
+
+// pace is the body's deadline from the bytes that came: after the grace
+// (HeaderTimeout from the start), every sliding window of that length
+// must bring MinBodyRate x window bytes. A burst buys no more than one
+// window of silence, and a body announced but not sent gets the grace
+// alone.
+type pace struct {
+	start   time.Time
+	window  time.Duration
+	need    int64
+	samples []paceSample // newest last, within two windows
+}
+
+type paceSample struct {
+	at time.Time
+	n  int64
+}
+
+func newPace(start time.Time, window time.Duration, rate int) *pace {
+	window = max(window, 100*time.Millisecond)
+	return &pace{start: start, window: window, need: max(int64(float64(rate)*window.Seconds()), 1)}
+}
+
+// add records n bytes come at now. Bytes within an eighth of a window
+// count as come at its latest read.
+func (p *pace) add(now time.Time, n int64) {
+	if k := len(p.samples); k > 0 && now.Sub(p.samples[k-1].at) < p.window/8 {
+		p.samples[k-1].at, p.samples[k-1].n = now, p.samples[k-1].n+n
+	} else {
+		p.samples = append(p.samples, paceSample{at: now, n: n})
+	}
+	cut := 0
+	for cut < len(p.samples)-1 && now.Sub(p.samples[cut].at) > 2*p.window {
+		cut++
+	}
+	p.samples = p.samples[cut:]
+}
+
+// due is when the body is too slow if nothing more comes: a window after
+// the oldest read since which a window's worth of bytes came, and never
+// before the grace ends.
+func (p *pace) due() time.Time {
+	due := p.start.Add(p.window)
+	var sum int64
+	for i := len(p.samples) - 1; i >= 0; i-- {
+		sum += p.samples[i].n
+		if sum >= p.need {
+			if d := p.samples[i].at.Add(p.window); d.After(due) {
+				due = d
+			}
+			break
+		}
+	}
+	return due
+}
+
 func (s *Server) bodyBusy() *apiError {
 	e := newError(http.StatusTooManyRequests, codeGatewayBusy, "this gateway is reading %d bytes of bodies, its limit: retry later", s.cfg.BodyBudget)
+	e.retryAfter = s.cfg.RetryAfter
+	return e
+}
+
+func (s *Server) clientBodyBusy() *apiError {
+	e := newError(http.StatusTooManyRequests, codeClientBusy, "this client is sending %d bytes of bodies here, its share: retry later", s.cfg.ClientBodyBudget)
 	e.retryAfter = s.cfg.RetryAfter
 	return e
 }
@@ -165,27 +252,50 @@ func checkContentType(ct string) *apiError {
 	return nil
 }
 
-// byteBudget bounds the bytes of bodies being read.
+// byteBudget bounds the bytes of bodies being read, in all and per
+// client address.
 type byteBudget struct {
-	mu   sync.Mutex
-	used int64
-	cap  int64
+	mu       sync.Mutex
+	used     int64
+	cap      int64
+	byClient map[string]int64
 }
 
-func (b *byteBudget) take(n int64) bool {
+// What [byteBudget.take] says.
+const (
+	budgetTaken = iota
+	budgetFull
+	clientShareFull
+)
+
+// take reserves n bytes for client, within the budget and the client's
+// share of it (clientCap); a first reservation always fits, so a body
+// larger than a share can still be read alone.
+func (b *byteBudget) take(client string, n, clientCap int64) int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	mine := b.byClient[client]
+	if clientCap > 0 && mine+n > clientCap && mine > 0 {
+		return clientShareFull
+	}
 	if b.used+n > b.cap && b.used > 0 {
-		return false
+		return budgetFull
+	}
+	if b.byClient == nil {
+		b.byClient = map[string]int64{}
 	}
 	b.used += n
-	return true
+	b.byClient[client] = mine + n
+	return budgetTaken
 }
 
-func (b *byteBudget) give(n int64) {
+func (b *byteBudget) give(client string, n int64) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	b.used -= n
-	b.mu.Unlock()
+	if b.byClient[client] -= n; b.byClient[client] <= 0 {
+		delete(b.byClient, client)
+	}
 }
 
 // clientCounts counts the calls in progress of each client address.

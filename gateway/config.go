@@ -135,12 +135,20 @@ type Config struct {
 	// limit allows) and half of MaxConcurrent.
 	ClientConns, ClientConcurrent int
 	// HeaderTimeout bounds the reading of a request's headers; the body
-	// then has HeaderTimeout plus its length at MinBodyRate.
+	// then has HeaderTimeout of grace, after which every sliding window
+	// of HeaderTimeout must bring MinBodyRate bytes a second (else 408
+	// body_timeout). A connection whose body comes slower than that on
+	// average may also be closed for a new connection at the cap.
 	HeaderTimeout time.Duration
 	MinBodyRate   int
 	// BodyBudget bounds the bytes of all the bodies being read at once:
-	// beyond it a call is answered 429 gateway_busy.
+	// beyond it a call is answered 429 gateway_busy. Bodies take it as
+	// their bytes arrive, not as their Content-Length says.
 	BodyBudget int64
+	// ClientBodyBudget is one client address's share of BodyBudget; 0
+	// means a quarter of it (at least twice MaxBodyBytes). A client's
+	// first body always fits.
+	ClientBodyBudget int64
 	// AllowWeakTLS starts with a certificate that is expired, not yet
 	// valid, or has an RSA key under 2048 bits (logged as an error).
 	AllowWeakTLS bool
@@ -196,6 +204,9 @@ func (c Config) WithDefaults() Config {
 	def(&c.MinBodyRate, DefaultMinBodyRate)
 	if c.BodyBudget <= 0 {
 		c.BodyBudget = max(DefaultBodyBudget, 2*c.MaxBodyBytes)
+	}
+	if c.ClientBodyBudget <= 0 {
+		c.ClientBodyBudget = min(max(c.BodyBudget/4, 2*c.MaxBodyBytes), c.BodyBudget)
 	}
 	c.JobTexts = min(c.JobTexts, schema.DefaultMaxTexts)
 	if c.Logger == nil {

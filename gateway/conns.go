@@ -1,13 +1,16 @@
 package gateway
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -43,6 +46,11 @@ type conns struct {
 	max, perClient int
 	tls            bool
 	log            *slog.Logger
+	// minRate is the body rate below which a connection reading a body
+	// may be shed (on average since its body began), once the body has
+	// had slowGrace to get going.
+	minRate   int
+	slowGrace time.Duration
 
 	mu       sync.Mutex
 	open     map[net.Conn]*connInfo
@@ -56,11 +64,97 @@ type connInfo struct {
 	client string
 	state  http.ConnState
 	since  time.Time // of the state
+	// bodies are the request bodies being read on it (one, or a few
+	// streams of HTTP/2).
+	bodies []*bodyProgress
 }
 
-func newConns(ln net.Listener, max, perClient int, tls bool, log *slog.Logger, refused func()) *conns {
-	return &conns{Listener: ln, max: max, perClient: perClient, tls: tls, log: log,
+func newConns(ln net.Listener, max, perClient int, tls bool, log *slog.Logger, refused func(), minRate int, slowGrace time.Duration) *conns {
+	return &conns{Listener: ln, max: max, perClient: perClient, tls: tls, log: log, minRate: minRate, slowGrace: slowGrace,
 		open: make(map[net.Conn]*connInfo), byClient: make(map[string]int), refused: refused}
+}
+
+// slowBodyGrace is how long a body is read before it may count as slow
+// for shedding (at most the header timeout): long enough for a real
+// client's first bytes, far shorter than the body's own deadline, which
+// alone would let a body that never comes hold its connection for the
+// whole grace.
+const slowBodyGrace = time.Second
+
+// connKey is the context key of the connection a request came on (the
+// http.Server's ConnContext sets it).
+type connKey struct{}
+
+type connRef struct {
+	l *conns
+	c net.Conn
+}
+
+// withConn is the http.Server's ConnContext: requests know their
+// connection, so that a body read slowly can be shed with it.
+func (l *conns) withConn(ctx context.Context, c net.Conn) context.Context {
+	if tc, ok := c.(*tls.Conn); ok {
+		c = tc.NetConn()
+	}
+	return context.WithValue(ctx, connKey{}, connRef{l: l, c: c})
+}
+
+// bodyProgress is one body being read: when it began and the bytes that
+// came.
+type bodyProgress struct {
+	ref   connRef
+	start time.Time
+	n     atomic.Int64
+}
+
+// bodyStarted marks the connection of ctx as reading a body from start.
+func bodyStarted(ctx context.Context, start time.Time) *bodyProgress {
+	p := &bodyProgress{start: start}
+	ref, ok := ctx.Value(connKey{}).(connRef)
+	if !ok || ref.l == nil {
+		return p
+	}
+	p.ref = ref
+	ref.l.mu.Lock()
+	defer ref.l.mu.Unlock()
+	if ci, ok := ref.l.open[ref.c]; ok {
+		ci.bodies = append(ci.bodies, p)
+	}
+	return p
+}
+
+func (p *bodyProgress) add(n int64) { p.n.Add(n) }
+
+// done unmarks the body.
+func (p *bodyProgress) done() {
+	l := p.ref.l
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if ci, ok := l.open[p.ref.c]; ok {
+		ci.bodies = slices.DeleteFunc(ci.bodies, func(q *bodyProgress) bool { return q == p })
+	}
+}
+
+// slowBody reports whether one of ci's bodies, begun at least grace ago,
+// came slower than rate bytes a second on average since it began, and
+// since when the oldest did. A body just begun is never slow: its first
+// bytes may still be on their way (TCP slow start), and one new
+// connection must not push out another that has barely begun.
+func (ci *connInfo) slowBody(now time.Time, rate int, grace time.Duration) (bool, time.Time) {
+	var oldest time.Time
+	slow := false
+	for _, p := range ci.bodies {
+		if age := now.Sub(p.start); age >= grace && float64(p.n.Load()) < float64(rate)*age.Seconds() {
+			if !slow || p.start.Before(oldest) {
+				oldest = p.start
+			}
+			slow = true
+		}
+	}
+	return slow, oldest
 }
 
 // Accept returns the next connection the caps allow.
@@ -114,25 +208,42 @@ func (l *conns) shedOne() bool {
 }
 
 // shedLocked closes the oldest idle connection of client (any client when
-// empty): an idle keep-alive first, else the one that has waited longest
-// without sending a request (a client that means to call sends its
-// request as soon as it connects). It forgets it at once, so the room is
-// there now.
+// empty): an idle keep-alive first, else one whose body comes slower than
+// the minimum rate, else the one that has waited longest without sending
+// a request (a client that means to call sends its request as soon as it
+// connects). It forgets it at once, so the room is there now.
 func (l *conns) shedLocked(client string) bool {
 	var victim net.Conn
 	var oldest time.Time
-	for _, want := range []http.ConnState{http.StateIdle, http.StateNew} {
+	pick := func(state http.ConnState) {
 		for c, ci := range l.open {
-			if client != "" && ci.client != client || ci.state != want {
+			if client != "" && ci.client != client || ci.state != state {
 				continue
 			}
 			if victim == nil || ci.since.Before(oldest) {
 				victim, oldest = c, ci.since
 			}
 		}
-		if victim != nil {
-			break
+	}
+	pick(http.StateIdle)
+	// Then a connection whose body comes slower than the minimum rate
+	// (the one whose slow body began first): reading it holds a
+	// connection and budget for a client that does not send. It goes
+	// before one that has sent nothing yet, which may be a client in its
+	// TLS handshake.
+	if victim == nil && l.minRate > 0 {
+		now := time.Now()
+		for c, ci := range l.open {
+			if client != "" && ci.client != client {
+				continue
+			}
+			if slow, since := ci.slowBody(now, l.minRate, l.slowGrace); slow && (victim == nil || since.Before(oldest)) {
+				victim, oldest = c, since
+			}
 		}
+	}
+	if victim == nil {
+		pick(http.StateNew)
 	}
 	if victim == nil {
 		return false

@@ -102,6 +102,95 @@ func TestSlowBodyDeadline(t *testing.T) {
 	}
 }
 
+// TestBodyBurstThenSilence: the body's deadline follows the bytes that
+// came, over a sliding window of HeaderTimeout: a burst at the start buys
+// one window, not its length at MinBodyRate (64 KiB at 1000 B/s used to
+// be 65 s), and a declared length buys nothing.
+func TestBodyBurstThenSilence(t *testing.T) {
+	r := newRig(t, true, func(c *gateway.Config) { c.HeaderTimeout, c.MinBodyRate = 500*time.Millisecond, 1000 })
+	addr := strings.TrimPrefix(r.url, "http://")
+	for _, sent := range []int{0, 64 << 10} {
+		c := dialFrom(t, "127.0.0.1", addr)
+		start := time.Now()
+		fmt.Fprintf(c, "POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{%s", addr, 1<<20, strings.Repeat(" ", sent))
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatalf("%d bytes then silence: %v", sent, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		took := time.Since(start)
+		if resp.StatusCode != http.StatusRequestTimeout || !strings.Contains(string(body), "body_timeout") || took > 3*time.Second {
+			t.Errorf("%d bytes of a declared 1 MiB, then silence: %d %s after %s", sent, resp.StatusCode, body, took)
+		}
+	}
+	// A body that keeps the pace past many windows is read.
+	c := dialFrom(t, "127.0.0.1", addr)
+	const n = 4000
+	go func() {
+		fmt.Fprintf(c, "POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", addr, n)
+		part := `{"input":"` + strings.Repeat("x", n-12) + `"}`
+		for i := 0; i < len(part); i += 200 {
+			_, _ = c.Write([]byte(part[i:min(i+200, len(part))]))
+			time.Sleep(100 * time.Millisecond) // 2000 B/s for 2 s
+		}
+	}()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 {
+		t.Errorf("a body at twice the minimum rate for 4 windows: %d %s", resp.StatusCode, body)
+	}
+}
+
+// TestClientBodyShare: one client address takes at most its share of the
+// body budget (ClientBodyBudget); past it its bodies are answered 429
+// client_busy, and the budget stays open to the others. The client's
+// bodies have really sent their bytes: the budget follows what came.
+func TestClientBodyShare(t *testing.T) {
+	const kib = 1 << 10
+	r := newRig(t, true, func(c *gateway.Config) {
+		c.MaxBodyBytes, c.BodyBudget, c.ClientBodyBudget = 256*kib, 640*kib, 200*kib
+		c.HeaderTimeout = time.Second // the one body let in ends then
+	})
+	addr := strings.TrimPrefix(r.url, "http://")
+	// Four bodies of 100 KiB sent of 256 KiB declared would hold 640 KiB
+	// (the buffers grow 16, 80, 160 KiB), the whole budget.
+	answers := make(chan int, 4)
+	for range 4 {
+		c := dialFrom(t, "127.0.0.2", addr)
+		fmt.Fprintf(c, "POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n{%s", addr, 256*kib, strings.Repeat(" ", 100*kib))
+		go func() {
+			_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				answers <- 0
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode == 429 && !strings.Contains(string(body), "client_busy") {
+				t.Errorf("a body past the client's share: %d %s", resp.StatusCode, body)
+			}
+			answers <- resp.StatusCode
+		}()
+	}
+	time.Sleep(300 * time.Millisecond) // every body is in
+	if a := r.post(t, "/v1/embeddings", `{"input":"another client"}`); a.status != 200 {
+		t.Errorf("another client while one holds its share of the body budget: %d %s", a.status, a.body)
+	}
+	refused := 0
+	for range 4 {
+		if <-answers == 429 {
+			refused++
+		}
+	}
+	if refused < 3 {
+		t.Errorf("%d of 4 bodies over the client's share refused, want 3", refused)
+	}
+}
+
 // TestClientLimits: one client address may have ClientConcurrent calls in
 // progress (bodies being read included) and ClientConns connections; the
 // others are not affected.
@@ -150,8 +239,10 @@ func TestClientLimits(t *testing.T) {
 }
 
 // TestConnectionCap: at the cap a new connection takes the place of the
-// oldest idle keep-alive one, and of a connection that sent nothing for a
-// second; with every connection busy it is answered 503 at once.
+// oldest idle keep-alive one, of a connection that sent nothing for a
+// second, or of one whose body comes slower than the minimum rate; with
+// every connection busy (bodies at a good pace) it is answered 503 at
+// once.
 func TestConnectionCap(t *testing.T) {
 	const maxConns = 6
 	r := newRig(t, true, func(c *gateway.Config) { c.MaxConns, c.ClientConns = maxConns, 100 })
@@ -182,14 +273,27 @@ func TestConnectionCap(t *testing.T) {
 		t.Fatalf("a call with silent connections open: %d %s", a.status, a.body)
 	}
 	http.DefaultClient.CloseIdleConnections()
-	// Busy connections: nothing to shed.
+	// Connections whose bodies come slower than the minimum rate: shed
+	// too (the oldest first), once nothing is idle and they had their
+	// grace; until then new trickles push out the silent connections,
+	// not each other.
 	stop := make(chan struct{})
 	defer close(stop)
 	for range maxConns {
-		c := dialFrom(t, "127.0.0.4", addr)
-		go trickle(c, addr, 1<<20, 100*time.Millisecond, stop)
+		c := readingFrom(t, "127.0.0.4", addr, 1<<20)
+		go send(c, 1, 100*time.Millisecond, stop)
 	}
-	time.Sleep(300 * time.Millisecond)
+	time.Sleep(1200 * time.Millisecond) // past the grace (a second)
+	if a := r.post(t, "/v1/embeddings", `{"input":"past the trickles"}`); a.status != 200 {
+		t.Fatalf("a call with trickling connections open: %d %s", a.status, a.body)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	// Busy connections, their bodies at a good pace (or just begun):
+	// nothing to shed.
+	for range maxConns {
+		c := readingFrom(t, "127.0.0.5", addr, 8<<20)
+		go send(c, 32<<10, 100*time.Millisecond, stop)
+	}
 	c := dialFrom(t, "127.0.0.1", addr)
 	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -199,6 +303,50 @@ func TestConnectionCap(t *testing.T) {
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(body), `"code":"too_many_connections"`) {
 		t.Errorf("a connection past the cap: %d %s", resp.StatusCode, body)
+	}
+}
+
+// readingFrom connects from local and sends the headers of a POST of a
+// body of n bytes that expects 100-continue, and returns the connection
+// once the gateway's handler reads the body (which sends the 100): from
+// then on the connection is reading a body, whatever the machine's load.
+// A connection refused at the cap (the previous call's connection not yet
+// let go by the server) is tried again, as a client would.
+func readingFrom(t *testing.T, local, addr string, n int) net.Conn {
+	t.Helper()
+	for try := 0; ; try++ {
+		c := dialFrom(t, local, addr)
+		fmt.Fprintf(c, "POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n\r\n", addr, n)
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		_ = c.SetReadDeadline(time.Time{})
+		if err == nil && strings.HasPrefix(line, "HTTP/1.1 100") {
+			return c
+		}
+		c.Close()
+		if try == 50 || err != nil || !strings.HasPrefix(line, "HTTP/1.1 503") {
+			t.Fatalf("the body is not read: %q %v", line, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// send writes chunk bytes of body every every until stop is closed or the
+// write fails.
+func send(c net.Conn, chunk int, every time.Duration, stop <-chan struct{}) {
+	part := []byte("{" + strings.Repeat(" ", chunk-1))
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if _, err := c.Write(part); err != nil {
+			return
+		}
+		part[0] = ' '
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
 	}
 }
 

@@ -68,6 +68,15 @@ func startFakeFleet(t testing.TB, nc *nats.Conn) *fakeFleet {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The info endpoint every member answers (not a queue group), as the
+	// fleet's: the gateway reads members from it, not from $SRV.INFO.
+	err = svc.AddEndpoint(jetstream.InfoName, micro.HandlerFunc(func(req micro.Request) {
+		body, _ := json.Marshal(svc.Info())
+		_ = req.Respond(body)
+	}), micro.WithEndpointSubject(schema.SubjectInfo), micro.WithEndpointQueueGroupDisabled())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
@@ -194,8 +203,19 @@ func (f *fakeFleet) tokenize(req micro.Request) {
 		res.Items = append(res.Items, it)
 	}
 	data, _ := schema.EncodeTokenizeResult(res, enc)
+	// As the fleet does: an answer over tokenizeRoom is result_too_large.
+	if len(data) > tokenizeRoom {
+		se := schema.Errorf(schema.CodeResultTooLarge, "the answer would be %d bytes", len(data))
+		data, _ = schema.EncodeTokenizeResult(&schema.TokenizeResult{V: 1, ID: tr.ID, Model: fakeModel, Error: se}, enc)
+		_ = req.Error(string(se.Code), se.Message, data, micro.WithHeaders(map[string][]string{schema.HeaderContentType: {enc.ContentType()}}))
+		return
+	}
 	_ = req.Respond(data, micro.WithHeaders(map[string][]string{schema.HeaderContentType: {enc.ContentType()}}))
 }
+
+// tokenizeRoom is the largest tokenize answer of the fake fleet: a
+// server's max payload of 256 KiB less the fleet's header room.
+const tokenizeRoom = 256<<10 - 2048
 
 func (f *fakeFleet) jobSizes() []int {
 	f.mu.Lock()

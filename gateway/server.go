@@ -131,7 +131,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	if perClient <= 0 {
 		perClient = max(maxConns/2, 1)
 	}
-	cl := newConns(ln, maxConns, min(perClient, maxConns), s.cert != nil, s.cfg.Logger, s.metrics.refusedConn)
+	cl := newConns(ln, maxConns, min(perClient, maxConns), s.cert != nil, s.cfg.Logger, s.metrics.refusedConn, s.cfg.MinBodyRate, min(s.cfg.HeaderTimeout, slowBodyGrace))
 	errLog := slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn)
 	srv := &http.Server{
 		Handler: s.handler,
@@ -143,6 +143,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       time.Minute,
 		MaxHeaderBytes:    64 << 10,
 		ConnState:         cl.track,
+		ConnContext:       cl.withConn,
 		ErrorLog:          errLog,
 		HTTP2:             &http.HTTP2Config{MaxConcurrentStreams: max(min(s.cfg.ClientConcurrent, 250), 1)},
 		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 	"sync"
@@ -168,6 +169,29 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, info)
 }
 
+// tokenizePart asks the fleet to tokenize texts[p.from:p.to] and stores
+// the items in out; an answer too large for one message
+// (result_too_large) is asked again in two halves, down to single texts.
+func (s *Server) tokenizePart(ctx context.Context, tk Tokenizer, out []schema.TokenizeItem, texts []string, p part, special *bool) error {
+	res, err := tk.Tokenize(ctx, &schema.TokenizeRequest{V: schema.Version, ID: "gw-tok", Texts: texts[p.from:p.to], AddSpecial: special})
+	s.observe(err)
+	if errors.Is(err, &schema.Error{Code: schema.CodeResultTooLarge}) && p.to-p.from > 1 {
+		mid := (p.from + p.to) / 2
+		if err := s.tokenizePart(ctx, tk, out, texts, part{p.from, mid, 0}, special); err != nil {
+			return err
+		}
+		return s.tokenizePart(ctx, tk, out, texts, part{mid, p.to, 0}, special)
+	}
+	if err == nil && len(res.Items) != p.to-p.from {
+		err = schema.Errorf(schema.CodeInternal, "the fleet answered %d items for %d texts", len(res.Items), p.to-p.from)
+	}
+	if err != nil {
+		return err
+	}
+	copy(out[p.from:], res.Items)
+	return nil
+}
+
 // tokenizeParts bounds the texts of one tokenize request to the fleet.
 const tokenizeParts = 256
 
@@ -194,7 +218,10 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request, body []b
 		return
 	}
 	items := make([]schema.TokenizeItem, len(texts))
-	parts := split(texts, min(s.cfg.JobTexts*8, tokenizeParts), s.cfg.JobBytes, 1<<30)
+	// An answer is 2.5 to 10 times its text (every token's id, string and
+	// flag): parts of a quarter of a job's bytes, and a part whose answer
+	// is still too large for one message is asked again in halves.
+	parts := split(texts, min(s.cfg.JobTexts*8, tokenizeParts), max(s.cfg.JobBytes/4, 1), 1<<30)
 	var (
 		wg    sync.WaitGroup
 		mu    sync.Mutex
@@ -205,11 +232,7 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request, body []b
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			res, err := tk.Tokenize(ctx, &schema.TokenizeRequest{V: schema.Version, ID: "gw-tok", Texts: texts[p.from:p.to], AddSpecial: &special})
-			s.observe(err)
-			if err == nil && len(res.Items) != p.to-p.from {
-				err = schema.Errorf(schema.CodeInternal, "the fleet answered %d items for %d texts", len(res.Items), p.to-p.from)
-			}
+			err := s.tokenizePart(ctx, tk, items, texts, p, &special)
 			if err != nil {
 				mu.Lock()
 				if first == nil {
@@ -219,7 +242,6 @@ func (s *Server) handleTokenize(w http.ResponseWriter, r *http.Request, body []b
 				mu.Unlock()
 				return
 			}
-			copy(items[p.from:], res.Items)
 		})
 	}
 	wg.Wait()

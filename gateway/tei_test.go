@@ -199,3 +199,32 @@ func TestRerankRoutes(t *testing.T) {
 		t.Errorf("a refused part: %d %s", a.status, a.body)
 	}
 }
+
+// TestTokenizeAnswerSplit: a TEI /tokenize call whose answer would be over
+// one message (2.5 to 10 times its text) is asked of the fleet in parts,
+// halved again while the fleet answers result_too_large, and answered
+// whole; a single input whose tokens alone are over one message is 413
+// result_too_large, never a wait for the timeout.
+func TestTokenizeAnswerSplit(t *testing.T) {
+	r := newRig(t, true, nil)
+	text := strings.Repeat("a ", 10<<10) // 20 KiB, about 110 KiB of answer
+	inputs := []string{text, text, text, text, text, text, "b"}
+	body, _ := json.Marshal(map[string]any{"inputs": inputs})
+	a := r.post(t, "/tokenize", string(body))
+	var tok [][]struct {
+		ID   uint32 `json:"id"`
+		Text string `json:"text"`
+	}
+	if a.status != 200 || json.Unmarshal(a.body, &tok) != nil || len(tok) != len(inputs) {
+		t.Fatalf("/tokenize of six 20 KiB inputs and one word: %d %.200s", a.status, a.body)
+	}
+	for i, want := range []int{10<<10 + 2, 10<<10 + 2, 10<<10 + 2, 10<<10 + 2, 10<<10 + 2, 10<<10 + 2, 3} {
+		if len(tok[i]) != want || tok[i][1].Text == "" {
+			t.Errorf("input %d: %d tokens, want %d", i, len(tok[i]), want)
+		}
+	}
+	big := strings.Repeat("a ", 50<<10)
+	if a := r.post(t, "/tokenize", `{"inputs":["`+big+`"]}`); a.status != 413 || !strings.Contains(string(a.body), "result_too_large") {
+		t.Errorf("/tokenize of one input whose tokens are over one message: %d %.200s", a.status, a.body)
+	}
+}

@@ -32,14 +32,24 @@ func TestClientResultsAndSubjects(t *testing.T) {
 		t.Fatalf("empty run yielded %v, %v", sr, err)
 	}
 	good, _ := schema.EncodeResult(&schema.Result{V: 1, ID: "x"}, schema.EncodingMsgpack)
-	publishRaw(t, srv.js, c.ReplySubject("bad"), nil, []byte("\xc1"))
+	publishRaw(t, srv.js, c.ReplySubject("bad"), fleetHeader("", c.ReplySubject("bad"), "bad"), []byte("\xc1"))
+	// A result the fleet did not write (no identity, or another job's or
+	// tenant's) is nobody's result.
 	publishRaw(t, srv.js, c.ReplySubject("x"), nil, good)
+	publishRaw(t, srv.js, c.ReplySubject("x"), fleetHeader("", c.ReplySubject("y"), "x"), good)
+	publishRaw(t, srv.js, c.ReplySubject("x"), fleetHeader("someone", c.ReplySubject("x"), "x"), good)
+	publishRaw(t, srv.js, c.ReplySubject("x"), fleetHeader("", c.ReplySubject("x"), "x"), good)
 	publishRaw(t, srv.js, "embed.results.other.x", nil, good)
 	var ids []string
-	var bad int
+	var bad, foreign int
 	var last uint64
 	for sr, err := range c.Results(ctx, c.Run(), client.UntilCaughtUp()) {
 		switch {
+		case errors.Is(err, client.ErrForeignResult):
+			foreign++
+			if sr.Result != nil {
+				t.Errorf("a foreign result yielded with its body: %+v", sr.Result)
+			}
 		case errors.Is(err, client.ErrBadResult):
 			bad++
 		case err != nil:
@@ -49,8 +59,8 @@ func TestClientResultsAndSubjects(t *testing.T) {
 			last = sr.Sequence
 		}
 	}
-	if bad != 1 || len(ids) != 1 || ids[0] != "x" {
-		t.Errorf("yielded %v and %d undecodable, want [x] and 1", ids, bad)
+	if bad != 1 || foreign != 3 || len(ids) != 1 || ids[0] != "x" {
+		t.Errorf("yielded %v, %d undecodable and %d foreign, want [x], 1 and 3", ids, bad, foreign)
 	}
 	// After the last one read there is nothing more of this run.
 	short, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
@@ -149,7 +159,7 @@ func TestClientResultsSurviveALostConsumer(t *testing.T) {
 		data, _ := schema.EncodeResult(&schema.Result{V: 1, ID: id}, schema.EncodingMsgpack)
 		return data
 	}
-	publishRaw(t, srv.js, c.ReplySubject("one"), nil, result("one"))
+	publishRaw(t, srv.js, c.ReplySubject("one"), fleetHeader("pa", c.ReplySubject("one"), "one"), result("one"))
 	got := make(chan string, 8)
 	go func() {
 		for sr, err := range c.Results(ctx, "r") {
@@ -187,7 +197,7 @@ func TestClientResultsSurviveALostConsumer(t *testing.T) {
 	if deleted != 1 {
 		t.Fatalf("%d consumers deleted, want the reader's one", deleted)
 	}
-	publishRaw(t, srv.js, c.ReplySubject("two"), nil, result("two"))
+	publishRaw(t, srv.js, c.ReplySubject("two"), fleetHeader("pa", c.ReplySubject("two"), "two"), result("two"))
 	if id := next(); id != "two" {
 		t.Fatalf("after the consumer was lost: %q", id)
 	}

@@ -109,7 +109,7 @@ func (m backoffMsg) NakWithDelay(delay time.Duration) error {
 // requestDelivery adapts a micro request. It has no JetStream message to
 // acknowledge (Msg is nil): the caller waits for the answer instead, which
 // goes back through Respond. A result carrying a job-level error is sent as
-// a micro error, so `nats micro stats` counts it, with the same body.
+// a micro error (the Nats-Service-Error headers), with the same body.
 //
 // The answer is flushed and checked against the connection's permission
 // violations, so a reply the server refuses is reported, not lost. A
@@ -143,6 +143,12 @@ func requestDelivery(nc *nats.Conn, req micro.Request, tenant string, received t
 		Received:     received,
 		Respond: func(header map[string][]string, data []byte) error {
 			opt := micro.WithHeaders(micro.Headers(header))
+			if code := first(header, schema.HeaderErrorCode); code == string(schema.CodeOverloaded) {
+				// A refusal is not confirmed: a flush (a round trip) per
+				// refusal is what made a flood of them cost more than the
+				// requests; nats.go's flusher sends a burst of them at once.
+				return req.Error(code, code, data, opt)
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 			defer cancel()
 			err := confirmCore(ctx, nc, req.Reply(), func() error {

@@ -303,8 +303,11 @@ func TestRequestReplyAndDiscovery(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(stats.Data), `"num_requests":4`) || !strings.Contains(string(stats.Data), `"num_errors":2`) {
-		t.Errorf("stats after 4 requests, 2 failed: %s", stats.Data)
+	// Requests are handled off their subscription (each tenant's queue,
+	// round-robin), so micro counts them but not their errors: those are
+	// jetembed_jobs_total by code.
+	if !strings.Contains(string(stats.Data), `"num_requests":4`) {
+		t.Errorf("stats after 4 requests: %s", stats.Data)
 	}
 }
 

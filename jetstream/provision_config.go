@@ -103,10 +103,20 @@ type Config struct {
 	Blobs BlobsSpec
 }
 
-// Default byte caps of the results and dead-letter streams.
+// Default byte caps of the streams and the blobs bucket: no producer may
+// fill the servers' storage through any of them (a full store refuses
+// every stream's writes, every tenant's). nats-server reserves each cap
+// against its max_file_store (on every server holding a replica): the
+// defaults reserve 8 GiB; set smaller ones for a smaller store.
 const (
+	// DefaultJobsMaxBytes: a full queue refuses new jobs (DiscardNew),
+	// never drops queued ones.
+	DefaultJobsMaxBytes    = 1 << 30
 	DefaultResultsMaxBytes = 4 << 30
 	DefaultDLQMaxBytes     = 1 << 30
+	// DefaultBlobsMaxBytes: a full bucket refuses new blobs, whose jobs
+	// are retried, then dead-lettered publish_failed.
+	DefaultBlobsMaxBytes = 2 << 30
 )
 
 // DefaultConfig returns the names of package schema (EMBED_JOBS,
@@ -120,12 +130,8 @@ func DefaultConfig() Config {
 		Replicas: 1,
 		Jobs: StreamSpec{
 			Name: schema.StreamJobs, Subjects: []string{schema.SubjectJobs},
-			MaxAge: 7 * day, MaxBytes: -1, Duplicates: 10 * time.Minute,
+			MaxAge: 7 * day, MaxBytes: DefaultJobsMaxBytes, Duplicates: 10 * time.Minute,
 		},
-		// The results and dead letters are capped in bytes too: no
-		// producer may fill the servers' storage through them. The caps
-		// are reserved on each server that holds a replica, so they
-		// stay within small file stores.
 		Results: StreamSpec{
 			Name: schema.StreamResults, Subjects: []string{schema.SubjectResults},
 			MaxAge: day, MaxBytes: DefaultResultsMaxBytes, Duplicates: 10 * time.Minute,
@@ -144,7 +150,7 @@ func DefaultConfig() Config {
 		},
 		Engines: BucketSpec{Name: schema.BucketEngines, History: 1, LimitMarkerTTL: 5 * time.Minute},
 		// Kept as long as the results that name them.
-		Blobs: BlobsSpec{Name: schema.BucketBlobs, TTL: day, MaxBytes: -1},
+		Blobs: BlobsSpec{Name: schema.BucketBlobs, TTL: day, MaxBytes: DefaultBlobsMaxBytes},
 	}
 }
 

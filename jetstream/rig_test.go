@@ -17,6 +17,7 @@ import (
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/jetstream/jstest"
 	"github.com/jetembed/jetembed/jobloop"
+	"github.com/jetembed/jetembed/schema"
 )
 
 // The end-to-end tests run the real parts: an in-process nats-server with
@@ -122,6 +123,13 @@ func (w *worker) stop(t testing.TB, grace time.Duration) {
 	defer cancel()
 	_ = w.w.Stop(ctx)
 	_ = w.nc.Drain()
+}
+
+// fleetHeader is the Nats-Msg-Id header the embedder gives the result of
+// tenant's job id stored on subject: the results reader takes nothing else
+// as a result.
+func fleetHeader(tenant, subject, id string) map[string][]string {
+	return map[string][]string{schema.HeaderMsgID: {schema.ResultMsgID(tenant, subject, id)}}
 }
 
 func publishRaw(t testing.TB, js natsjs.JetStream, subject string, h map[string][]string, data []byte) {

@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
@@ -49,10 +48,21 @@ type ServiceOptions struct {
 	RerankBytes int
 	// NoRerank leaves the rerank endpoint ([schema.SubjectRerank]) out.
 	NoRerank bool
-	// Replies is the reply policy a tokenize answer's inbox is checked
-	// against (the consumer checks the others); the zero value is its
-	// defaults. [StartWorker] sets the consumer's.
+	// Replies is the reply policy every answer's inbox is checked against
+	// before the request is handled (the consumer checks its own again);
+	// the zero value is its defaults. [StartWorker] sets the consumer's.
 	Replies schema.ReplyPolicy
+	// Metrics counts the requests the service settles without the job
+	// loop (dropped, shed at the door); nil records nothing.
+	// [StartWorker] uses the consumer's metrics when they can.
+	Metrics ServiceMetrics
+	// TenantQueue, TenantQueueBytes and QueueBytes bound the requests
+	// waiting for a worker: per tenant, in requests and bytes, and for
+	// every tenant together; 0 means [DefaultTenantQueue],
+	// [DefaultTenantQueueBytes], [DefaultQueueBytes].
+	TenantQueue      int
+	TenantQueueBytes int64
+	QueueBytes       int64
 }
 
 // tenantOf returns how a request on an endpoint of base (bare, or
@@ -78,6 +88,13 @@ func tenantOf(base string, tenanted bool) func(subject string) string {
 // input (undecodable, invalid) is also copied to the DLQ, as a stored job
 // would be, so that every refused job can be found in one place.
 //
+// Every endpoint (embed, rerank, tokenize, info) answers a request only
+// when its reply passes the reply policy for the requester's tenant
+// ([ServiceOptions.Replies]); any other is handed to sink as bad_reply (a
+// dead letter, a log line, a metric) and gets no answer at all. Requests
+// leave their subscription at once into a bounded queue per tenant,
+// served round-robin by tenant (see service_inbound.go).
+//
 // Each request's Submit runs under a context derived from ctx, so ending
 // ctx ends the requests still waiting for room. StartService returns once
 // the server knows the endpoint; Stop the returned service to unregister.
@@ -94,8 +111,27 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 	if queue == "" {
 		queue = schema.ServiceName
 	}
+	metrics := o.Metrics
+	if metrics == nil {
+		metrics = nopServiceMetrics{}
+	}
+	perTenant, perTenantBytes, maxBytes := o.TenantQueue, o.TenantQueueBytes, o.QueueBytes
+	if perTenant <= 0 {
+		perTenant = DefaultTenantQueue
+	}
+	if perTenantBytes <= 0 {
+		perTenantBytes = DefaultTenantQueueBytes
+	}
+	if maxBytes <= 0 {
+		maxBytes = DefaultQueueBytes
+	}
+	s := &service{nc: nc, sink: sink, log: log, replies: o.Replies.WithDefaults(), metrics: metrics, ctx: ctx,
+		in: newInbound(perTenant, perTenantBytes, maxBytes), subjects: map[string]bool{}}
 	// The tracker notes reconnects from now on (see requestDelivery).
 	deniedTracker(nc)
+	slowCtx, stopSlow := context.WithCancel(context.WithoutCancel(ctx))
+	s.stopSlow = stopSlow
+	s.slow = watchSlow(nc, s.owns, metrics, log)
 	svc, err := micro.AddService(nc, micro.Config{
 		Name:        schema.ServiceName,
 		Version:     semver(o.Version),
@@ -104,40 +140,23 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 		QueueGroup:  queue,
 	})
 	if err != nil {
+		stopSlow()
 		return nil, fmt.Errorf("micro service: %w", err)
 	}
-	handler := func(tenanted bool) micro.Handler {
-		return micro.ContextHandler(ctx, func(ctx context.Context, req micro.Request) {
-			tenant := ""
-			if tenanted {
-				tenant = strings.TrimPrefix(req.Subject(), subject+".")
-			}
-			if err := sink.Submit(ctx, requestDelivery(nc, req, tenant, time.Now())); err != nil {
-				log.Debug("request refused", "subject", req.Subject(), "err", err)
-			}
-		})
-	}
-	meta := map[string]string{"format": "jetembed job v1: msgpack, or JSON with Content-Type: application/json"}
-	for _, ep := range []struct {
-		name, subject string
-		tenanted      bool
-	}{{EndpointName, subject, false}, {TenantEndpointName, subject + ".*", true}} {
-		err = svc.AddEndpoint(ep.name, handler(ep.tenanted),
-			micro.WithEndpointSubject(ep.subject),
-			micro.WithEndpointQueueGroup(queue),
-			micro.WithEndpointMetadata(meta),
-		)
-		if err != nil {
-			_ = svc.Stop()
-			return nil, fmt.Errorf("micro endpoint %s: %w", ep.subject, err)
-		}
-	}
-	// The rerank and tokenize endpoints, each bare and per tenant as the
-	// embed endpoint is.
+	s.Service = svc
 	var limits schema.Limits
+	embedFormat := "jetembed job v1: msgpack, or JSON with Content-Type: application/json"
+	eps := []*endpoint{
+		{name: EndpointName, subject: subject, format: embedFormat, handle: s.embed, errBody: resultErrBody},
+		{name: TenantEndpointName, subject: subject, tenanted: true, format: embedFormat, handle: s.embed, errBody: resultErrBody},
+	}
+	// The rerank, tokenize and info endpoints, each bare and per tenant as
+	// the embed endpoint is.
 	type extra struct {
 		name, subject, format string
-		handler               func(tenanted bool) micro.Handler
+		handle                func(context.Context, queued)
+		errBody               func(schema.Encoding, *schema.Error) []byte
+		everyMember           bool
 	}
 	var extras []extra
 	if !o.NoRerank {
@@ -146,40 +165,59 @@ func StartService(ctx context.Context, nc *nats.Conn, sink Sink, o ServiceOption
 			maxBytes = DefaultRerankBytes
 		}
 		extras = append(extras, extra{RerankEndpointName, schema.SubjectRerank, "jetembed rerank request v1 (query, texts, weights)",
-			func(tenanted bool) micro.Handler {
-				return rerankHandler(ctx, nc, sink, log, limits, maxBytes, tenantOf(schema.SubjectRerank, tenanted))
-			}})
+			func(ctx context.Context, it queued) { s.rerank(ctx, it, limits, maxBytes) }, rerankErrBody, false})
 	}
 	if o.Tokenizer != nil {
 		extras = append(extras, extra{TokenizeName, schema.SubjectTokenize, "jetembed tokenize request v1 (texts, add_special)",
-			func(tenanted bool) micro.Handler {
-				return tokenizeHandler(o.Tokenizer, o.Metadata[schema.MetaModel], log, limits, o.Replies, tenantOf(schema.SubjectTokenize, tenanted))
-			}})
+			func(_ context.Context, it queued) { s.tokenize(it, o.Tokenizer, o.Metadata[schema.MetaModel], limits) }, tokenizeErrBody, false})
 	}
+	extras = append(extras, extra{InfoName, schema.SubjectInfo, "empty: every member answers with its micro service info (JSON)",
+		func(_ context.Context, it queued) { s.info(it) }, nil, true})
 	for _, x := range extras {
 		for _, tenanted := range []bool{false, true} {
-			name, subj := x.name, x.subject
+			name := x.name
 			if tenanted {
-				name, subj = name+"-tenant", subj+".*"
+				name += "-tenant"
 			}
-			err = svc.AddEndpoint(name, x.handler(tenanted),
-				micro.WithEndpointSubject(subj),
-				micro.WithEndpointQueueGroup(queue),
-				micro.WithEndpointMetadata(map[string]string{"format": x.format + ": msgpack, or JSON with Content-Type: application/json"}),
-			)
-			if err != nil {
-				_ = svc.Stop()
-				return nil, fmt.Errorf("micro endpoint %s: %w", subj, err)
-			}
+			eps = append(eps, &endpoint{name: name, subject: x.subject, tenanted: tenanted, format: x.format,
+				handle: x.handle, errBody: x.errBody, everyMember: x.everyMember})
 		}
 	}
+	for _, ep := range eps {
+		subj := ep.subject
+		if ep.tenanted {
+			subj += ".*"
+		}
+		s.subjects[subj] = true
+		opts := []micro.EndpointOpt{
+			micro.WithEndpointSubject(subj),
+			micro.WithEndpointMetadata(map[string]string{"format": ep.format}),
+			micro.WithEndpointPendingLimits(DefaultServicePendingMsgs, DefaultServicePendingBytes),
+		}
+		if ep.everyMember {
+			opts = append(opts, micro.WithEndpointQueueGroupDisabled())
+		} else {
+			opts = append(opts, micro.WithEndpointQueueGroup(queue))
+		}
+		if err = svc.AddEndpoint(ep.name, s.door(ep), opts...); err != nil {
+			_ = svc.Stop()
+			stopSlow()
+			return nil, fmt.Errorf("micro endpoint %s: %w", subj, err)
+		}
+	}
+	go s.slow.run(slowCtx)
+	for range serviceWorkers() {
+		s.workers.Go(s.work)
+	}
+	stop := context.AfterFunc(ctx, s.shutdown)
+	s.stopAfter = stop
 	// Once StartService returns, a request must find the endpoint: the
 	// subscriptions reach the server with this round trip.
 	if err := nc.FlushTimeout(publishTimeout); err != nil {
-		_ = svc.Stop()
+		_ = s.Stop()
 		return nil, fmt.Errorf("micro endpoint %s: %w", subject, err)
 	}
-	return svc, nil
+	return s, nil
 }
 
 // semverRE is the SemVer 2.0 grammar, as micro checks it.

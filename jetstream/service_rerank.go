@@ -3,8 +3,7 @@ package jetstream
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"time"
+	"math"
 	"unicode/utf8"
 
 	"github.com/nats-io/nats.go"
@@ -29,32 +28,40 @@ const (
 // which of them are special, and the count before the model's cut.
 type Tokenizer func(text string, special bool) (ids []uint32, tokens []string, specials []bool, count int)
 
-// rerankHandler answers embed.v1.rerank: the query and the texts go to the
-// consumer as one interactive job asking for every output (so they are
-// packed with all other work and admitted like any request), and the
-// answer is made from the whole result in this process: scores, not
-// vectors.
-func rerankHandler(ctx context.Context, nc *nats.Conn, sink Sink, log *slog.Logger, limits schema.Limits, maxBytes int, tenant func(string) string) micro.Handler {
-	return micro.ContextHandler(ctx, func(ctx context.Context, req micro.Request) {
-		enc := schema.EncodingFor(req.Headers().Get(schema.HeaderContentType))
-		rr, se := decodeRerank(limits, req.Data(), enc, maxBytes)
-		if se != nil {
-			id := ""
-			if rr != nil {
-				id = rr.ID
-			}
-			respondPlain(req, enc, &schema.RerankResult{V: schema.Version, ID: id, Error: se}, se, log)
-			return
-		}
-		job, weights := rerankJob(rr)
+// rerank handles a request of embed.v1.rerank: the query and the texts
+// go to the consumer as one interactive job asking for every output (so
+// they are packed with all other work and admitted like any request), and
+// the answer is made from the whole result in this process: scores, not
+// vectors. A request that is no rerank request goes to the consumer too,
+// refused: it is dead-lettered and answered there, as a bad job is.
+func (s *service) rerank(ctx context.Context, it queued, limits schema.Limits, maxBytes int) {
+	req := it.req
+	enc := schema.EncodingFor(req.Headers().Get(schema.HeaderContentType))
+	d := requestDelivery(s.nc, req, it.tenant, it.received)
+	rr, se := decodeRerank(limits, req.Data(), enc, maxBytes)
+	var weights schema.RerankWeights
+	if se == nil {
+		var job *schema.Job
+		job, weights = rerankJob(rr)
 		data, err := schema.EncodeJob(job, enc)
 		if err != nil {
-			se := schema.Errorf(schema.CodeBadPayload, "the request does not encode as a job: %v", err)
-			respondPlain(req, enc, &schema.RerankResult{V: schema.Version, ID: rr.ID, Error: se}, se, log)
-			return
+			se = schema.Errorf(schema.CodeBadPayload, "the request does not encode as a job: %v", err)
+		} else {
+			d.Data = data
 		}
-		d := requestDelivery(nc, req, tenant(req.Subject()), time.Now())
-		d.Data = data
+	}
+	if se != nil {
+		id := ""
+		if rr != nil {
+			id = rr.ID
+		}
+		d.Refusal = se
+		d.Answer = func(res *schema.Result) (map[string][]string, []byte) {
+			out := &schema.RerankResult{V: schema.Version, ID: id, Model: res.Model, Error: res.Error}
+			body, _ := schema.EncodeRerankResult(out, enc)
+			return plainHeader(enc, id, out.Error), body
+		}
+	} else {
 		d.Answer = func(res *schema.Result) (map[string][]string, []byte) {
 			out := rerankResult(res, len(rr.Texts), weights)
 			body, err := schema.EncodeRerankResult(out, enc)
@@ -64,10 +71,10 @@ func rerankHandler(ctx context.Context, nc *nats.Conn, sink Sink, log *slog.Logg
 			}
 			return plainHeader(enc, out.ID, out.Error), body
 		}
-		if err := sink.Submit(ctx, d); err != nil {
-			log.Debug("rerank request refused", "subject", req.Subject(), "err", err)
-		}
-	})
+	}
+	if err := s.sink.Submit(ctx, d); err != nil {
+		s.log.Debug("rerank request refused", "subject", req.Subject(), "err", err)
+	}
 }
 
 // decodeRerank decodes and checks a rerank request, its text within
@@ -121,30 +128,83 @@ func rerankResult(res *schema.Result, texts int, w schema.RerankWeights) *schema
 			continue
 		}
 		s := schema.HybridScore(q, it, w)
+		if !finite(s.Score, s.Dense, s.Sparse, s.ColBERT) {
+			// Never a score JSON cannot carry (nor a caller sort).
+			out.Scores[i] = schema.RerankScore{Index: i, Error: schema.Errorf(schema.CodeInternal, "the score of text %d is not a finite number", i)}
+			continue
+		}
 		s.Index, s.Tokens = i, it.Tokens
 		out.Scores[i] = s
 	}
 	return out
 }
 
-// tokenizeHandler answers embed.v1.tokenize with tok, in this process; a
-// request whose inbox is outside its tenant's space gets no answer, as an
-// embed request would not.
-func tokenizeHandler(tok Tokenizer, model string, log *slog.Logger, limits schema.Limits, replies schema.ReplyPolicy, tenant func(string) string) micro.Handler {
-	replies = replies.WithDefaults()
-	return micro.HandlerFunc(func(req micro.Request) {
-		if tn := tenant(req.Subject()); tn != "" && !schema.ValidTenant(tn) || replies.Check(tenant(req.Subject()), req.Reply()) != nil {
-			log.Warn("tokenize request refused: its inbox is outside the requester's space", "subject", req.Subject())
-			return
+func finite(vs ...float64) bool {
+	for _, v := range vs {
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return false
 		}
-		enc := schema.EncodingFor(req.Headers().Get(schema.HeaderContentType))
-		out := tokenize(tok, model, limits, req.Data(), enc)
-		respondPlain(req, enc, out, out.Error, log)
-	})
+	}
+	return true
+}
+
+// tokenize answers a request of embed.v1.tokenize with tok, in this
+// process (its reply passed the door's check). An answer that would be
+// over the server's max payload is answered result_too_large instead.
+func (s *service) tokenize(it queued, tok Tokenizer, model string, limits schema.Limits) {
+	enc := schema.EncodingFor(it.req.Headers().Get(schema.HeaderContentType))
+	out := tokenizeWithin(tok, model, limits, it.req.Data(), enc, answerRoom(s.nc))
+	s.respondPlain(it.req, enc, out, out.Error)
 }
 
 // tokenize decodes a tokenize request and answers it with tok.
 func tokenize(tok Tokenizer, model string, limits schema.Limits, data []byte, enc schema.Encoding) *schema.TokenizeResult {
+	return tokenizeWithin(tok, model, limits, data, enc, 0)
+}
+
+// answerRoom is the largest answer body nc can send: the server's max
+// payload less room for the headers; 0 when it is not known.
+func answerRoom(nc *nats.Conn) int {
+	if nc == nil || nc.MaxPayload() <= 0 {
+		return 0
+	}
+	return max(int(nc.MaxPayload())-answerHeaderRoom, 1)
+}
+
+// answerHeaderRoom is what the headers of an answer may take (micro's
+// error headers, the content type, the job id).
+const answerHeaderRoom = 2048
+
+// tokenizeWithin is tokenize with answers bounded by room bytes (0: none):
+// the answer's size is estimated while the texts are tokenized, and
+// measured once encoded, and an answer over room is result_too_large (the
+// caller splits the request) rather than a message the server refuses.
+func tokenizeWithin(tok Tokenizer, model string, limits schema.Limits, data []byte, enc schema.Encoding, room int) *schema.TokenizeResult {
+	out := tokenizeItems(tok, model, limits, data, enc, room)
+	if room <= 0 || out.Error != nil {
+		return out
+	}
+	body, err := schema.EncodeTokenizeResult(out, enc)
+	if err == nil && len(body) > room {
+		return tooLargeAnswer(out, len(body), room, len(out.Items))
+	}
+	return out
+}
+
+// tooLargeAnswer is the result_too_large answer of a tokenize request
+// whose answer would be n bytes (about, when done texts of all were).
+func tooLargeAnswer(out *schema.TokenizeResult, n, room, done int) *schema.TokenizeResult {
+	about := ""
+	if done < len(out.Items) {
+		about = fmt.Sprintf("more than %d bytes after %d of %d texts", n, done, len(out.Items))
+	} else {
+		about = fmt.Sprintf("%d bytes", n)
+	}
+	return &schema.TokenizeResult{V: schema.Version, ID: out.ID, Model: out.Model,
+		Error: schema.Errorf(schema.CodeResultTooLarge, "the answer would be %s, over the largest message of %d bytes: send fewer or shorter texts a request", about, room)}
+}
+
+func tokenizeItems(tok Tokenizer, model string, limits schema.Limits, data []byte, enc schema.Encoding, room int) *schema.TokenizeResult {
 	tr, se := limits.DecodeTokenizeRequest(data, enc)
 	out := &schema.TokenizeResult{V: schema.Version, Model: model}
 	if tr != nil {
@@ -156,6 +216,7 @@ func tokenize(tok Tokenizer, model string, limits schema.Limits, data []byte, en
 	}
 	special := tr.AddSpecial == nil || *tr.AddSpecial
 	out.Items = make([]schema.TokenizeItem, len(tr.Texts))
+	est := 128
 	for i, t := range tr.Texts {
 		if !utf8.ValidString(t) {
 			out.Items[i] = schema.TokenizeItem{IDs: []uint32{}, Tokens: []string{}, Special: []bool{},
@@ -164,13 +225,69 @@ func tokenize(tok Tokenizer, model string, limits schema.Limits, data []byte, en
 		}
 		ids, toks, sp, count := tok(t, special)
 		out.Items[i] = schema.TokenizeItem{IDs: ids, Tokens: toks, Special: sp, Count: count}
+		if room > 0 {
+			est += itemSize(enc, &out.Items[i])
+			if est > room {
+				return tooLargeAnswer(out, est, room, i+1)
+			}
+		}
 	}
 	return out
 }
 
-// respondPlain answers a rerank or tokenize request with v, as a micro
-// error when se is set.
-func respondPlain(req micro.Request, enc schema.Encoding, v any, se *schema.Error, log *slog.Logger) {
+// itemSize is about how many bytes item takes in an answer encoded with
+// enc: each token's id, string and flag, and the item's field names.
+func itemSize(enc schema.Encoding, item *schema.TokenizeItem) int {
+	n := 64
+	for i, id := range item.IDs {
+		switch {
+		case enc == schema.EncodingJSON:
+			n += digits(id) + 1 + 6 // the id, the flag ("false,")
+		case id < 128:
+			n += 1 + 1
+		default:
+			n += 5 + 1
+		}
+		if i < len(item.Tokens) {
+			n += tokenSize(enc, item.Tokens[i])
+		}
+	}
+	return n
+}
+
+// tokenSize is the bytes of one token string in enc: JSON escapes quotes,
+// backslashes, control and HTML characters.
+func tokenSize(enc schema.Encoding, tok string) int {
+	if enc != schema.EncodingJSON {
+		return len(tok) + 5
+	}
+	n := 3 // the quotes and the comma
+	for i := 0; i < len(tok); i++ {
+		switch b := tok[i]; {
+		case b < 0x20 || b == '<' || b == '>' || b == '&':
+			n += 6
+		case b == '"' || b == '\\':
+			n += 2
+		default:
+			n++
+		}
+	}
+	return n
+}
+
+func digits(v uint32) int {
+	n := 1
+	for v >= 10 {
+		v /= 10
+		n++
+	}
+	return n
+}
+
+// respondPlain answers a tokenize request with v, as a micro error when
+// se is set. An answer that cannot be sent is counted and logged: never
+// lost silently.
+func (s *service) respondPlain(req micro.Request, enc schema.Encoding, v any, se *schema.Error) {
 	var body []byte
 	var err error
 	var id string
@@ -185,9 +302,9 @@ func respondPlain(req micro.Request, enc schema.Encoding, v any, se *schema.Erro
 		err = fmt.Errorf("no encoder for %T", v)
 	}
 	if err != nil {
-		log.Warn("answer does not encode", "subject", req.Subject(), "err", err)
-		_ = req.Error(string(schema.CodeInternal), "the answer does not encode", nil)
-		return
+		s.log.Warn("answer does not encode", "subject", req.Subject(), "err", err)
+		se = schema.Errorf(schema.CodeInternal, "the answer does not encode")
+		body = tokenizeErrBody(enc, se)
 	}
 	opt := micro.WithHeaders(micro.Headers(plainHeader(enc, id, se)))
 	if se != nil {
@@ -196,7 +313,7 @@ func respondPlain(req micro.Request, enc schema.Encoding, v any, se *schema.Erro
 		err = req.Respond(body, opt)
 	}
 	if err != nil {
-		log.Debug("answer not sent", "subject", req.Subject(), "err", err)
+		s.answerFailed(req, err)
 	}
 }
 

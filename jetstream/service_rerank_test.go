@@ -2,15 +2,18 @@ package jetstream_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
 	"time"
 
+	natsserver "github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -84,6 +87,7 @@ func TestRerankEndpoint(t *testing.T) {
 		{Query: query},
 		{Query: "", Texts: texts},
 		{Query: query, Texts: texts, Weights: &schema.RerankWeights{}},
+		{Query: query, Texts: texts, Weights: &schema.RerankWeights{Dense: 1e308, Sparse: 1e308, ColBERT: 1e308}},
 		{Query: strings.Repeat("q ", jetstream.DefaultRerankBytes), Texts: texts},
 	} {
 		if _, err := c.RerankRequest(ctx, bad); err == nil {
@@ -128,5 +132,34 @@ func TestTokenizeEndpoint(t *testing.T) {
 	defer scancel()
 	if _, err := tc.Tokenize(short, "a"); err == nil {
 		t.Error("a tenant's tokenize answered to an inbox outside its space")
+	}
+}
+
+// TestRerankAnswerOverMaxPayload: a rerank whose answer (a score a text)
+// would be over the server's max payload, though its request is well
+// under it, is answered result_too_large at once, never sent to be
+// refused by the server while the caller waits out its timeout.
+func TestRerankAnswerOverMaxPayload(t *testing.T) {
+	url := natstest.RunServer(t, func(o *natsserver.Options) { o.MaxPayload = 16 << 10 }).ClientURL()
+	srv := provisioned(t, url, nil)
+	startWorker(t, srv, openEngine(t, engine.Config{}), workerOptions{})
+	c, err := client.New(srv.nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	texts := make([]string, 600)
+	for i := range texts {
+		texts[i] = "x y"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	start := time.Now()
+	res, err := c.RerankRequest(ctx, &schema.RerankRequest{ID: "big", Query: "x", Texts: texts})
+	if !errors.Is(err, &schema.Error{Code: schema.CodeResultTooLarge}) || time.Since(start) > 20*time.Second {
+		t.Errorf("a rerank of %d texts, its answer over a 16 KiB max payload: %+v %v after %s", len(texts), res, err, time.Since(start))
+	}
+	// One that fits is still answered.
+	if res, err := c.Rerank(ctx, "x", "x y", "z"); err != nil || len(res.Scores) != 2 {
+		t.Errorf("a small rerank on that server: %+v %v", res, err)
 	}
 }

@@ -139,6 +139,9 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 	// The tokenize endpoint answers without the consumer: it checks its
 	// inboxes against the consumer's reply policy.
 	cfg.Service.Replies = cfg.Consumer.Replies
+	if sm, ok := cfg.Consumer.Metrics.(ServiceMetrics); ok && cfg.Service.Metrics == nil {
+		cfg.Service.Metrics = sm
+	}
 	if cfg.Service.Logger == nil {
 		cfg.Service.Logger = cfg.Logger
 	}

@@ -55,6 +55,13 @@ type Config struct {
 	// overloaded. Within it, a request waits as long as its deadline
 	// allows at the measured drain rate. Default 8 x InteractiveTokens.
 	RequestQueueTokens int
+	// InteractiveTenants are the tenants whose queued jobs may ask for
+	// priority "interactive"; nil means every tenant. A queued job of
+	// another tenant that asks for it runs as bulk (a warning once per
+	// tenant), so that a bulk producer cannot take the interactive budget
+	// meant for the callers who wait. Request-reply deliveries are
+	// interactive whatever it says: their fairness is per tenant already.
+	InteractiveTenants []string
 	// RequestWait is the longest a request without a deadline waits for
 	// interactive room before it is answered overloaded (one with a
 	// deadline waits until then at most). Default 10 s, the Go client's

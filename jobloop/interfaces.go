@@ -59,6 +59,14 @@ type Delivery struct {
 	// serve): its answer never travels as a message, so the server's max
 	// payload does not bound it and no blob is stored.
 	Local bool
+	// Refusal, when set, is the endpoint's own refusal of a request it
+	// decoded itself (a rerank request that is no rerank request, a
+	// request whose reply the endpoint may not answer): Data is not
+	// decoded as a job, and the delivery is settled with this error after
+	// the tenant and reply checks, which come first as for any job (a
+	// refused reply is bad_reply: no answer, a dead letter). Bad input
+	// gets its dead letter and its answer (through Answer when set).
+	Refusal *schema.Error
 }
 
 // Publisher sends results and dead letters.

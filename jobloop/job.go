@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,7 +73,22 @@ func (c *Loop) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 	if !d.Received.IsZero() {
 		j.lastTouch = d.Received
 	}
-	sj, items, jobErr := c.cfg.Limits.DecodeJob(d.Data, j.enc)
+	var (
+		sj     *schema.Job
+		items  []*schema.Error
+		jobErr *schema.Error
+	)
+	if d.Refusal != nil {
+		jobErr = d.Refusal
+		// Refused before it was read (a reply the door refused, a bad
+		// rerank request): its id, if it names one, still names its
+		// dead letter.
+		if rj, _, _ := c.cfg.Limits.DecodeJob(d.Data, j.enc); rj != nil {
+			j.id = rj.ID
+		}
+	} else {
+		sj, items, jobErr = c.cfg.Limits.DecodeJob(d.Data, j.enc)
+	}
 	j.wire, j.items = sj, items
 	if sj != nil {
 		j.id = sj.ID
@@ -86,6 +102,9 @@ func (c *Loop) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 	// space to be answered in.
 	tenant, tenantErr := c.tenantOf(d)
 	j.tenant = tenant
+	if j.interactive && d.Respond == nil && tenantErr == nil && !c.mayInteract(tenant) {
+		j.interactive = false
+	}
 	if tenantErr != nil {
 		return j, tenantErr
 	}
@@ -98,13 +117,13 @@ func (c *Loop) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 		return j, jobErr
 	}
 	if t, ok, _ := sj.DeadlineTime(); ok {
-		j.deadline = t
+		j.deadline = given(t)
 	} else if h := header(d.Header, schema.HeaderDeadline); h != "" {
 		t, err := time.Parse(time.RFC3339, h)
 		if err != nil {
 			return j, schema.Errorf(schema.CodeBadPayload, "%s header is not RFC 3339", schema.HeaderDeadline)
 		}
-		j.deadline = t
+		j.deadline = given(t)
 	}
 	for i, t := range sj.Texts {
 		if i < len(items) && items[i] != nil {
@@ -113,6 +132,35 @@ func (c *Loop) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 		j.tokens += c.cfg.EstimateTokens(t)
 	}
 	return j, nil
+}
+
+// mayInteract reports whether tenant's queued jobs may run as
+// interactive ([Config.InteractiveTenants]); the first job of a tenant
+// that may not is logged.
+func (c *Loop) mayInteract(tenant string) bool {
+	if c.cfg.InteractiveTenants == nil || slices.Contains(c.cfg.InteractiveTenants, tenant) {
+		return true
+	}
+	c.warnedMu.Lock()
+	defer c.warnedMu.Unlock()
+	if c.warnedBulk == nil {
+		c.warnedBulk = map[string]bool{}
+	}
+	// Tenants are the server's users: few; the map stays bounded anyway.
+	if !c.warnedBulk[tenant] && len(c.warnedBulk) < 1024 {
+		c.warnedBulk[tenant] = true
+		c.cfg.Logger.Warn("a tenant's queued jobs ask for priority interactive, which --interactive-tenants does not allow it: they run as bulk (logged once a tenant)", "tenant", tenant)
+	}
+	return false
+}
+
+// given is a deadline the job names: the zero time
+// (0001-01-01T00:00:00Z) is a deadline long past, not the job's "none".
+func given(t time.Time) time.Time {
+	if t.IsZero() {
+		return t.Add(time.Nanosecond)
+	}
+	return t
 }
 
 // tenantOf returns the tenant of a delivery: a queued job's from the

@@ -44,11 +44,10 @@ type Loop struct {
 	// [1], each against its own budget.
 	heldTokens [2]int
 	// waitReq are the request-reply deliveries waiting for interactive
-	// room, in arrival order, and waitTokens their cost (see
-	// requests.go); meter measures the interactive drain rate.
-	waitReq    []*job
-	waitTokens int
-	meter      drainMeter
+	// room, per tenant in arrival order (see requests.go); meter measures
+	// the interactive drain rate.
+	waitReq waitQueue
+	meter   drainMeter
 	// stopped is set once the queue was given back: nothing joins it
 	// after that.
 	stopped    bool
@@ -61,8 +60,12 @@ type Loop struct {
 
 	limits        atomic.Pointer[DeliveryLimits]
 	noReplyWarned atomic.Bool
-	jobs, texts   atomic.Uint64
-	tokens        atomic.Uint64
+	// warnedBulk are the tenants told that their interactive jobs run as
+	// bulk ([Consumer.mayInteract]).
+	warnedMu    sync.Mutex
+	warnedBulk  map[string]bool
+	jobs, texts atomic.Uint64
+	tokens      atomic.Uint64
 }
 
 // Stats is a snapshot for the heartbeat log line and metrics.
@@ -116,7 +119,7 @@ func (c *Loop) Stats() Stats {
 	return Stats{
 		Jobs: c.jobs.Load(), Texts: c.texts.Load(), Tokens: c.tokens.Load(),
 		Held: len(c.held), Queued: len(c.queue), HeldTokens: c.heldTokens[0] + c.heldTokens[1],
-		Waiting: len(c.waitReq),
+		Waiting: c.waitReq.len(),
 	}
 }
 
@@ -138,10 +141,12 @@ func (c *Loop) isDraining() bool {
 // Submit blocks until there is room, ctx is done (the delivery is NAKed
 // without delay and ctx's error returned) or Drain begins (NAKed,
 // [ErrDraining]). A request-reply delivery (Respond set) never blocks
-// Submit: it waits in a queue of its own, first come first served, and is
-// answered overloaded (Submit returns [ErrOverloaded]) only when that
-// queue is full or it could not start before its deadline at the measured
-// drain rate (see requests.go); a bulk backlog never fills its budget.
+// Submit: it waits in a queue of its own, fair by tenant (each tenant's in
+// arrival order, tenants in turn), and is answered overloaded (Submit
+// returns [ErrOverloaded]) only when its tenant is at its share of a full
+// queue, it was pushed out by a tenant under its share, or it could not
+// start before its deadline at the measured drain rate (see requests.go);
+// a bulk backlog never fills its budget.
 func (c *Loop) Submit(ctx context.Context, d Delivery) error {
 	now := c.cfg.Now()
 	j, jobErr := c.safeAdmit(d, now)
@@ -158,13 +163,14 @@ func (c *Loop) Submit(ctx context.Context, d Delivery) error {
 		}
 		budget := c.budget(j)
 		j.cost = min(max(j.tokens, 1), budget)
-		// Requests are served in arrival order: none passes one waiting.
-		if c.heldTokens[j.class()]+j.cost <= budget && (d.Respond == nil || len(c.waitReq) == 0) {
+		// No request passes one waiting.
+		if c.heldTokens[j.class()]+j.cost <= budget && (d.Respond == nil || c.waitReq.len() == 0) {
 			break
 		}
 		if d.Respond != nil {
-			se := c.queueRequest(j, now)
+			evicted, se := c.queueRequest(j, now)
 			c.mu.Unlock()
+			c.evict(ctx, evicted)
 			if se == nil {
 				return nil
 			}
@@ -234,8 +240,17 @@ func (c *Loop) safeAdmit(d Delivery, now time.Time) (j *job, jobErr error) {
 		if p := recover(); p != nil {
 			c.cfg.Logger.Error("decoding a job panicked", "panic", fmt.Sprint(p), "delivered", d.NumDelivered)
 			j = &job{d: d, id: header(d.Header, schema.HeaderMsgID), queued: now, lastTouch: now}
-			j.reply, _ = c.replyOf(j)
 			jobErr = schema.Errorf(schema.CodeInternal, "internal error decoding the job")
+			// The reply is checked here too: a request whose reply is
+			// outside its tenant's space gets no answer, panic or not.
+			var tenantErr *schema.Error
+			if j.tenant, tenantErr = c.tenantOf(d); tenantErr != nil {
+				jobErr = tenantErr
+			} else if reply, replyErr := c.replyOf(j); replyErr != nil {
+				jobErr = replyErr
+			} else {
+				j.reply = reply
+			}
 		}
 	}()
 	j, se := c.admit(d, now)

@@ -356,3 +356,37 @@ func waitFor(tb testing.TB, cond func() bool) {
 		return errors.New("condition never held")
 	})
 }
+
+// TestInteractiveTenants: a queued job asking for priority interactive
+// runs in the engine's interactive class only when its tenant is one of
+// InteractiveTenants (nil: every tenant); another tenant's runs as bulk,
+// so a bulk producer cannot take the budget of the callers who wait.
+func TestInteractiveTenants(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		tenants []string
+		want    bool
+	}{
+		{"every tenant", nil, true},
+		{"allowed", []string{"gw", testTenant}, true},
+		{"not allowed", []string{"gw"}, false},
+		{"none", []string{}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, Config{InteractiveTenants: tc.tenants}, nil, nil)
+			d, m := delivery(t, &schema.Job{V: 1, ID: "i", Texts: []string{"z"}, Priority: schema.PriorityInteractive}, schema.EncodingJSON, 1)
+			if err := r.c.Submit(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+			if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+				t.Fatalf("calls %v, want [ack]", got)
+			}
+			r.emb.mu.Lock()
+			ctx := r.emb.ctxs[0]
+			r.emb.mu.Unlock()
+			if got := engine.IsInteractive(ctx); got != tc.want {
+				t.Errorf("interactive %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

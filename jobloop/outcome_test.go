@@ -299,6 +299,10 @@ func TestDeadline(t *testing.T) {
 		{"field future", future, "", false},
 		{"header future", "", future, false},
 		{"field wins", future, past, false},
+		// The zero time is a deadline long past, not "no deadline"
+		// (the attack review's "noticed, not tested").
+		{"field zero time", "0001-01-01T00:00:00Z", "", true},
+		{"header zero time", "", "0001-01-01T00:00:00Z", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -204,3 +204,62 @@ func TestRequestRefusedByDrainRate(t *testing.T) {
 		}
 	})
 }
+
+// TestRequestQueueFairByTenant: one tenant's requests fill the waiting
+// queue; another tenant's request still gets in (the first tenant's
+// newest is pushed out, answered overloaded, since it holds more than its
+// share) and is taken in before the first tenant's older ones: tenants
+// take turns, so a flood never keeps anyone else's request out.
+func TestRequestQueueFairByTenant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 16)}
+		// 9 bytes estimate 5 tokens: one request holds the budget, four
+		// fill the queue.
+		c := newRig(t, Config{InFlightTokens: 20, InteractiveTokens: 5, RequestQueueTokens: 20}, emb, nil).c
+		text := func(tenant string, i int) string { return fmt.Sprintf("%s-%07d", tenant, i) }
+		of := func(tenant string, i int) *request {
+			r := newRequest(t, fmt.Sprintf("%s%d", tenant, i), text(tenant, i))
+			r.d.Tenant = tenant
+			return r
+		}
+		var flood []*request
+		for i := range 5 {
+			r := of("a", i)
+			if err := c.Submit(context.Background(), r.d); err != nil {
+				t.Fatalf("a's request %d: %v", i, err)
+			}
+			flood = append(flood, r)
+			if i == 0 {
+				<-emb.started
+			}
+		}
+		// The queue is full: a's next is refused (a is at its share)...
+		extra := of("a", 5)
+		if err := c.Submit(context.Background(), extra.d); !errors.Is(err, ErrOverloaded) {
+			t.Fatalf("a's request over a full queue: %v", err)
+		}
+		if res := extra.result(t); res.Error == nil || res.Error.Code != schema.CodeOverloaded {
+			t.Errorf("a's request over a full queue answered %+v", res)
+		}
+		// ...but b's is taken, and a's newest waiting one pushed out.
+		b := of("b", 0)
+		if err := c.Submit(context.Background(), b.d); err != nil {
+			t.Fatalf("b's request while a fills the queue: %v", err)
+		}
+		if res := flood[4].result(t); res.Error == nil || res.Error.Code != schema.CodeOverloaded {
+			t.Errorf("a's newest waiting request after b's came: %+v, want pushed out (overloaded)", res)
+		}
+		close(emb.block)
+		if res := b.result(t); res.Error != nil {
+			t.Errorf("b's request: %v", res.Error)
+		}
+		for i, r := range flood[:4] {
+			if res := r.result(t); res.Error != nil {
+				t.Errorf("a's request %d: %v", i, res.Error)
+			}
+		}
+		if got := emb.calls[1][0].Text; got != text("b", 0) {
+			t.Errorf("the call after a's first ran %q, want b's request (its turn comes before a's next)", got)
+		}
+	})
+}

@@ -86,6 +86,17 @@ func (c *Loop) sendResult(ctx context.Context, j *job, out outcome) outcome {
 	}
 	if j.d.Answer != nil && j.d.Respond != nil {
 		h, data := j.d.Answer(res)
+		if limit := c.payloadLimit(); limit > 0 && !j.d.Local && msgSize(h, data)+headerRoom > limit {
+			// An answer the server would refuse is never sent to be lost:
+			// the caller hears result_too_large (and splits its request).
+			size := msgSize(h, data) + headerRoom
+			se := schema.Errorf(schema.CodeResultTooLarge, "the answer of %d bytes exceeds the server's max payload of %d bytes: send fewer texts a request", size, limit)
+			c.cfg.Logger.Warn("answer too large", "job", j.id, "bytes", size, "max_payload", limit)
+			if out, _, _ = c.refuseResult(ctx, j, res, h, se, 0); out.result == nil {
+				return out
+			}
+			h, data = j.d.Answer(out.result)
+		}
 		if err := j.d.Respond(h, data); err != nil {
 			c.cfg.Logger.Warn("answer not sent", "job", j.id, "err", err)
 			return c.publishFailed(j, out, err)

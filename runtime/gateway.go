@@ -15,7 +15,9 @@ import (
 
 // GatewayFleet is the HTTP gateway's view of the fleet (`jetembed
 // gateway`): request-reply through the producer client (embed, rerank
-// and tokenize), liveness and capacity through the service's $SRV.INFO.
+// and tokenize), liveness and capacity through the service's info
+// endpoint of the client's tenant (embed.v1.info.<tenant>, which answers
+// only inside the tenant's space: $SRV is for operators).
 // It implements gateway.Requester, gateway.Pinger, gateway.Reranker and
 // gateway.Tokenizer.
 type GatewayFleet struct{ c *client.Client }

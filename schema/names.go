@@ -22,6 +22,11 @@ const (
 	SubjectRerank = "embed.v1.rerank"
 	// SubjectTokenize is the tokenize endpoint.
 	SubjectTokenize = "embed.v1.tokenize"
+	// SubjectInfo is the info endpoint (embed.v1.info.<tenant> for a
+	// tenant): every member answers it with its micro service info, only
+	// to a reply its reply policy allows (what $SRV.INFO.embed says, to
+	// any reply, so $SRV is for operators only).
+	SubjectInfo = "embed.v1.info"
 
 	// StreamJobs, StreamResults and StreamDLQ are the streams' names.
 	StreamJobs    = "EMBED_JOBS"

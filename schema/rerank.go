@@ -48,11 +48,19 @@ type RerankWeights struct {
 // default: 0.4 dense, 0.2 sparse, 0.4 ColBERT.
 var DefaultRerankWeights = RerankWeights{Dense: 0.4, Sparse: 0.2, ColBERT: 0.4}
 
-// Check refuses weights that are negative, not finite, or all zero.
+// MaxRerankWeight is the largest rerank weight. A ranking does not change
+// when every weight is scaled, so a larger one only brings the scores
+// closer to overflowing: each part is within [-1, 1] (dense, ColBERT) or a
+// sum of products of sparse weights, and their weighted sum must stay a
+// finite number, which JSON can carry.
+const MaxRerankWeight = 1000
+
+// Check refuses weights that are negative, over [MaxRerankWeight], not
+// finite, or all zero.
 func (w RerankWeights) Check() error {
 	for _, v := range []float64{w.Dense, w.Sparse, w.ColBERT} {
-		if v < 0 || math.IsNaN(v) || math.IsInf(v, 0) {
-			return fmt.Errorf("weights must be finite and not negative, got dense %g, sparse %g, colbert %g", w.Dense, w.Sparse, w.ColBERT)
+		if !(v >= 0 && v <= MaxRerankWeight) { // NaN too
+			return fmt.Errorf("weights must be numbers from 0 to %d, got dense %g, sparse %g, colbert %g", MaxRerankWeight, w.Dense, w.Sparse, w.ColBERT)
 		}
 	}
 	if w.Dense+w.Sparse+w.ColBERT == 0 {

@@ -51,6 +51,9 @@ func TestDecodeRerankRequest(t *testing.T) {
 		{`{"id":"r","query":"q","texts":["a"],"weights":{"DENSE":1}}`, CodeBadPayload},
 		{`{"id":"r","query":"q","texts":["a"],"weights":{"dense":-1}}`, CodeBadPayload},
 		{`{"id":"r","query":"q","texts":["a"],"weights":{"dense":0,"sparse":0,"colbert":0}}`, CodeBadPayload},
+		// Finite, but their scores are not (the attack review's finding 9).
+		{`{"id":"r","query":"q","texts":["a"],"weights":{"dense":1e308,"sparse":1e308,"colbert":1e308}}`, CodeBadPayload},
+		{`{"id":"r","query":"q","texts":["a"],"weights":{"dense":1000.5}}`, CodeBadPayload},
 		{`{"id":"r","query":"q","texts":[]}`, CodeEmptyJob},
 		{`{"query":"q","texts":["a"]}`, CodeMissingID},
 		{`{"id":"r","query":"q","texts":["a"],"v":2}`, CodeBadVersion},
@@ -104,4 +107,35 @@ func FuzzDecodeRerankRequest(f *testing.F) {
 			_, _ = l.DecodeTokenizeRequest(data, enc)
 		}
 	})
+}
+
+// TestRerankWeightsCheck: weights are numbers from 0 to MaxRerankWeight,
+// not all zero; at the bound every score of the largest parts stays
+// finite.
+func TestRerankWeightsCheck(t *testing.T) {
+	for _, c := range []struct {
+		w  RerankWeights
+		ok bool
+	}{
+		{DefaultRerankWeights, true},
+		{RerankWeights{Dense: MaxRerankWeight, Sparse: MaxRerankWeight, ColBERT: MaxRerankWeight}, true},
+		{RerankWeights{Dense: 1e-9}, true},
+		{RerankWeights{Dense: MaxRerankWeight + 1}, false},
+		{RerankWeights{Sparse: 1e308}, false},
+		{RerankWeights{ColBERT: math.Inf(1)}, false},
+		{RerankWeights{Dense: math.NaN(), Sparse: 1}, false},
+		{RerankWeights{Dense: -1e-9, Sparse: 1}, false},
+		{RerankWeights{}, false},
+	} {
+		if err := c.w.Check(); (err == nil) != c.ok {
+			t.Errorf("%+v: %v, want ok %v", c.w, err, c.ok)
+		}
+	}
+	// The largest float32 sparse weights at the largest weights: finite.
+	big := float32(math.MaxFloat32)
+	q := &Item{Dense: Vector{1}, Sparse: &Sparse{IDs: []uint32{1}, Weights: Vector{big}}, ColBERT: []Vector{{1}}}
+	s := HybridScore(q, q, RerankWeights{Dense: MaxRerankWeight, Sparse: MaxRerankWeight, ColBERT: MaxRerankWeight})
+	if math.IsInf(s.Score, 0) || math.IsNaN(s.Score) {
+		t.Errorf("score at the bounds: %v", s.Score)
+	}
 }

@@ -41,6 +41,7 @@ type gatewayFlags struct {
 	headerTimeout   time.Duration
 	minBodyRate     int
 	bodyBudget      int
+	clientBodyB     int
 	allowWeakTLS    bool
 }
 
@@ -65,9 +66,10 @@ func addGatewayFlags(fs *flagSet, listenFlag, listenDefault string) *gatewayFlag
 	fs.IntVar(&f.maxConns, "api-max-conns", gateway.DefaultMaxConns, "open HTTP API connections, kept below the process's file limit (RLIMIT_NOFILE) less a reserve; at the cap an idle keep-alive connection is closed for a new one, with none idle the new one gets 503")
 	fs.IntVar(&f.clientConns, "api-client-conns", 0, "open HTTP API connections of one client address (0: half of the connection cap, --api-max-conns as the file limit allows)")
 	fs.IntVar(&f.clientCalls, "api-client-concurrent", 0, "HTTP API calls in progress (bodies being read included) of one client address; beyond, 429 client_busy (0: half of --api-max-concurrent)")
-	fs.DurationVar(&f.headerTimeout, "api-header-timeout", gateway.DefaultHeaderTimeout, "time to read an HTTP API request's headers; its body then has this plus its length at --api-min-body-rate, else 408 body_timeout")
-	fs.IntVar(&f.minBodyRate, "api-min-body-rate", gateway.DefaultMinBodyRate, "slowest an HTTP API request body may arrive, bytes a second on average after the header timeout's grace")
-	fs.IntVar(&f.bodyBudget, "api-body-budget", gateway.DefaultBodyBudget, "bytes of all HTTP API request bodies being read at once; beyond, 429 gateway_busy (with --api-max-concurrent x --api-max-body-bytes, this bounds the API's memory)")
+	fs.DurationVar(&f.headerTimeout, "api-header-timeout", gateway.DefaultHeaderTimeout, "time to read an HTTP API request's headers; its body then has this much grace, after which every window of this length must bring --api-min-body-rate, else 408 body_timeout")
+	fs.IntVar(&f.minBodyRate, "api-min-body-rate", gateway.DefaultMinBodyRate, "slowest an HTTP API request body may arrive, bytes a second over a sliding window of --api-header-timeout after its grace; at the connection cap, a connection whose body came slower on average for a second may be closed for a new one")
+	fs.IntVar(&f.bodyBudget, "api-body-budget", gateway.DefaultBodyBudget, "bytes of all HTTP API request bodies being read at once, taken as the bytes arrive (not as Content-Length says); beyond, 429 gateway_busy (with --api-max-concurrent x --api-max-body-bytes, this bounds the API's memory)")
+	fs.IntVar(&f.clientBodyB, "api-client-body-budget", 0, "bytes of HTTP API request bodies one client address may have being read at once; beyond, 429 client_busy; a client's first body always fits (0: a quarter of --api-body-budget, at least twice --api-max-body-bytes)")
 	fs.BoolVar(&f.allowWeakTLS, "tls-allow-weak", false, "start HTTPS even with an expired or not yet valid certificate or an RSA key under 2048 bits (logged as an error at start)")
 	fs.IntVar(&f.colbertBytes, "api-colbert-bytes", gateway.DefaultColBERTBytes, "most bytes of text in one HTTP API call that asks for colbert vectors (about 4 KiB of answer a token); more is refused with 413")
 	fs.DurationVar(&f.timeout, "api-timeout", gateway.DefaultTimeout, "bound on one HTTP API call, all its fleet jobs included; past it, 504")
@@ -84,7 +86,8 @@ func (gf *gatewayFlags) config() gateway.Config {
 		JobTexts: gf.jobTexts, JobBytes: gf.jobB, MaxConcurrent: gf.maxConcurrent, ColBERTBytes: gf.colbertBytes,
 		MaxConns: gf.maxConns, ClientConns: gf.clientConns, ClientConcurrent: gf.clientCalls,
 		HeaderTimeout: gf.headerTimeout, MinBodyRate: gf.minBodyRate, BodyBudget: int64(gf.bodyBudget),
-		Timeout: gf.timeout,
+		ClientBodyBudget: int64(gf.clientBodyB),
+		Timeout:          gf.timeout,
 	}
 }
 

@@ -145,8 +145,9 @@ func TestProvisionCommandDryRunAndDowngrade(t *testing.T) {
 // TestProvisionCommandStreamCaps is part of reproduction 4 of issue 21: the
 // results and dead-letter streams were created with max_bytes -1, so
 // producers could fill the servers' storage through them. provision now
-// caps both by default (4 GiB, 1 GiB), updates a deployment made without
-// caps, and takes --results-max-bytes / --dlq-max-bytes.
+// caps both by default (4 GiB, 1 GiB), the jobs stream and the blobs
+// bucket too (1 GiB, 2 GiB), updates a deployment made without caps, and
+// takes --results-max-bytes / --dlq-max-bytes.
 func TestProvisionCommandStreamCaps(t *testing.T) {
 	s := natstest.RunServer(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -180,6 +181,17 @@ func TestProvisionCommandStreamCaps(t *testing.T) {
 	}
 	if r, d := caps(); r != 4<<30 || d != 1<<30 {
 		t.Errorf("default caps: results %d, dlq %d", r, d)
+	}
+	// The queue and the blobs are capped too (the attack review's
+	// finding 7): 1 GiB and 2 GiB.
+	for stream, want := range map[string]int64{"EMBED_JOBS": 1 << 30, "OBJ_EMBED_BLOBS": 2 << 30} {
+		info, err := js.Stream(ctx, stream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := info.CachedInfo().Config.MaxBytes; got != want {
+			t.Errorf("%s max bytes %d at defaults, want %d", stream, got, want)
+		}
 	}
 	if code, _, errOut := runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--results-max-bytes", "1048576", "--dlq-max-bytes", "524288"); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -66,6 +67,11 @@ func runResults(ctx context.Context, args []string, io stdio) error {
 	b := &bulk{prefix: c.Run() + "-"}
 	last := -1
 	for sr, err := range c.Results(ctx, c.Run(), client.UntilCaughtUp()) {
+		if errors.Is(err, client.ErrForeignResult) {
+			// Not the fleet's: no job's result, whatever it says.
+			log.Warn("ignoring a message of the results stream the fleet did not write", "subject", sr.Subject, "err", err)
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("results of run %s: %w", c.Run(), err)
 		}

@@ -41,6 +41,7 @@ type serveFlags struct {
 	tenantToken    int
 	tenantResults  string
 	tenantInbox    string
+	interTenants   string
 	api            *gatewayFlags
 }
 
@@ -68,6 +69,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 	fs.IntVar(&f.tenantToken, "tenant-token", schema.DefaultTenantToken, "position of the tenant in a job's subject (embed.jobs.<tenant>.>: 3); a reply goes only to the tenant's space (0: no tenants, one shared space: any embed.results.> or _INBOX.> reply)")
 	fs.StringVar(&f.tenantResults, "tenant-results-prefix", schema.DefaultTenantResultsPrefix, "a tenant's results space: <prefix>.<tenant>.>")
 	fs.StringVar(&f.tenantInbox, "tenant-inbox-prefix", schema.DefaultTenantInboxPrefix, "a tenant's inbox space: <prefix><tenant>.> (its connection's nats inbox prefix)")
+	fs.StringVar(&f.interTenants, "interactive-tenants", "*", "tenants whose queued jobs may ask for priority interactive, comma separated; another tenant's run as bulk, so a bulk producer cannot take the budget of the callers who wait (*: every tenant; empty: none; requests are interactive whatever it says)")
 	f.api = addGatewayFlags(fs, "http-api", "")
 	return f
 }
@@ -152,9 +154,10 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		api = &runtime.APIConfig{Listen: sf.api.listen, Gateway: sf.api.config()}
 	}
 	c.Runtime = runtime.Config{
-		Objects:        objects,
-		Check:          check,
-		Loop:           jobloop.Config{Replies: replies, InFlightTokens: inFlight, InteractiveTokens: interactive},
+		Objects: objects,
+		Check:   check,
+		Loop: jobloop.Config{Replies: replies, InFlightTokens: inFlight, InteractiveTokens: interactive,
+			InteractiveTenants: interactiveTenants(sf.interTenants)},
 		Blobs:          sf.blobs,
 		MaxResultBytes: int64(sf.maxResult),
 		PrefetchMax:    sf.prefetchMax,
@@ -169,6 +172,21 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		Notes:          []any{"memory_budget", c.Engine.BudgetNote, "malloc", mallocenv.Mode()},
 	}
 	return c, nil
+}
+
+// interactiveTenants parses --interactive-tenants: nil for "*" (every
+// tenant), else the names listed (none when empty).
+func interactiveTenants(s string) []string {
+	if strings.TrimSpace(s) == "*" {
+		return nil
+	}
+	out := []string{}
+	for _, t := range strings.Split(s, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // runTokens is the padded tokens of one run of every session, which the

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -261,6 +262,31 @@ func TestServeBudgetFlags(t *testing.T) {
 		}
 		if warned := strings.Contains(stderr.String(), "deprecated"); warned != tc.deprecatedWarning {
 			t.Errorf("%q: deprecation warning %v, want %v: %s", tc.args, warned, tc.deprecatedWarning, stderr.String())
+		}
+	}
+}
+
+// TestServeInteractiveTenants: --interactive-tenants reaches the
+// job loop: "*" (the default) is every tenant, a list those tenants, an
+// empty value none.
+func TestServeInteractiveTenants(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, nil},
+		{[]string{"--interactive-tenants", "*"}, nil},
+		{[]string{"--interactive-tenants", "gateway, producer-a,"}, []string{"gateway", "producer-a"}},
+		{[]string{"--interactive-tenants", ""}, []string{}},
+	} {
+		sc := addServeCommand(newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard}), true, true, "off")
+		c, done, err := sc.parse(tc.args, stdio{out: io.Discard, err: io.Discard})
+		if err != nil || done {
+			t.Fatalf("parse: done %v, %v", done, err)
+		}
+		got := c.Runtime.Loop.InteractiveTenants
+		if (got == nil) != (tc.want == nil) || !slices.Equal(got, tc.want) {
+			t.Errorf("%q: %#v, want %#v", tc.args, got, tc.want)
 		}
 	}
 }

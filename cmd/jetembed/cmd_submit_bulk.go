@@ -114,6 +114,11 @@ func (b *bulk) take(sr client.StoredResult, err error) error {
 	var ok bool
 	res := sr.Result
 	switch {
+	case errors.Is(err, client.ErrForeignResult):
+		// Not the fleet's (a message relayed to the run's subject): it
+		// settles no job.
+		b.log.Warn("ignoring a message of the results stream the fleet did not write", "subject", sr.Subject, "err", err)
+		return nil
 	case errors.Is(err, client.ErrBadResult):
 		k, ok = b.jobOfSubject(sr.Subject)
 		b.log.Warn("stored result does not decode: its lines get an internal error", "subject", sr.Subject, "err", err)

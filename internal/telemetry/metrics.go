@@ -46,6 +46,8 @@ var MetricNames = []string{
 	"jetembed_warmed_shapes",
 	"jetembed_session_busy_seconds_total",
 	"jetembed_breaker_open",
+	"jetembed_requests_dropped_total",
+	"jetembed_requests_shed_total",
 }
 
 // Metrics records what the consumer does, as the OpenTelemetry
@@ -60,6 +62,7 @@ type Metrics struct {
 	jobs, texts          metric.Int64Counter
 	tokens, padded       metric.Int64Counter
 	naks, terms, refused metric.Int64Counter
+	dropped, shed        metric.Int64Counter
 	batchTexts           metric.Int64Histogram
 	chunkTokens          metric.Int64Histogram
 	queueWait, tokenize  metric.Float64Histogram
@@ -123,6 +126,8 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.naks = counter("jetembed_naks_total", "Messages NAKed, by reason.")
 	m.terms = counter("jetembed_terms_total", "Messages terminated, by reason.")
 	m.refused = counter("jetembed_guard_refusals_total", "Chunks refused by the JIT guard before session run.")
+	m.dropped = counter("jetembed_requests_dropped_total", "Requests of the service that got no answer, by reason (slow_consumer, no_reply, refused_reply, answer_failed).")
+	m.shed = counter("jetembed_requests_shed_total", "Requests of the service answered at once without reaching their endpoint, by reason (queue_full, stopping).")
 	m.batchTexts = sizes("jetembed_batch_texts", "Texts per Embed call (one job).", textsBuckets)
 	m.chunkTokens = sizes("jetembed_chunk_tokens", "Padded tokens (batch x seq) per session run.", tokensBuckets)
 	m.queueWait = seconds("jetembed_queue_wait_seconds", "Time from publish of a job to its fetch.")

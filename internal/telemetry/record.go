@@ -159,6 +159,24 @@ func (m *Metrics) Term(ctx context.Context, reason string) {
 	m.terms.Add(ctx, 1, m.labels.one(labelReason, reason))
 }
 
+// RequestsDropped counts n requests of the service that got no answer,
+// by reason (see jetstream.ServiceMetrics).
+func (m *Metrics) RequestsDropped(ctx context.Context, reason string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.dropped.Add(ctx, int64(n), m.labels.one(labelReason, reason))
+}
+
+// RequestsShed counts n requests of the service answered at the door, by
+// reason.
+func (m *Metrics) RequestsShed(ctx context.Context, reason string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.shed.Add(ctx, int64(n), m.labels.one(labelReason, reason))
+}
+
 // GuardRefusal counts one chunk the JIT guard refused before session run.
 func (m *Metrics) GuardRefusal(ctx context.Context) {
 	if m == nil {

@@ -268,6 +268,8 @@ func TestMetricNames(t *testing.T) {
 	m.Nak(ctx, "r")
 	m.Term(ctx, "r")
 	m.GuardRefusal(ctx)
+	m.RequestsDropped(ctx, "r", 1)
+	m.RequestsShed(ctx, "r", 1)
 	m.SetWarmedShapes(ctx, 1)
 	m.SetBreakerOpen(ctx, "s", false)
 	if _, err := m.ObserveConsumer(func(context.Context) (telemetry.ConsumerStats, error) { return telemetry.ConsumerStats{}, nil }); err != nil {
