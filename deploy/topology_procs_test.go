@@ -8,11 +8,10 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/internal/testkit"
 )
 
 // The topology test runs the deploy files as real processes: this file
@@ -122,47 +121,28 @@ func args(c any) []string {
 // proc is one jetembed process of the topology.
 type proc struct {
 	name string
-	cmd  *exec.Cmd
-	log  *natstest.Buffer
-	done chan struct{}
-	err  error
+	*testkit.Proc
 }
 
 // start runs bin with args and exactly env (plus PATH, HOME and TMPDIR),
 // and stops it with SIGTERM at cleanup.
 func start(t *testing.T, name, bin string, args []string, env map[string]string) *proc {
 	t.Helper()
-	p := &proc{name: name, log: &natstest.Buffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, args...)
-	p.cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir()}
+	cmd := exec.Command(bin, args...)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "TMPDIR=" + os.TempDir()}
 	keys := make([]string, 0, len(env))
 	for k := range env {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		p.cmd.Env = append(p.cmd.Env, k+"="+env[k])
+		cmd.Env = append(cmd.Env, k+"="+env[k])
 	}
-	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
+	p := &proc{name: name, Proc: testkit.StartProc(t, cmd)}
 	t.Cleanup(func() {
-		if p.running() {
-			_ = p.cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-p.done:
-			case <-time.After(20 * time.Second):
-				_ = p.cmd.Process.Kill()
-				<-p.done
-			}
-		}
+		p.Stop(20 * time.Second)
 		if t.Failed() {
-			t.Logf("%s %s log:\n%s", p.name, strings.Join(args, " "), tail(p.log.String(), 60))
+			t.Logf("%s %s log:\n%s", p.name, strings.Join(args, " "), testkit.Tail(p.Log.String(), 60))
 		}
 	})
 	return p
@@ -174,29 +154,12 @@ func run(t *testing.T, name, bin string, args []string, env map[string]string) s
 	t.Helper()
 	p := start(t, name, bin, args, env)
 	select {
-	case <-p.done:
+	case <-p.Done():
 	case <-time.After(60 * time.Second):
 		t.Fatalf("%s did not finish", name)
 	}
-	if p.err != nil {
-		t.Fatalf("%s %v: %v\n%s", name, args, p.err, p.log.String())
+	if p.Err() != nil {
+		t.Fatalf("%s %v: %v\n%s", name, args, p.Err(), p.Log.String())
 	}
-	return p.log.String()
-}
-
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return p.Log.String()
 }

@@ -19,6 +19,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/internal/testkit"
 )
 
 // cluster is the 3-node NATS cluster of nats/nats.conf as real processes.
@@ -54,7 +55,7 @@ func startCluster(t *testing.T) *cluster {
 	t.Cleanup(func() {
 		if t.Failed() {
 			for i, n := range c.nodes {
-				t.Logf("%s log (tail):\n%s", c.names[i], tail(n.Log(), 15))
+				t.Logf("%s log (tail):\n%s", c.names[i], testkit.Tail(n.Log(), 15))
 			}
 		}
 	})
@@ -192,8 +193,8 @@ func TestDeployTopology(t *testing.T) {
 		waitReady(t, serves[i], url)
 	}
 	for _, s := range serves {
-		if strings.Contains(s.log.String(), "differs from the flags") {
-			t.Errorf("%s warns of drift: the ConfigMap disagrees with the provision Job:\n%s", s.name, s.log.String())
+		if strings.Contains(s.Log.String(), "differs from the flags") {
+			t.Errorf("%s warns of drift: the ConfigMap disagrees with the provision Job:\n%s", s.name, s.Log.String())
 		}
 	}
 	if got := readSettings(t, pjs); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -243,8 +244,8 @@ func TestDeployTopology(t *testing.T) {
 		return nil
 	})
 	for i, s := range serves {
-		if !s.running() {
-			t.Errorf("%s exited after a node was killed: %v", s.name, s.err)
+		if !s.Running() {
+			t.Errorf("%s exited after a node was killed: %v", s.name, s.Err())
 		}
 		waitReady(t, s, ready[i])
 	}
@@ -256,8 +257,8 @@ func TestDeployTopology(t *testing.T) {
 func waitReady(t *testing.T, p *proc, url string) {
 	t.Helper()
 	natstest.CheckFor(t, 30*time.Second, 50*time.Millisecond, func() error {
-		if !p.running() {
-			t.Fatalf("%s exited: %v\n%s", p.name, p.err, p.log.String())
+		if !p.Running() {
+			t.Fatalf("%s exited: %v\n%s", p.name, p.Err(), p.Log.String())
 		}
 		resp, err := http.Get(url)
 		if err != nil {
@@ -407,7 +408,7 @@ func gatewayThrough(t *testing.T, bin string, objs map[string]obj, cm obj, local
 	} else {
 		resp.Body.Close()
 	}
-	if l := strings.ToLower(p.log.String()); strings.Contains(l, "permission") || strings.Contains(l, "nats async error") {
-		t.Errorf("the gateway logged a permission problem:\n%s", p.log.String())
+	if l := strings.ToLower(p.Log.String()); strings.Contains(l, "permission") || strings.Contains(l, "nats async error") {
+		t.Errorf("the gateway logged a permission problem:\n%s", p.Log.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/internal/testkit"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -90,13 +91,7 @@ func TestUnavailable(t *testing.T) {
 	}
 	// Loading works again: the session comes back on its own.
 	loadOK.Store(true)
-	deadline := time.Now().Add(5 * time.Second)
-	for e.Health(context.Background()) != nil {
-		if time.Now().After(deadline) {
-			t.Fatal("session never reloaded")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	testkit.CheckFor(t, 5*time.Second, time.Millisecond, func() error { return e.Health(context.Background()) })
 }
 
 func TestOverloaded(t *testing.T) {
@@ -110,13 +105,12 @@ func TestOverloaded(t *testing.T) {
 		_, _, err := e.Embed(context.Background(), []Text{{Text: words(60, 0)}})
 		first <- err
 	}()
-	deadline := time.Now().Add(5 * time.Second)
-	for e.Stats().AdmittedTokens == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("first call never admitted")
+	testkit.CheckFor(t, 5*time.Second, time.Millisecond, func() error {
+		if e.Stats().AdmittedTokens == 0 {
+			return errors.New("first call not admitted")
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 	_, _, err := e.Embed(context.Background(), []Text{{Text: words(10, 0)}})
 	if !errors.Is(err, &schema.Error{Code: schema.CodeOverloaded}) {
 		t.Fatalf("second call: %v, want overloaded", err)
@@ -198,13 +192,12 @@ func TestStartWithSessionDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	down.Store(false)
-	deadline := time.Now().Add(5 * time.Second)
-	for !e.Stats().Sessions[1].Loaded {
-		if time.Now().After(deadline) {
-			t.Fatal("session 1 never loaded")
+	testkit.CheckFor(t, 5*time.Second, time.Millisecond, func() error {
+		if !e.Stats().Sessions[1].Loaded {
+			return errors.New("session 1 not loaded")
 		}
-		time.Sleep(time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestReloadRewarms checks that with the guard on, a session reloaded by

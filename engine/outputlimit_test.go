@@ -8,18 +8,9 @@ import (
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/engine/ort"
+	"github.com/jetembed/jetembed/internal/fakes"
 	"github.com/jetembed/jetembed/schema"
 )
-
-type countingRunner struct {
-	engine.Runner
-	runs *atomic.Int64
-}
-
-func (r countingRunner) Run(ctx context.Context, in engine.RunInput) (engine.RunOutput, error) {
-	r.runs.Add(1)
-	return r.Runner.Run(ctx, in)
-}
 
 // TestOutputLimit: OutputBytes is exactly the dense and ColBERT values an
 // Embed call returns, on both export layouts; under WithOutputLimit a call
@@ -34,7 +25,7 @@ func TestOutputLimit(t *testing.T) {
 			var runs atomic.Int64
 			e, err := engine.New(context.Background(), engine.Config{MaxTokens: 64}, wordTok, m, func(int) (engine.Runner, error) {
 				r, err := ort.Open(m, ort.Provider{IntraOpThreads: 1})
-				return countingRunner{r, &runs}, err
+				return &fakes.Runner{Runner: r, Runs: &runs}, err
 			})
 			if err != nil {
 				t.Fatal(err)

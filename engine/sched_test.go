@@ -3,11 +3,13 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jetembed/jetembed/engine/internal/pack"
+	"github.com/jetembed/jetembed/internal/testkit"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -47,13 +49,12 @@ func schedEngine(t *testing.T, cfg Config, g *gated) *Engine {
 // waitQueued polls until n texts are queued in the scheduler.
 func waitQueued(t *testing.T, e *Engine, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
-		if q, _ := e.sched.busy(); q == n {
-			return
+	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+		if q, _ := e.sched.busy(); q != n {
+			return fmt.Errorf("%d texts queued, want %d", q, n)
 		}
-	}
-	q, _ := e.sched.busy()
-	t.Fatalf("%d texts queued, want %d", q, n)
+		return nil
+	})
 }
 
 // embedAsync runs Embed in the background.

@@ -14,6 +14,7 @@ import (
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jetstream/jstest"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -62,11 +63,7 @@ func newBulk(t testing.TB, url string, cfg jetstream.Config, run string) *bulk {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
+	jstest.Provision(t, js, cfg)
 	c, err := client.New(nc, client.WithRun(run), client.WithNames(cfg.ClientNames()))
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/internal/testkit"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -60,7 +61,7 @@ func TestServeSurvivesServerClose(t *testing.T) {
 	submit(3)
 	b.waitResults(6, 30*time.Second)
 	if !p.Running() {
-		t.Fatalf("serve exited after a kick:\n%s", tail(p.log.String(), 20))
+		t.Fatalf("serve exited after a kick:\n%s", testkit.Tail(p.Log.String(), 20))
 	}
 
 	// 2. The server closes the connection with an error nats.go does not
@@ -74,7 +75,7 @@ func TestServeSurvivesServerClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	natstest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
-		if !strings.Contains(strings.ToLower(p.log.String()), "maximum control line") {
+		if !strings.Contains(strings.ToLower(p.Log.String()), "maximum control line") {
 			return fmt.Errorf("serve has not met the control line limit yet")
 		}
 		return nil
@@ -82,13 +83,13 @@ func TestServeSurvivesServerClose(t *testing.T) {
 	submit(3)
 	b.waitResults(9, 60*time.Second)
 	if !p.Running() {
-		t.Fatalf("serve exited after the server closed its connection:\n%s", tail(p.log.String(), 20))
+		t.Fatalf("serve exited after the server closed its connection:\n%s", testkit.Tail(p.Log.String(), 20))
 	}
 	if got := clientID(t, srv, "close-victim"); got == cid {
 		t.Errorf("serve still on connection %d", cid)
 	}
 	if testing.Verbose() {
-		t.Logf("serve log (tail):\n%s", tail(p.log.String(), 25))
+		t.Logf("serve log (tail):\n%s", testkit.Tail(p.Log.String(), 25))
 	}
 }
 

@@ -40,6 +40,6 @@ func TestStreamLeaderKilledMidRun(t *testing.T) {
 	t.Logf("run finished %v after the start", time.Since(start).Round(time.Millisecond))
 	b.verify()
 	if !s.Running() {
-		t.Errorf("serve exited when the leader went away: %v", s.err)
+		t.Errorf("serve exited when the leader went away: %v", s.Err())
 	}
 }

@@ -78,6 +78,6 @@ func TestServerRestartMidRun(t *testing.T) {
 	t.Logf("run finished %v after the restart", time.Since(start).Round(time.Millisecond))
 	b.verify()
 	if !s.Running() {
-		t.Errorf("serve exited across the server restart: %v", s.err)
+		t.Errorf("serve exited across the server restart: %v", s.Err())
 	}
 }

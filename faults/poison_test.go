@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/internal/testkit"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -116,7 +117,7 @@ func TestPoisonFlood(t *testing.T) {
 
 	start := time.Now()
 	s := startServe(t, serveArgs(t, srv.ClientURL(), cfg)...)
-	pid := s.cmd.Process.Pid
+	pid := s.Cmd.Process.Pid
 	b.waitResults(published, 60*time.Second)
 	t.Logf("all %d results stored in %v", published, time.Since(start).Round(time.Millisecond))
 
@@ -173,11 +174,11 @@ func TestPoisonFlood(t *testing.T) {
 	} else if info.Delivered.Consumer != uint64(published+unanswerable) {
 		t.Errorf("%d deliveries for %d messages: a bad job came back", info.Delivered.Consumer, published+unanswerable)
 	}
-	if !s.Running() || s.cmd.Process.Pid != pid {
-		t.Errorf("serve exited during the flood: %v", s.err)
+	if !s.Running() || s.Cmd.Process.Pid != pid {
+		t.Errorf("serve exited during the flood: %v", s.Err())
 	}
-	if strings.Contains(s.log.String(), "panic") {
-		t.Errorf("serve logged a panic:\n%s", tail(s.log.String(), 20))
+	if strings.Contains(s.Log.String(), "panic") {
+		t.Errorf("serve logged a panic:\n%s", testkit.Tail(s.Log.String(), 20))
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -69,11 +68,8 @@ func tinyModel(t testing.TB) string {
 
 // serveProc is `jetembed serve` running as a child process.
 type serveProc struct {
-	t    testing.TB
-	cmd  *exec.Cmd
-	log  *testkit.Buffer
-	done chan struct{}
-	err  error // the exit status, once done is closed
+	t testing.TB
+	*testkit.Proc
 }
 
 // baseServeArgs are the serve flags every fault test shares: the tiny model on
@@ -90,72 +86,23 @@ func baseServeArgs(t testing.TB, url string) []string {
 // logs that it is ready. The process is killed at cleanup if still running.
 func startServe(t testing.TB, args ...string) *serveProc {
 	t.Helper()
-	p := &serveProc{t: t, log: &testkit.Buffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binary(t), args...)
-	p.cmd.Stdout = p.log
-	p.cmd.Stderr = p.log
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
+	p := &serveProc{t: t, Proc: testkit.StartProc(t, exec.Command(binary(t), args...))}
 	t.Cleanup(func() {
-		p.signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(15 * time.Second):
-			p.Kill()
-		}
+		p.Stop(15 * time.Second)
 		if t.Failed() {
-			t.Logf("serve pid %d log (tail):\n%s", p.cmd.Process.Pid, tail(p.log.String(), 40))
+			t.Logf("serve pid %d log (tail):\n%s", p.Cmd.Process.Pid, testkit.Tail(p.Log.String(), 40))
 		}
 	})
 	natstest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		select {
-		case <-p.done:
-			t.Fatalf("serve exited before it was ready (%v):\n%s", p.err, p.log.String())
+		case <-p.Done():
+			t.Fatalf("serve exited before it was ready (%v):\n%s", p.Err(), p.Log.String())
 		default:
 		}
-		if !strings.Contains(p.log.String(), `"msg":"ready"`) {
+		if !strings.Contains(p.Log.String(), `"msg":"ready"`) {
 			return errors.New("serve not ready yet")
 		}
 		return nil
 	})
 	return p
-}
-
-func (p *serveProc) signal(sig syscall.Signal) {
-	select {
-	case <-p.done:
-	default:
-		_ = p.cmd.Process.Signal(sig)
-	}
-}
-
-// Kill ends the process with SIGKILL, as a crash or the OOM killer would,
-// and waits for it.
-func (p *serveProc) Kill() {
-	p.signal(syscall.SIGKILL)
-	<-p.done
-}
-
-// Running reports whether the process has not exited.
-func (p *serveProc) Running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -192,7 +192,7 @@ func requestsAcrossRestart(t *testing.T, edit func([]byte) []byte) {
 	wg.Wait()
 	t.Logf("%d requests answered, %d failed or timed out (the restart)", answered.Load(), failed.Load())
 	if !s.Running() {
-		t.Fatalf("serve exited across the restart: %v", s.err)
+		t.Fatalf("serve exited across the restart: %v", s.Err())
 	}
 
 	// No dead letter says publish_denied: the provisioner reads EMBED_DLQ.
@@ -210,13 +210,13 @@ func requestsAcrossRestart(t *testing.T, edit func([]byte) []byte) {
 	}
 	// The answers lost to the restart were seen as such: without any, no
 	// request was in flight and the test proved nothing.
-	if lost := grepLines(s.log.String(), "refused after a reconnect", 1000); lost == "" && edit != nil {
+	if lost := grepLines(s.Log.String(), "refused after a reconnect", 1000); lost == "" && edit != nil {
 		t.Errorf("serve logged no answer lost to the reconnect: no request was in flight at the restart")
 	} else if lost != "" {
 		t.Logf("%d answers lost to the restart, e.g. %s", strings.Count(lost, "\n")+1, strings.SplitN(lost, "\n", 2)[0])
 	}
-	if strings.Contains(s.log.String(), "publish_denied") {
-		t.Errorf("serve logged publish_denied:\n%s", grepLines(s.log.String(), "publish_denied", 5))
+	if strings.Contains(s.Log.String(), "publish_denied") {
+		t.Errorf("serve logged publish_denied:\n%s", grepLines(s.Log.String(), "publish_denied", 5))
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/enginetest"
+	"github.com/jetembed/jetembed/internal/fakes"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/jobloop"
@@ -23,21 +24,6 @@ import (
 func openTiny(t testing.TB) *engine.Engine {
 	t.Helper()
 	return enginetest.Open(t, engine.Config{})
-}
-
-// slowEmbedder makes every Embed call last at least d: work longer than the
-// consumer's AckWait.
-type slowEmbedder struct {
-	*engine.Engine
-	d time.Duration
-}
-
-func (s slowEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
-	select {
-	case <-time.After(s.d):
-	case <-ctx.Done():
-	}
-	return s.Engine.Embed(ctx, texts)
 }
 
 // silent drops InProgress heartbeats, for the control run.
@@ -88,7 +74,7 @@ func runSlow(t *testing.T, heartbeats bool) (uint64, *bulk) {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w, err := jetstream.StartWorker(context.Background(), b.nc, jetstream.WorkerConfig{
-		Config: cfg, Consumer: jobloop.Config{}, Embedder: slowEmbedder{e, 5 * ackWait / 2},
+		Config: cfg, Consumer: jobloop.Config{}, Embedder: &fakes.Embedder{Embedder: e, Delay: 5 * ackWait / 2}, // work longer than AckWait
 		Sink: sink, Logger: quiet,
 	})
 	if err != nil {

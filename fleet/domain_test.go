@@ -10,6 +10,7 @@ import (
 	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jetstream/jstest"
 )
 
 // TestFleetLockHeldPastTTLUnderDomain: members on a leaf node reach the
@@ -31,9 +32,7 @@ func TestFleetLockHeldPastTTLUnderDomain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	js := jsOf()
-	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
+	jstest.Provision(t, js, cfg)
 	const ttl = time.Second
 	join := func(e fleet.Engine, model, name string) *fleet.Member {
 		kv, err := jetstream.OpenKVStore(ctx, jsOf(), cfg.Engines.Name)
@@ -68,10 +67,13 @@ func TestFleetLockHeldPastTTLUnderDomain(t *testing.T) {
 		return err
 	})
 	go func() { errs <- mb.Compile(ctx, 4, 256) }()
-	time.Sleep(3 * ttl)
-	if _, err := kv.Get(ctx, lock); err != nil {
-		t.Errorf("the lock after 3 TTLs of compiling: %v; want it renewed", err)
+	// The lock renewed across 3 TTLs of compiling: had it lapsed, b would
+	// have taken it.
+	fkv, err := jetstream.OpenKVStore(ctx, js, cfg.Engines.Name)
+	if err != nil {
+		t.Fatal(err)
 	}
+	renewedFor(t, fkv, 3*ttl, lock)
 	if n := b.warmed(4, 256); n != 0 {
 		t.Fatalf("b built 4x256 (%d runs) while a held the lock", n)
 	}

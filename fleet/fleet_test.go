@@ -71,7 +71,7 @@ func (c *countingEngine) warmed(batch, seq int) int {
 // every 50ms and never compile wanted shapes unless edit lowers IdleQuiet.
 func startMember(t *testing.T, srv *server, eng fleet.Engine, model, name string, edit func(*fleet.Config)) *fleet.Member {
 	t.Helper()
-	js, err := natsjs.New(connect(t, srv.url))
+	js, err := natsjs.New(connect(t, srv.URL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +93,7 @@ func startMember(t *testing.T, srv *server, eng fleet.Engine, model, name string
 
 func bucket(t *testing.T, srv *server) natsjs.KeyValue {
 	t.Helper()
-	kv, err := srv.js.KeyValue(context.Background(), srv.cfg.Engines.Name)
+	kv, err := srv.JS.KeyValue(context.Background(), srv.Config.Engines.Name)
 	if err != nil {
 		t.Fatal(err)
 	}

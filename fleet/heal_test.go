@@ -88,7 +88,7 @@ func TestFleetHealsRefusedJob(t *testing.T) {
 	startWorker(t, srv, fleet.Wrap(serving, fs),
 		jobloop.Config{NakBackoff: jobloop.Backoff{Base: 200 * time.Millisecond, Max: 400 * time.Millisecond, Jitter: -1}},
 		seen.wrap)
-	c, err := client.New(srv.nc, client.WithRun("heal"))
+	c, err := client.New(srv.NC, client.WithRun("heal"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestFleetHealsRefusedJob(t *testing.T) {
 			t.Errorf("session %d after the refusals: %+v; want no errors, no reload", s.Index, s)
 		}
 	}
-	if dlq, err := srv.js.Stream(context.Background(), srv.cfg.DLQ.Name); err != nil {
+	if dlq, err := srv.JS.Stream(context.Background(), srv.Config.DLQ.Name); err != nil {
 		t.Fatal(err)
 	} else if n := dlq.CachedInfo().State.Msgs; n != 0 {
 		t.Errorf("%d dead letters for a job that was healed", n)

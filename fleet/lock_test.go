@@ -83,12 +83,12 @@ func TestFleetLockFreedAfterHolderDies(t *testing.T) {
 	// A holder takes the lock and dies mid-compile: its connection closes,
 	// nobody deletes the lock, only its TTL frees it.
 	const ttl = 2 * time.Second
-	dead := connect(t, srv.url)
+	dead := connect(t, srv.URL)
 	djs, err := natsjs.New(dead)
 	if err != nil {
 		t.Fatal(err)
 	}
-	kv, err := djs.KeyValue(context.Background(), srv.cfg.Engines.Name)
+	kv, err := djs.KeyValue(context.Background(), srv.Config.Engines.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestFleetMemberKilledMidCompile(t *testing.T) {
 	doomed := newCounting(openEngine(t, guardedConfig()))
 	doomed.gate = make(chan struct{}) // its compile never finishes
 	model := doomed.ModelID()
-	nc := connect(t, srv.url)
+	nc := connect(t, srv.URL)
 	js, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestFleetMemberKilledMidCompile(t *testing.T) {
 		return err
 	})
 	// Let the holder renew once, so the TTL runs from a renewal, then kill it.
-	time.Sleep(ttl/3 + 200*time.Millisecond)
+	renewedFor(t, store(t, srv.JS, srv), time.Nanosecond, lock)
 	killed := time.Now()
 	nc.Close()
 

@@ -27,7 +27,7 @@ func TestFleetMembership(t *testing.T) {
 	mb := startMember(t, srv, b, model, "host-b/2", ttl)
 
 	// The dying member: its own connection, closed without leaving.
-	nc := connect(t, srv.url)
+	nc := connect(t, srv.URL)
 	djs, err := natsjs.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +44,7 @@ func TestFleetMembership(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	kv := store(t, srv.js, srv)
+	kv := store(t, srv.JS, srv)
 	natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
 		tab, err := fleet.Read(ctx, kv)
 		if err != nil {
@@ -60,8 +60,16 @@ func TestFleetMembership(t *testing.T) {
 		}
 		return nil
 	})
-	// Live for longer than the TTL: the heartbeat renews the key.
-	time.Sleep(1500 * time.Millisecond)
+	// Live for longer than the TTL: the heartbeat renews the keys.
+	tab, err := fleet.Read(ctx, kv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, m := range tab.Members {
+		keys = append(keys, m.Key)
+	}
+	renewedFor(t, kv, 1500*time.Millisecond, keys...)
 	if tab, err := fleet.Read(ctx, kv); err != nil || len(tab.Members) != 3 {
 		t.Fatalf("after a TTL: %+v, %v; want 3 live members", tab.Members, err)
 	}

@@ -50,7 +50,7 @@ func TestFleetIgnoresPoisonedBucket(t *testing.T) {
 	// Published as a foreign writer would, past nats.go's key check.
 	put := func() {
 		for k, v := range poison {
-			if _, err := srv.js.Publish(ctx, "$KV."+srv.cfg.Engines.Name+"."+k, []byte(v)); err != nil {
+			if _, err := srv.JS.Publish(ctx, "$KV."+srv.Config.Engines.Name+"."+k, []byte(v)); err != nil {
 				t.Fatalf("put %s: %v", k, err)
 			}
 		}
@@ -113,10 +113,10 @@ func TestLoadProbeRejectsPoison(t *testing.T) {
 	ctx := context.Background()
 	key := fleet.ProbeKey("m@1", "cpu", "x86")
 	for _, v := range []string{`{"a":-1,"bq":1e-9}`, `{"a":1e999}`, `{"a":"NaN"}`, `{"a":0,"bq":0}`, `{"a":1e-6,"bq":-0.5}`, "\x00secret"} {
-		if _, err := srv.js.Publish(ctx, "$KV."+srv.cfg.Engines.Name+"."+key, []byte(v)); err != nil {
+		if _, err := srv.JS.Publish(ctx, "$KV."+srv.Config.Engines.Name+"."+key, []byte(v)); err != nil {
 			t.Fatal(err)
 		}
-		_, err := fleet.LoadProbe(ctx, store(t, srv.js, srv), "m@1", "cpu", "x86")
+		_, err := fleet.LoadProbe(ctx, store(t, srv.JS, srv), "m@1", "cpu", "x86")
 		if !errors.Is(err, fleet.ErrNoProbe) {
 			t.Errorf("probe value %q: %v, want ErrNoProbe", v, err)
 		}

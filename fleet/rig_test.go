@@ -19,6 +19,7 @@ import (
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jetstream/jstest"
 	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -40,33 +41,13 @@ func testLogger(testing.TB) *slog.Logger {
 func openEngine(t testing.TB, cfg engine.Config) *engine.Engine { return enginetest.Open(t, cfg) }
 
 // server is a provisioned in-process NATS server.
-type server struct {
-	url string
-	cfg jetstream.Config
-	nc  *nats.Conn
-	js  natsjs.JetStream
-}
+type server = jstest.Server
 
+// newServer starts a server and provisions the tests' config changed by
+// edit: [jstest.Provisioned].
 func newServer(t testing.TB, edit func(*jetstream.Config)) *server {
 	t.Helper()
-	url := natstest.RunServer(t).ClientURL()
-	cfg := jetstream.DefaultConfig()
-	cfg.Consumer.AckWait = 5 * time.Second
-	cfg.Consumer.BackOff = nil
-	if edit != nil {
-		edit(&cfg)
-	}
-	nc := connect(t, url)
-	js, err := natsjs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return &server{url: url, cfg: cfg, nc: nc, js: js}
+	return jstest.Provisioned(t, edit)
 }
 
 // connect is a connection that rides out server restarts.
@@ -75,20 +56,16 @@ func connect(t testing.TB, url string) *nats.Conn { return natstest.Connect(t, u
 // store opens the engines bucket of srv through js as the fleet's store.
 func store(t testing.TB, js natsjs.JetStream, srv *server) *jetstream.KVStore {
 	t.Helper()
-	kv, err := jetstream.OpenKVStore(context.Background(), js, srv.cfg.Engines.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return kv
+	return srv.Engines(t, js)
 }
 
 // startWorker runs a consumer on emb against srv, like serve does.
 func startWorker(t testing.TB, srv *server, emb engine.Embedder, cfg jobloop.Config, sink func(*jobloop.Loop) jetstream.Sink) {
 	t.Helper()
-	nc := connect(t, srv.url)
+	nc := connect(t, srv.URL)
 	cfg.Logger = testLogger(t)
 	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
-		Config: srv.cfg, Consumer: cfg, Embedder: emb, Sink: sink,
+		Config: srv.Config, Consumer: cfg, Embedder: emb, Sink: sink,
 		Service: jetstream.ServiceOptions{Version: "test"}, Logger: cfg.Logger,
 	})
 	if err != nil {
@@ -161,6 +138,36 @@ func waitPasses(t *testing.T, m *fleet.Member, count func(fleet.Stats) int64, n 
 	natstest.CheckFor(t, 10*time.Second, 10*time.Millisecond, func() error {
 		if got := count(m.Stats()) - from; got < n {
 			return fmt.Errorf("the worker looked %d of %d times; stats %+v", got, n, m.Stats())
+		}
+		return nil
+	})
+}
+
+// renewedFor waits until every key has been renewed for span: a revision
+// of it was written (by the server's clock) span or more after the one
+// seen first. Any span above zero needs at least one renewal. A key that
+// is gone meanwhile fails the test at once: the renewals did not hold it.
+// Tests that check a key outlives its TTL wait on its renewals, not on a
+// guessed sleep.
+func renewedFor(t *testing.T, kv fleet.Store, span time.Duration, keys ...string) {
+	t.Helper()
+	first := map[string]fleet.Entry{}
+	for _, key := range keys {
+		e, err := kv.Get(context.Background(), key)
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		first[key] = e
+	}
+	natstest.CheckFor(t, span+10*time.Second, 10*time.Millisecond, func() error {
+		for _, key := range keys {
+			e, err := kv.Get(context.Background(), key)
+			if err != nil {
+				t.Fatalf("%s while it is renewed (revision %d at %v first): %v", key, first[key].Revision, first[key].Created, err)
+			}
+			if d := e.Created.Sub(first[key].Created); d < span || e.Revision == first[key].Revision {
+				return fmt.Errorf("%s renewed for %v of %v (revision %d, first %d)", key, d, span, e.Revision, first[key].Revision)
+			}
 		}
 		return nil
 	})

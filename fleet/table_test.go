@@ -18,17 +18,17 @@ func TestProbeCoefficientsShared(t *testing.T) {
 	ctx := t.Context()
 	const model, arch = "bge-m3@0123456789ab", "amd64-xeon-t8"
 
-	if _, err := fleet.LoadProbe(ctx, store(t, srv.js, srv), model, "cpu", arch); !errors.Is(err, fleet.ErrNoProbe) {
+	if _, err := fleet.LoadProbe(ctx, store(t, srv.JS, srv), model, "cpu", arch); !errors.Is(err, fleet.ErrNoProbe) {
 		t.Fatalf("LoadProbe on an empty bucket: %v, want ErrNoProbe", err)
 	}
-	if err := fleet.StoreProbe(ctx, store(t, srv.js, srv), model, "cpu", arch, "host-a/1", 2e-9, 3e-12); err != nil {
+	if err := fleet.StoreProbe(ctx, store(t, srv.JS, srv), model, "cpu", arch, "host-a/1", 2e-9, 3e-12); err != nil {
 		t.Fatal(err)
 	}
 	// A peer that probed at the same time does not replace the record.
-	if err := fleet.StoreProbe(ctx, store(t, srv.js, srv), model, "cpu", arch, "host-b/1", 5e-9, 7e-12); err != nil {
+	if err := fleet.StoreProbe(ctx, store(t, srv.JS, srv), model, "cpu", arch, "host-b/1", 5e-9, 7e-12); err != nil {
 		t.Fatal(err)
 	}
-	got, err := fleet.LoadProbe(ctx, store(t, srv.js, srv), model, "cpu", arch)
+	got, err := fleet.LoadProbe(ctx, store(t, srv.JS, srv), model, "cpu", arch)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,11 +37,11 @@ func TestProbeCoefficientsShared(t *testing.T) {
 	}
 	// Plans and timings are per SM and arch: other keys know nothing.
 	for _, other := range [][2]string{{"8.9", arch}, {"cpu", "arm64-graviton-t8"}} {
-		if _, err := fleet.LoadProbe(ctx, store(t, srv.js, srv), model, other[0], other[1]); !errors.Is(err, fleet.ErrNoProbe) {
+		if _, err := fleet.LoadProbe(ctx, store(t, srv.JS, srv), model, other[0], other[1]); !errors.Is(err, fleet.ErrNoProbe) {
 			t.Errorf("LoadProbe(%v): %v, want ErrNoProbe", other, err)
 		}
 	}
-	if err := fleet.StoreProbe(ctx, store(t, srv.js, srv), model, "cpu", arch, "x", 0, 0); err == nil {
+	if err := fleet.StoreProbe(ctx, store(t, srv.JS, srv), model, "cpu", arch, "x", 0, 0); err == nil {
 		t.Error("StoreProbe accepted an empty cost model")
 	}
 }
@@ -72,7 +72,7 @@ func TestReadFleetTable(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tab, err := fleet.Read(ctx, store(t, srv.js, srv))
+	tab, err := fleet.Read(ctx, store(t, srv.JS, srv))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -108,7 +108,7 @@ func TestReadFleetTable(t *testing.T) {
 			t.Errorf("table output lacks %q:\n%s", want, text)
 		}
 	}
-	if _, err := jetstream.OpenKVStore(context.Background(), srv.js, "NO_SUCH_BUCKET"); err == nil {
+	if _, err := jetstream.OpenKVStore(context.Background(), srv.JS, "NO_SUCH_BUCKET"); err == nil {
 		t.Error("opening a missing bucket: no error")
 	}
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -49,30 +50,34 @@ func TestWindowAdmission(t *testing.T) {
 		t.Error("a call with time enough was refused")
 	}
 
-	// Parts are granted in arrival order, a large one before small ones.
-	w2 := &window{cap: 10}
-	if _, err := w2.acquire(context.Background(), 8); err != nil {
-		t.Fatal(err)
-	}
-	big, small := make(chan struct{}), make(chan struct{})
-	go func() { _, _ = w2.acquire(context.Background(), 10); close(big) }()
-	time.Sleep(20 * time.Millisecond)
-	go func() { _, _ = w2.acquire(context.Background(), 1); close(small) }()
-	time.Sleep(20 * time.Millisecond)
-	select {
-	case <-small:
-		t.Fatal("a small part passed a large one waiting")
-	default:
-	}
-	w2.release(8, true)
-	<-big
-	select {
-	case <-small:
-		t.Fatal("the small part went while the large one holds the whole window")
-	case <-time.After(20 * time.Millisecond):
-	}
-	w2.release(10, true)
-	<-small
+	// Parts are granted in arrival order, a large one before small ones. In
+	// a synctest bubble, Wait is "every part is waiting": no guessed sleep.
+	synctest.Test(t, func(t *testing.T) {
+		w2 := &window{cap: 10}
+		if _, err := w2.acquire(context.Background(), 8); err != nil {
+			t.Fatal(err)
+		}
+		big, small := make(chan struct{}), make(chan struct{})
+		go func() { _, _ = w2.acquire(context.Background(), 10); close(big) }()
+		synctest.Wait()
+		go func() { _, _ = w2.acquire(context.Background(), 1); close(small) }()
+		synctest.Wait()
+		select {
+		case <-small:
+			t.Fatal("a small part passed a large one waiting")
+		default:
+		}
+		w2.release(8, true)
+		<-big
+		synctest.Wait()
+		select {
+		case <-small:
+			t.Fatal("the small part went while the large one holds the whole window")
+		default:
+		}
+		w2.release(10, true)
+		<-small
+	})
 
 	// A waiting part gives up with its context.
 	ctx, cancel := context.WithCancel(context.Background())

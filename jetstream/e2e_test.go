@@ -15,6 +15,7 @@ import (
 
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/fakes"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
@@ -180,7 +181,7 @@ func TestManySmallJobsShareRuns(t *testing.T) {
 	// Queued before any worker runs: the first fetch brings many at once.
 	const n = 40
 	ids := submitJobs(t, c, n, "s%02d", "small job number %d")
-	ce := &countingEmbedder{Embedder: e}
+	ce := &fakes.Embedder{Embedder: e}
 	startWorker(t, srv, ce, workerOptions{})
 	// A request while the queue drains is answered (ahead of the jobs).
 	cli, err := client.New(srv.nc)
@@ -209,17 +210,15 @@ func TestManySmallJobsShareRuns(t *testing.T) {
 	// Each job is its own Embed call; the engine's queue packs their
 	// texts: a chunk holding texts of several calls has more rows than the
 	// texts it reports to each.
-	ce.mu.Lock()
-	defer ce.mu.Unlock()
 	shared := 0
-	for _, rep := range ce.reports {
+	for _, rep := range ce.Reports() {
 		for _, ch := range rep.Chunks {
 			if ch.Batch > ch.Texts {
 				shared++
 			}
 		}
 	}
-	t.Logf("%d jobs + 1 request in %d Embed calls, %d call-chunks shared with other jobs", n, ce.calls, shared)
+	t.Logf("%d jobs + 1 request in %d Embed calls, %d call-chunks shared with other jobs", n, ce.Calls(), shared)
 	if shared < n/2 {
 		t.Errorf("%d of %d jobs ran in chunks shared with other jobs: jobs are not packed together", shared, n)
 	}

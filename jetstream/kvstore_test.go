@@ -12,6 +12,7 @@ import (
 	"github.com/jetembed/jetembed/fleet"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jetstream/jstest"
 )
 
 // domainRig is a client on the leaf of a [natstest.Domain] that uses the
@@ -25,9 +26,7 @@ func domainRig(t *testing.T, ctx context.Context) (natsjs.JetStream, jetstream.C
 		t.Fatal(err)
 	}
 	cfg := jetstream.DefaultConfig()
-	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
+	jstest.Provision(t, js, cfg)
 	kv, err := jetstream.OpenKVStore(ctx, js, cfg.Engines.Name)
 	if err != nil {
 		t.Fatal(err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/fakes"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/jobloop"
@@ -39,7 +39,7 @@ func settledAll(t *testing.T, srv *server) {
 
 func TestDeadlinePassedIsAnsweredWithoutRunning(t *testing.T) {
 	srv := newServer(t, nil)
-	emb := &countingEmbedder{Embedder: openEngine(t, engine.Config{})}
+	emb := &fakes.Embedder{Embedder: openEngine(t, engine.Config{})}
 	startWorker(t, srv, emb, workerOptions{})
 	c, err := client.New(srv.nc, client.WithRun("deadline"))
 	if err != nil {
@@ -64,10 +64,7 @@ func TestDeadlinePassedIsAnsweredWithoutRunning(t *testing.T) {
 		}
 	}
 	settledAll(t, srv) // ACKed, not NAKed or left to expire
-	emb.mu.Lock()
-	calls := emb.calls
-	emb.mu.Unlock()
-	if calls != 0 {
+	if calls := emb.Calls(); calls != 0 {
 		t.Errorf("the engine ran %d times for jobs past their deadline", calls)
 	}
 	if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 0 {
@@ -158,22 +155,10 @@ func TestCoreInboxReplyAndNoReply(t *testing.T) {
 	}
 }
 
-// slowEmbedder holds its first Embed call for hold before running it.
-type slowEmbedder struct {
-	*engine.Engine
-	hold time.Duration
-	once sync.Once
-}
-
-func (s *slowEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
-	s.once.Do(func() { time.Sleep(s.hold) })
-	return s.Engine.Embed(ctx, texts)
-}
-
 func TestInProgressKeepsAJobPastAckWait(t *testing.T) {
 	srv := newServer(t, func(c *jetstream.Config) { c.Consumer.AckWait = time.Second })
 	var seen deliveries
-	startWorker(t, srv, &slowEmbedder{Engine: openEngine(t, engine.Config{}), hold: 3 * time.Second}, workerOptions{sink: seen.wrap})
+	startWorker(t, srv, &fakes.Embedder{Embedder: openEngine(t, engine.Config{}), Hold: 3 * time.Second}, workerOptions{sink: seen.wrap})
 	c, err := client.New(srv.nc, client.WithRun("slow"))
 	if err != nil {
 		t.Fatal(err)
@@ -269,24 +254,13 @@ func TestMaxDeliveriesAdvisoryReachesDLQ(t *testing.T) {
 	}
 }
 
-// delayEmbedder runs every Embed call after a pause, so that work piles up.
-type delayEmbedder struct {
-	*engine.Engine
-	pause time.Duration
-}
-
-func (d delayEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
-	time.Sleep(d.pause)
-	return d.Engine.Embed(ctx, texts)
-}
-
 // TestInFlightBudgetStopsPulling: with an in-flight budget of one job, the
 // process holds one job at a time and stops pulling meanwhile, so the
 // server sees no more jobs out than that one, the one waiting in Submit and
 // the prefetch; the rest stay in the stream for other processes.
 func TestInFlightBudgetStopsPulling(t *testing.T) {
 	srv := newServer(t, nil)
-	w := startWorker(t, srv, delayEmbedder{Engine: openEngine(t, engine.Config{}), pause: 50 * time.Millisecond}, workerOptions{
+	w := startWorker(t, srv, &fakes.Embedder{Embedder: openEngine(t, engine.Config{}), Delay: 50 * time.Millisecond}, workerOptions{
 		cfg:  jobloop.Config{InFlightTokens: 1},
 		pull: []jetstream.PullOption{jetstream.PrefetchLimits(2, 2)},
 	})
@@ -322,7 +296,7 @@ func TestInFlightBudgetStopsPulling(t *testing.T) {
 // overloaded, retriable, at once, while the others complete.
 func TestRequestOverBudgetWaitsThenOverloaded(t *testing.T) {
 	srv := newServer(t, nil)
-	w := startWorker(t, srv, delayEmbedder{Engine: openEngine(t, engine.Config{}), pause: 2 * time.Second}, workerOptions{
+	w := startWorker(t, srv, &fakes.Embedder{Embedder: openEngine(t, engine.Config{}), Delay: 2 * time.Second}, workerOptions{
 		cfg: jobloop.Config{InteractiveTokens: 1, RequestQueueTokens: 1},
 	})
 	c, err := client.New(srv.nc)
@@ -346,7 +320,12 @@ func TestRequestOverBudgetWaitsThenOverloaded(t *testing.T) {
 		res, _ := c.Embed(ctx, "waits its turn")
 		second <- res
 	}()
-	time.Sleep(200 * time.Millisecond) // the second is in the queue
+	natstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if st := w.cons.Stats(); st.Waiting != 1 {
+			return fmt.Errorf("%d waiting", st.Waiting)
+		}
+		return nil
+	})
 	start := time.Now()
 	res, err := c.Embed(ctx, "finds the queue full")
 	if res == nil || res.Error == nil || res.Error.Code != schema.CodeOverloaded || !res.Error.Retriable || time.Since(start) > time.Second {

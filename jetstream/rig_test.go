@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jetstream/jstest"
 	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -46,32 +46,13 @@ func openEngineWith(t testing.TB, cfg engine.Config, wrap func(engine.Runner) en
 	return enginetest.OpenWith(t, cfg, wrap)
 }
 
-// countingEmbedder records every Embed call's report, to see how texts of
-// different jobs were packed.
-type countingEmbedder struct {
-	engine.Embedder
-	mu      sync.Mutex
-	calls   int
-	reports []engine.CallReport
-	texts   [][]engine.Text
-}
-
-func (c *countingEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
-	embs, rep, err := c.Embedder.Embed(ctx, texts)
-	c.mu.Lock()
-	c.calls++
-	c.reports = append(c.reports, rep)
-	c.texts = append(c.texts, texts)
-	c.mu.Unlock()
-	return embs, rep, err
-}
-
 // sinkFunc lets a test look at (or change) deliveries on their way in.
 type sinkFunc func(ctx context.Context, d jobloop.Delivery) error
 
 func (f sinkFunc) Submit(ctx context.Context, d jobloop.Delivery) error { return f(ctx, d) }
 
-// server is one nats-server with the jetembed streams provisioned.
+// server is one nats-server with the jetembed streams provisioned
+// ([jstest.Server]).
 type server struct {
 	url string
 	cfg jetstream.Config
@@ -79,34 +60,21 @@ type server struct {
 	js  natsjs.JetStream
 }
 
-// newServer starts a server and provisions cfg (DefaultConfig changed by
-// edit).
+// newServer starts a server and provisions cfg (the tests' config changed
+// by edit): [jstest.Provisioned].
 func newServer(t testing.TB, edit func(*jetstream.Config)) *server {
 	t.Helper()
-	return provisioned(t, natstest.RunServer(t).ClientURL(), edit)
+	return rigOf(jstest.Provisioned(t, edit))
 }
 
-// provisioned provisions the server at url.
+// provisioned provisions the server at url: [jstest.ProvisionedAt].
 func provisioned(t testing.TB, url string, edit func(*jetstream.Config)) *server {
 	t.Helper()
-	cfg := jetstream.DefaultConfig()
-	cfg.Consumer.AckWait = 5 * time.Second
-	cfg.Consumer.BackOff = nil
-	if edit != nil {
-		edit(&cfg)
-	}
-	nc := connect(t, url)
-	js, err := natsjs.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
-		t.Fatal(err)
-	}
-	return &server{url: url, cfg: cfg, nc: nc, js: js}
+	return rigOf(jstest.ProvisionedAt(t, url, edit))
 }
+
+// rigOf is s under the names this package's tests use.
+func rigOf(s *jstest.Server) *server { return &server{url: s.URL, cfg: s.Config, nc: s.NC, js: s.JS} }
 
 // connect is a connection that rides out server restarts.
 func connect(t testing.TB, url string) *nats.Conn { return natstest.Connect(t, url) }

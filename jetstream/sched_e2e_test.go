@@ -6,51 +6,36 @@ import (
 	"iter"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/fakes"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
-// gatedRunner is a real ONNX Runtime session whose runs of minSeq tokens
-// or more each wait for a token from gate: the test decides when long
-// (bulk) chunks finish, so "waits behind" is counted in runs, not time.
-type gatedRunner struct {
-	engine.Runner
-	gate   <-chan struct{}
-	open   <-chan struct{} // closed: no more waiting
-	minSeq int
-}
-
-func (g gatedRunner) Run(ctx context.Context, in engine.RunInput) (engine.RunOutput, error) {
-	if in.Seq >= g.minSeq {
-		select {
-		case <-g.gate:
-		case <-g.open:
-		case <-ctx.Done():
-			return engine.RunOutput{}, ctx.Err()
-		}
-	}
-	return g.Runner.Run(ctx, in)
-}
-
-// openGatedEngine is openEngine over gated sessions; the gate opens for
-// good when openAll is called, or the test ends.
-func openGatedEngine(t *testing.T, cfg engine.Config, gate <-chan struct{}, minSeq int) (e *engine.Engine, openAll func()) {
+// openGatedEngine is openEngine over gated sessions: real ONNX Runtime
+// sessions whose runs of minSeq tokens or more each wait for a token from
+// gate, so the test decides when long (bulk) chunks finish and "waits
+// behind" is counted in runs, not time. The gate opens for good when
+// openAll is called, or the test ends; runs counts the sessions' runs
+// begun.
+func openGatedEngine(t *testing.T, cfg engine.Config, gate <-chan struct{}, minSeq int) (e *engine.Engine, openAll func(), runs *atomic.Int64) {
 	t.Helper()
 	open := make(chan struct{})
 	openAll = sync.OnceFunc(func() { close(open) })
+	runs = new(atomic.Int64)
 	e = openEngineWith(t, cfg, func(r engine.Runner) engine.Runner {
-		return gatedRunner{Runner: r, gate: gate, open: open, minSeq: minSeq}
+		return &fakes.Runner{Runner: r, Gate: gate, Open: open, MinSeq: minSeq, Runs: runs}
 	})
 	// Registered after the engine's Close, so it runs first: no run stays
 	// blocked while Close waits for the sessions.
 	t.Cleanup(openAll)
-	return e, openAll
+	return e, openAll, runs
 }
 
 // bulkText has well over 64 tokens of the tiny model's tokenizer.
@@ -65,7 +50,7 @@ func bulkText(i int) string {
 func TestRequestUnderBacklog(t *testing.T) {
 	srv := newServer(t, nil)
 	gate := make(chan struct{})
-	e, openAll := openGatedEngine(t, engine.Config{Sessions: 2, MaxBatch: 2}, gate, 64)
+	e, openAll, runs := openGatedEngine(t, engine.Config{Sessions: 2, MaxBatch: 2}, gate, 64)
 	const n = 12
 	c, err := client.New(srv.nc, client.WithRun("backlog"))
 	if err != nil {
@@ -112,12 +97,17 @@ func TestRequestUnderBacklog(t *testing.T) {
 	// waits for one of them, never for the backlog queued behind.
 	released := 0
 	for e.Stats().QueuedInteractive > 0 && released < 4*n {
+		begun := runs.Load()
 		gate <- struct{}{}
 		released++
-		deadline := time.Now().Add(2 * time.Second)
-		for e.Stats().QueuedInteractive > 0 && time.Now().Before(deadline) {
-			time.Sleep(time.Millisecond)
-		}
+		// The released session ends its chunk and begins its next run: the
+		// request's, or a bulk chunk the request waits behind.
+		natstest.CheckFor(t, 20*time.Second, time.Millisecond, func() error {
+			if e.Stats().QueuedInteractive == 0 || runs.Load() > begun {
+				return nil
+			}
+			return fmt.Errorf("released %d chunks: no run begun since", released)
+		})
 	}
 	if released > 1 {
 		t.Errorf("the request waited for %d bulk chunks to finish, want one", released)
@@ -143,7 +133,7 @@ func TestJobSettlesAlone(t *testing.T) {
 	srv := newServer(t, nil)
 	gate := make(chan struct{})
 	// One text a run: no short text shares the gated long one's chunk.
-	e, openAll := openGatedEngine(t, engine.Config{Sessions: 2, MaxBatch: 1}, gate, 64)
+	e, openAll, _ := openGatedEngine(t, engine.Config{Sessions: 2, MaxBatch: 1}, gate, 64)
 	c, err := client.New(srv.nc, client.WithRun("alone"))
 	if err != nil {
 		t.Fatal(err)

@@ -9,8 +9,10 @@ import (
 
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/fakes"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jetstream/jstest"
 	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -24,7 +26,7 @@ func TestWorkerTakesTheServersSettings(t *testing.T) {
 		c.Consumer.AckWait, c.Consumer.MaxDeliver, c.Consumer.MaxAckPending = 1500*time.Millisecond, 2, 16
 	})
 	e := openEngine(t, engine.Config{Guard: true, GuardSeq: 16})
-	slow := &slowEmbedder{Engine: e, hold: 4 * time.Second}
+	slow := &fakes.Embedder{Embedder: e, Hold: 4 * time.Second}
 	var seen deliveries
 	w := startWorker(t, srv, slow, workerOptions{
 		cfg: jobloop.Config{Delivery: jobloop.DeliveryLimits{AckWait: time.Minute, MaxDeliver: 5},
@@ -78,11 +80,7 @@ func TestWorkerRefreshesChangedSettings(t *testing.T) {
 	defer w.Stop(context.Background())
 	cfg := srv.cfg
 	cfg.Consumer.AckWait, cfg.Consumer.MaxDeliver, cfg.Consumer.MaxAckPending = 3*time.Second, 3, 8
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := jetstream.Provision(ctx, srv.js, cfg); err != nil {
-		t.Fatal(err)
-	}
+	jstest.Provision(t, srv.js, cfg)
 	natstest.CheckFor(t, 10*time.Second, 20*time.Millisecond, func() error {
 		if l := w.Loop().DeliveryLimits(); l.AckWait != 3*time.Second || l.MaxDeliver != 3 {
 			return fmt.Errorf("consumer limits %+v", l)
@@ -96,7 +94,7 @@ func TestWorkerRefreshesChangedSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Submit(ctx, schema.NewJob("after", "after the reopen")); err != nil {
+	if _, err := c.Submit(t.Context(), schema.NewJob("after", "after the reopen")); err != nil {
 		t.Fatal(err)
 	}
 	checkResult(t, e, collect(t, c, "refresh", []string{"after"})["after"], []string{"after the reopen"}, nil)

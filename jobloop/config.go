@@ -22,6 +22,10 @@ const (
 	DefaultInteractiveTokens  = 2 * 16384
 	DefaultInProgressFraction = 0.5
 	DefaultRequestWait        = 10 * time.Second
+	// MaxRequestWait bounds the wait for interactive room of a request
+	// whose deadline is further away (a caller's deadline is its own; a
+	// queue slot held for hours is not).
+	MaxRequestWait = 5 * time.Minute
 )
 
 // The delivery limits of a loop that no server gives any (one fed by a
@@ -63,9 +67,9 @@ type Config struct {
 	// interactive whatever it says: their fairness is per tenant already.
 	InteractiveTenants []string
 	// RequestWait is the longest a request without a deadline waits for
-	// interactive room before it is answered overloaded (one with a
-	// deadline waits until then at most). Default 10 s, the Go client's
-	// request timeout.
+	// interactive room before it is answered overloaded. One with a
+	// deadline waits until its deadline instead (at most [MaxRequestWait]).
+	// Default 10 s, the Go client's request timeout.
 	RequestWait time.Duration
 	// Delivery are the JetStream consumer's AckWait and MaxDeliver. They
 	// are the server's: jetstream.StartWorker sets them from the durable

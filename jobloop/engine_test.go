@@ -14,6 +14,7 @@ import (
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/enginetest"
+	"github.com/jetembed/jetembed/internal/fakes"
 	"github.com/jetembed/jetembed/internal/testkit"
 	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
@@ -36,21 +37,6 @@ func (g *gatedRunner) Run(ctx context.Context, in engine.RunInput) (engine.RunOu
 		<-g.open
 	})
 	return g.Runner.Run(ctx, in)
-}
-
-// reporting records the engine's chunk reports.
-type reporting struct {
-	*engine.Engine
-	mu      sync.Mutex
-	reports []engine.CallReport
-}
-
-func (r *reporting) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
-	embs, rep, err := r.Engine.Embed(ctx, texts)
-	r.mu.Lock()
-	r.reports = append(r.reports, rep)
-	r.mu.Unlock()
-	return embs, rep, err
 }
 
 type ackMsg struct{ done chan string }
@@ -88,7 +74,7 @@ func TestRealEngine(t *testing.T) {
 		gate.Runner = r
 		return gate
 	})
-	emb := &reporting{Engine: e}
+	emb := &fakes.Embedder{Embedder: e}
 	pub := &results{data: map[string][]byte{}}
 	c, err := jobloop.New(jobloop.Config{}, emb, pub)
 	if err != nil {
@@ -144,9 +130,7 @@ func TestRealEngine(t *testing.T) {
 		}
 	}
 
-	emb.mu.Lock()
-	reports := emb.reports
-	emb.mu.Unlock()
+	reports := emb.Reports()
 	// One Embed call per job; the engine's queue packs their texts: a
 	// chunk that held texts of several calls reports fewer texts than
 	// rows to each of them.

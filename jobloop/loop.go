@@ -76,6 +76,9 @@ type Stats struct {
 	// Held counts deliveries not yet settled; Queued those of them not yet
 	// handed to the engine; HeldTokens their estimated tokens.
 	Held, Queued, HeldTokens int
+	// Waiting counts request-reply deliveries waiting for interactive room
+	// (not held yet).
+	Waiting int
 }
 
 // New returns a consumer of emb's vectors that sends results and dead
@@ -116,6 +119,7 @@ func (c *Loop) Stats() Stats {
 	return Stats{
 		Jobs: c.jobs.Load(), Texts: c.texts.Load(), Tokens: c.tokens.Load(),
 		Held: len(c.held), Queued: len(c.queue), HeldTokens: c.heldTokens[0] + c.heldTokens[1],
+		Waiting: c.waitReq.len(),
 	}
 }
 

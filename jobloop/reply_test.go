@@ -2,10 +2,12 @@ package jobloop
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/internal/testkit"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -136,13 +138,12 @@ func TestRequestInboxTenancy(t *testing.T) {
 // natsWait polls cond for up to 5 s.
 func natsWait(t *testing.T, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not met in 5s")
+	testkit.CheckFor(t, 5*time.Second, 2*time.Millisecond, func() error {
+		if !cond() {
+			return errors.New("not yet")
 		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestQueuedJobTenancy: a queued job's tenant is its subject's token, never

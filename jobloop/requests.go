@@ -197,9 +197,11 @@ func (c *Loop) queueRequest(j *job, now time.Time) (evicted []*job, refusal *sch
 				c.heldTokens[1], budget, q.tokens, c.retryHint(c.heldTokens[1]+q.tokens+j.cost-budget))
 		}
 	}
+	// A request with a deadline waits until then (its caller said how long
+	// it waits), at most MaxRequestWait; one without waits RequestWait.
 	limit := now.Add(c.cfg.RequestWait)
-	if !j.deadline.IsZero() && j.deadline.Before(limit) {
-		limit = j.deadline
+	if !j.deadline.IsZero() {
+		limit = minTime(j.deadline, now.Add(MaxRequestWait))
 	}
 	if wait, ok := c.meter.wait(c.heldTokens[1] + q.ahead(j) - budget); ok && now.Add(wait).After(limit) {
 		return evicted, schema.Errorf(schema.CodeOverloaded, "interactive budget full: at the measured %.0f tokens/s this request would start in about %s, after its deadline%s",
@@ -328,4 +330,11 @@ func (m *drainMeter) wait(excess int) (time.Duration, bool) {
 		return 0, false
 	}
 	return time.Duration(float64(max(excess, 0)) / rate * float64(time.Second)), true
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

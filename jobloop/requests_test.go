@@ -263,3 +263,42 @@ func TestRequestQueueFairByTenant(t *testing.T) {
 		}
 	})
 }
+
+// TestRequestDeadlineOutlastsRequestWait: a request that carries a deadline
+// waits for interactive room until that deadline, not RequestWait (which is
+// for requests without one): the client sends its context's deadline, so a
+// caller who gave 60 s is not answered overloaded after 10 (seen as
+// "waited 10.001s for interactive room" under a loaded machine).
+func TestRequestDeadlineOutlastsRequestWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
+		c := newRig(t, Config{InFlightTokens: 20, InteractiveTokens: 12, RequestQueueTokens: 100, RequestWait: 10 * time.Second}, emb, nil).c
+		big := strings.Repeat("b", 27)
+		running := newRequest(t, "running", big)
+		if err := c.Submit(context.Background(), running.d); err != nil {
+			t.Fatal(err)
+		}
+		<-emb.started
+		j := schema.NewJob("patient", big)
+		j.Deadline = time.Now().Add(60 * time.Second).UTC().Format(time.RFC3339Nano)
+		d, m := delivery(t, j, schema.EncodingJSON, 1)
+		patient := &request{d: d, m: m, answer: make(chan []byte, 1)}
+		patient.d.Respond = func(_ map[string][]string, data []byte) error { patient.answer <- data; return nil }
+		if err := c.Submit(context.Background(), patient.d); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(30 * time.Second) // past RequestWait, before the deadline
+		synctest.Wait()
+		select {
+		case data := <-patient.answer:
+			t.Fatalf("answered before room or its deadline: %s", data)
+		default:
+		}
+		close(emb.block)
+		for _, r := range []*request{running, patient} {
+			if res := r.result(t); res.Error != nil {
+				t.Errorf("%s: %v", res.ID, res.Error)
+			}
+		}
+	})
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/jetstream/jstest"
 	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/runtime"
 	"github.com/jetembed/jetembed/schema"
@@ -61,9 +62,7 @@ func newRig(t *testing.T, provision bool) *rig {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := jetstream.Provision(context.Background(), js, jetstream.DefaultConfig()); err != nil {
-			t.Fatal(err)
-		}
+		jstest.Provision(t, js, jetstream.DefaultConfig())
 	}
 	c, err := client.New(nc, client.WithRun("rt"))
 	if err != nil {

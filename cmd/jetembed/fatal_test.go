@@ -12,28 +12,16 @@ import (
 
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/fakes"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/schema"
 )
 
-// failingRunner wraps a real ONNX Runtime session and fails the runs
-// fail picks with err (nil: the run goes through).
-type failingRunner struct {
-	engine.Runner
-	fail func(in engine.RunInput) error
-}
-
-func (r failingRunner) Run(ctx context.Context, in engine.RunInput) (engine.RunOutput, error) {
-	if err := r.fail(in); err != nil {
-		return engine.RunOutput{}, err
-	}
-	return r.Runner.Run(ctx, in)
-}
-
-// withRunnerFailure puts fail under every session the commands open
+// withRunnerFailure puts fail (an error fails the run, nil lets it
+// through) under every session the commands open
 // until the test ends.
 func withRunnerFailure(t *testing.T, fail func(in engine.RunInput) error) {
-	testRunner = func(_ int, r engine.Runner) engine.Runner { return failingRunner{Runner: r, fail: fail} }
+	testRunner = func(_ int, r engine.Runner) engine.Runner { return &fakes.Runner{Runner: r, Fail: fail} }
 	t.Cleanup(func() { testRunner = nil })
 }
 

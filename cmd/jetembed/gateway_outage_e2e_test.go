@@ -45,7 +45,9 @@ func TestGatewayFailsFastOnNATSOutage(t *testing.T) {
 		t.Skip("kills and restarts a nats-server process")
 	}
 	p := natstest.StartProcess(t)
-	startServe(t, p.URL())
+	s := startServe(t, p.URL(), "--http", "127.0.0.1:0")
+	ops := s.logField(t, "http listening", "addr")
+	runs := func() float64 { return scrape(t, ops)["jetembed_run_seconds_count"] }
 	// The gateway as its own process would run it, in front of serve.
 	gctx, stop := context.WithCancel(context.Background())
 	gwLog := &lockedBuffer{}
@@ -87,11 +89,18 @@ func TestGatewayFailsFastOnNATSOutage(t *testing.T) {
 		at               time.Time
 	}
 	inFlight := make(chan answer, 1)
+	before := runs()
 	go func() {
 		status, ra, code, err := post(t, api, string(body), 60*time.Second)
 		inFlight <- answer{status, ra, code, err, time.Now()}
 	}()
-	time.Sleep(700 * time.Millisecond)
+	// In flight at the member: a chunk of it has run, and many are left.
+	natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if n := runs(); n <= before {
+			return fmt.Errorf("%v session runs, %v before the long call", n, before)
+		}
+		return nil
+	})
 	select {
 	case a := <-inFlight:
 		t.Fatalf("the long call ended before the outage: %+v", a)

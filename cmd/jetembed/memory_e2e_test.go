@@ -121,17 +121,23 @@ func memoryAfterLongTexts(t *testing.T, env []string) {
 	}
 	submit("long", long)
 	peak := procStatus(t, child, "VmHWM")
-	time.Sleep(2 * time.Second)
-	after := procStatus(t, child, "VmRSS")
 	modelBytes := dirSize(t, model)
 	limit := budget + modelBytes + 300<<20
-	t.Logf("idle %d MiB, peak %d MiB (limit %d MiB), 2 s after %d MiB", idle>>20, peak>>20, limit>>20, after>>20)
 	if peak > limit {
 		t.Errorf("peak RSS %d MiB over the budget + model + 300 MiB = %d MiB", peak>>20, limit>>20)
 	}
-	if after > 3*idle {
-		t.Errorf("RSS after the flood %d MiB, over 3 x the idle %d MiB", after>>20, idle>>20)
-	}
+	// The engine trims the heap after a second idle (engine/ort idletrim):
+	// wait for the RSS to come back, not for a guessed time. Without the
+	// trim it never does (the arena keeps its high water).
+	done := time.Now()
+	var after int64
+	natstest.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
+		if after = procStatus(t, child, "VmRSS"); after > 3*idle {
+			return fmt.Errorf("RSS after the flood %d MiB, over 3 x the idle %d MiB", after>>20, idle>>20)
+		}
+		return nil
+	})
+	t.Logf("idle %d MiB, peak %d MiB (limit %d MiB), %d MiB %s after", idle>>20, peak>>20, limit>>20, after>>20, time.Since(done).Round(time.Millisecond))
 }
 
 // startHelper runs this test binary as `jetembed ARGS...` with env added

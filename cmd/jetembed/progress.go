@@ -64,6 +64,10 @@ func (p *progress) plain() {
 		case <-t.C:
 		}
 		p.mu.Lock()
+		if p.ended { // a tick that raced end: its line would follow the last
+			p.mu.Unlock()
+			return
+		}
 		fmt.Fprintln(p.w, p.lineLocked())
 		p.mu.Unlock()
 		t.Reset(p.every)

@@ -49,6 +49,8 @@ var mayImport = map[string][]string{
 	"jetstream":                 {"client", "jobloop", "engine", "fleet", "schema", "internal/telemetry"},
 	"gateway":                   {"schema"},
 	"runtime":                   {"jetstream", "jobloop", "engine", "fleet", "gateway", "client", "schema", "internal/telemetry"},
+	"jetstream/jstest":          {"jetstream", "internal/natstest"},
+	"internal/fakes":            {"engine"},
 	"internal/bench":            {anyPkg},
 	"internal/bench/fleet":      {},
 	"faults":                    {},
@@ -58,11 +60,11 @@ var mayImport = map[string][]string{
 
 // natsImporters may import nats.go: the NATS adapters (jetstream), the
 // producer SDK (client), the runtime that owns the connection and its
-// reconnects, and the test kit. The gateway needs not (it reaches the fleet
+// reconnects, and the test kit (natstest, jstest). The gateway needs not (it reaches the fleet
 // through its Requester), nor cmd/jetembed: it parses flags into configs
 // and hands the connection handles jetstream returns to client and
 // runtime without naming their types.
-var natsImporters = []string{"jetstream", "client", "runtime", "internal/natstest"}
+var natsImporters = []string{"jetstream", "client", "runtime", "internal/natstest", "jetstream/jstest"}
 
 // cgoPackage is the one package of the project with cgo files of its own:
 // glibc's malloc_trim for engine/ort (ONNX Runtime's cgo is in the

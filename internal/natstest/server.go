@@ -2,6 +2,9 @@ package natstest
 
 import (
 	"errors"
+	"fmt"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -76,16 +79,52 @@ func startServer(o *server.Options) (*server.Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !o.NoLog {
+	errs := &errorLog{}
+	if o.NoLog {
+		s.SetLogger(errs, false, false)
+	} else {
 		s.ConfigureLogger()
 	}
 	go s.Start()
 	if !s.ReadyForConnections(readyTimeout) {
 		s.Shutdown()
+		if last := errs.String(); last != "" {
+			return nil, fmt.Errorf("%w: %s", errNotReady, last)
+		}
 		return nil, errNotReady
 	}
 	return s, nil
 }
+
+// errorLog keeps the last errors of a server that logs nothing else, so
+// that one that never becomes ready (a port taken, say: nats-server then
+// only logs, it does not fail) says why.
+type errorLog struct {
+	mu   sync.Mutex
+	last []string
+}
+
+func (l *errorLog) keep(format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.last = append(l.last, fmt.Sprintf(format, v...))
+	if len(l.last) > 3 {
+		l.last = l.last[1:]
+	}
+}
+
+func (l *errorLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Join(l.last, "; ")
+}
+
+func (l *errorLog) Fatalf(format string, v ...any) { l.keep(format, v...) }
+func (l *errorLog) Errorf(format string, v ...any) { l.keep(format, v...) }
+func (*errorLog) Noticef(string, ...any)           {}
+func (*errorLog) Warnf(string, ...any)             {}
+func (*errorLog) Debugf(string, ...any)            {}
+func (*errorLog) Tracef(string, ...any)            {}
 
 // Connect is a client connection to url that reconnects quickly and
 // forever, as jetstream.Connect does, so it rides out the server restarts

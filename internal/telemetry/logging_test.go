@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -108,17 +109,16 @@ func TestHeartbeat(t *testing.T) {
 		Heartbeat(ctx, log, 10*time.Millisecond, stats)
 		close(done)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for len(buf.Lines()) < 2 && time.Now().Before(deadline) {
-		time.Sleep(5 * time.Millisecond)
-	}
+	testkit.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if n := len(buf.Lines()); n < 2 {
+			return fmt.Errorf("heartbeat logged %d lines", n)
+		}
+		return nil
+	})
 	cancel()
 	<-done
 
 	lines := buf.Lines()
-	if len(lines) < 2 {
-		t.Fatalf("heartbeat logged %d lines in 10s", len(lines))
-	}
 	var rec struct {
 		Msg        string  `json:"msg"`
 		TextsPerS  float64 `json:"texts_per_s"`

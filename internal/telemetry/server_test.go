@@ -13,6 +13,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -109,39 +110,35 @@ func TestReadyzDeepTimeout(t *testing.T) {
 }
 
 // TestReadyzDeepShared checks that concurrent deep probes share one canary
-// run instead of queueing one each.
+// run instead of queueing one each. In a synctest bubble every probe is
+// known to be waiting on the run before it ends, so exactly one runs.
 func TestReadyzDeepShared(t *testing.T) {
-	release := make(chan struct{})
-	var runs atomic.Int32
-	h := Handler(Health{Canary: func(context.Context) error {
-		runs.Add(1)
-		<-release
-		return nil
-	}}, nil)
-	const probes = 8
-	var wg sync.WaitGroup
-	codes := make([]int, probes)
-	for i := range probes {
-		wg.Go(func() { codes[i], _ = get(t, h, "/readyz?deep=1") })
-	}
-	// Wait until the first canary is running, give the other probes time to
-	// join it, then let it finish.
-	for runs.Load() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(100 * time.Millisecond)
-	close(release)
-	wg.Wait()
-	for i, c := range codes {
-		if c != 200 {
-			t.Errorf("probe %d = %d, want 200", i, c)
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		var runs atomic.Int32
+		h := Handler(Health{Canary: func(context.Context) error {
+			runs.Add(1)
+			<-release
+			return nil
+		}}, nil)
+		const probes = 8
+		var wg sync.WaitGroup
+		codes := make([]int, probes)
+		for i := range probes {
+			wg.Go(func() { codes[i], _ = get(t, h, "/readyz?deep=1") })
 		}
-	}
-	// Probes that arrived after the shared run ended start their own, so
-	// more than one run is possible but not one per probe on a quiet machine.
-	if n := runs.Load(); n < 1 || n >= probes {
-		t.Errorf("canary ran %d times for %d concurrent probes", n, probes)
-	}
+		synctest.Wait() // every probe waits on the run, which waits on release
+		close(release)
+		wg.Wait()
+		for i, c := range codes {
+			if c != 200 {
+				t.Errorf("probe %d = %d, want 200", i, c)
+			}
+		}
+		if n := runs.Load(); n != 1 {
+			t.Errorf("canary ran %d times for %d concurrent probes, want once", n, probes)
+		}
+	})
 }
 
 func TestServe(t *testing.T) {
