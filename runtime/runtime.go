@@ -77,10 +77,13 @@ func (r *Runtime) Start(ctx context.Context) error {
 
 func (r *Runtime) start(ctx context.Context) (err error) {
 	warnUnscoped(r.log, r.cfg.Loop.Replies)
-	if r.stopHTTP, err = startHTTP(r.log, r.cfg.HTTP, r.live.health(), r.cfg.MetricsHandler); err != nil {
+	// Not assigned to r.stopHTTP before it succeeded: end calls it.
+	stopHTTP, err := startHTTP(r.log, r.cfg.HTTP, r.live.health(), r.cfg.MetricsHandler)
+	if err != nil {
 		r.end(err)
 		return err
 	}
+	r.stopHTTP = stopHTTP
 	nc, err := jetstream.Connect(ctx, r.cfg.NATS)
 	if err != nil {
 		r.end(err)

@@ -30,7 +30,7 @@ trap cleanup EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 url=nats://127.0.0.1:$port
 # shellcheck disable=SC2086
-"$bin" dev --model "$model" --listen "127.0.0.1:$port" --data "$work/data" --http "" \
+"$bin" dev --model "$model" --listen "127.0.0.1:$port" --data "$work/data" --http "" --http-api "" \
   --memory-budget "$budget" ${MEM_ARGS:-} >"$work/dev.log" 2>&1 &
 dev=$!
 for _ in $(seq 300); do

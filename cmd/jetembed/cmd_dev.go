@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 
@@ -30,6 +31,7 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	// No warm-up grid by default: up to 8192 tokens it takes a minute on
 	// CPU, and a development server should answer at once.
 	sc := addServeCommand(fs, false, false, "create")
+	fs.addCommon("listen", "data", "verbose")
 	c, done, err := sc.parse(args, io)
 	if done || err != nil {
 		return err
@@ -41,6 +43,9 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 		if c.Engine.Model, err = bundledModel(); err != nil {
 			return err
 		}
+	}
+	if err := checkListeners(append([]listener{{"listen", *listen}}, c.listeners()...)...); err != nil {
+		return err
 	}
 	dir, err := filepath.Abs(*dataDir)
 	if err != nil {
@@ -75,7 +80,7 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	if c.Runtime.API != nil {
 		api = c.Runtime.API.Listen
 	}
-	printDevHelp(io, c.Objects, url, dir, api)
+	printDevHelp(io, c.Objects, url, dir, api, c.Runtime.HTTP)
 	fmt.Fprintf(io.out, "serving model %s; press Ctrl-C to stop\n", c.Engine.Model)
 	c.Runtime.Check = runtime.SkipCheck // done above, with the same config
 	err = serve(ctx, io, c)
@@ -119,10 +124,21 @@ func subjectRoot(subject string) string {
 	return subject
 }
 
-// printDevHelp tells the user where the dev server is and how to use it:
-// the nats CLI, a job, a request, submit and the HTTP API (api, when on).
-func printDevHelp(io stdio, cfg jetstream.Config, url, dir, api string) {
+// printDevHelp tells the user what listens where (the NATS server, the
+// HTTP API, the health and metrics server) and how to use it: the nats
+// CLI, a job, a request, submit and the HTTP API (api and ops, when on).
+func printDevHelp(io stdio, cfg jetstream.Config, url, dir, api, ops string) {
 	fmt.Fprintf(io.out, "\nNATS JetStream dev server on %s, data in %s\n", url, dir)
+	fmt.Fprintln(io.out, "listening:")
+	fmt.Fprintf(io.out, "  NATS        %-36s --listen\n", url)
+	if api != "" {
+		fmt.Fprintf(io.out, "  HTTP API    %-36s --http-api (OpenAI /v1/embeddings, TEI /embed, /rerank; \"\" turns it off)\n", "http://"+api+"/v1"+anyPort(api))
+	} else {
+		fmt.Fprintln(io.out, "  HTTP API    off                                  --http-api 127.0.0.1:8081 turns it on")
+	}
+	if ops != "" {
+		fmt.Fprintf(io.out, "  health      %-36s --http (/healthz, /readyz, /metrics)\n", "http://"+ops+anyPort(ops))
+	}
 	fmt.Fprintf(io.out, "connect with: --nats %s   (or JETEMBED_NATS=%s)\n", url, url)
 	results := subjectRoot(cfg.Results.Subjects[0]) + ".demo"
 	fmt.Fprintf(io.out, "the nats CLI:  export PATH=\"$PWD/.deps/bin:$PATH\"   (make deps installs it)\n")
@@ -132,7 +148,16 @@ func printDevHelp(io stdio, cfg jetstream.Config, url, dir, api string) {
 	fmt.Fprintf(io.out, "request:      nats req %s '{\"id\":\"1\",\"texts\":[\"hello\"]}' -H Content-Type:application/json --server %s\n", schema.SubjectEmbed, url)
 	fmt.Fprintf(io.out, "or:           jetembed submit --nats %s --text hello\n", url)
 	fmt.Fprintln(io.out, "max payload:  8 MiB here; a standard nats-server takes 1 MiB (jetembed submit reads it and cuts its jobs to fit)")
-	if a := api; a != "" {
-		fmt.Fprintf(io.out, "HTTP API:     curl http://%s/v1/embeddings -H Content-Type:application/json -d '{\"input\":\"hello\"}'\n", a)
+	if api != "" {
+		fmt.Fprintf(io.out, "HTTP API:     curl http://%s/v1/embeddings -H Content-Type:application/json -d '{\"input\":\"hello\"}'\n", api)
+		fmt.Fprintf(io.out, "OpenAI SDK:   base URL http://%s/v1, any API key, model \"bge-m3\"\n", api)
 	}
+}
+
+// anyPort notes that port 0 is any free port, which the log names.
+func anyPort(addr string) string {
+	if _, port, err := net.SplitHostPort(addr); err == nil && port == "0" {
+		return " (a free port: see the log)"
+	}
+	return ""
 }

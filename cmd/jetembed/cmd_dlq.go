@@ -22,6 +22,7 @@ func init() {
 	register(command{
 		name:    "dlq",
 		summary: "list, show and replay dead letters: jetembed dlq list | show SEQ | replay SEQ...",
+		args:    "list|show|replay [flags] [SEQ...]",
 		run:     runDLQ,
 	})
 }
@@ -50,13 +51,11 @@ func runDLQ(ctx context.Context, args []string, io stdio) error {
 		if err := fs.Parse(args); err != nil {
 			return err
 		}
-		fs.Usage()
 		return fmt.Errorf("%w: want a subcommand: list, show or replay", errUsage)
 	}
 	sub, args := args[0], args[1:]
 	only := map[string][]string{"list": {"code", "limit", "json"}, "show": {"raw"}, "replay": {"code", "jobs-stream", "delete"}}
 	if _, ok := only[sub]; !ok {
-		fs.Usage()
 		return fmt.Errorf("%w: unknown subcommand %q: want list, show or replay", errUsage, sub)
 	}
 	rest, err := parseInterleaved(fs, args)

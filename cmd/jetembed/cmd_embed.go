@@ -20,6 +20,7 @@ func init() {
 	register(command{
 		name:    "embed",
 		summary: "embed JSONL texts from a file or stdin locally, without NATS (one JSONL result per line)",
+		args:    "[flags] [FILE|-]",
 		run:     runEmbed,
 	})
 }

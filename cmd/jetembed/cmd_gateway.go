@@ -46,11 +46,10 @@ type gatewayFlags struct {
 }
 
 // addGatewayFlags adds the API flags; listenFlag names the address flag
-// (--listen in gateway, --http-api in serve and dev, where it is off by
-// default).
+// (--listen in gateway, --http-api in serve and dev, where it can be off).
 func addGatewayFlags(fs *flagSet, listenFlag, listenDefault string) *gatewayFlags {
 	listenUsage := "address of the HTTP embeddings API (OpenAI /v1/embeddings, /v1/models, /v1/rerank; TEI /embed, /embed_sparse, /embed_all, /rerank, /tokenize, /info; /v1/sparse-embeddings, /v1/embeddings:both, /health)"
-	if listenDefault == "" {
+	if listenFlag == "http-api" {
 		listenUsage += " in this process (empty: off)"
 	}
 	f := new(gatewayFlags)
@@ -112,6 +111,9 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 	}
 	if gf.listen == "" {
 		return fmt.Errorf("%w: --listen is required", errUsage)
+	}
+	if err := checkListeners(listener{"listen", gf.listen}, listener{"http", *ops}); err != nil {
+		return err
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {

@@ -18,6 +18,7 @@ func init() {
 	register(command{
 		name:    "model",
 		summary: "inspect DIR|ID: what --model would load (files, layout, inputs, dims, heads, digests); lock DIR|ID: write its manifest.json",
+		args:    "inspect|lock [flags] DIR|ID",
 		run:     runModel,
 	})
 }

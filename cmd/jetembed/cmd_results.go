@@ -20,6 +20,7 @@ func init() {
 	register(command{
 		name:    "results",
 		summary: "write a submitted run's stored results in input order, without its input file",
+		args:    "[flags] RUN",
 		run:     runResults,
 	})
 }
@@ -94,6 +95,12 @@ func runResults(ctx context.Context, args []string, io stdio) error {
 	if missing > 0 {
 		return fmt.Errorf("%d of %d jobs of run %s have no stored result (not finished, or every line failed before submission); %d lines written", missing, last+1, c.Run(), lines)
 	}
+	// On stderr: stdout may be the JSONL itself.
+	where := *out
+	if where == "-" {
+		where = "stdout"
+	}
+	fmt.Fprintf(io.err, "wrote %d lines (%d failed) of run %s to %s\n", lines, failed, c.Run(), where)
 	return linesFailed(failed, lines)
 }
 

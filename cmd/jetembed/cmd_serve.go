@@ -25,9 +25,21 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 	if done || err != nil {
 		return err
 	}
+	if err := checkListeners(c.listeners()...); err != nil {
+		return err
+	}
 	log := telemetry.NewLogger(io.err, c.LogLevel, c.LogFormat)
 	c.Runtime.NATS = sc.nf.options(log)
 	return serve(ctx, io, c)
+}
+
+// listeners are the addresses serve and dev listen on, with their flags.
+func (c serveConfig) listeners() []listener {
+	ls := []listener{{"http", c.Runtime.HTTP}}
+	if c.Runtime.API != nil {
+		ls = append(ls, listener{"http-api", c.Runtime.API.Listen})
+	}
+	return ls
 }
 
 // serve is the whole service: flags parsed into c, the process's

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/gateway"
 	"github.com/jetembed/jetembed/internal/mallocenv"
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/jetstream"
@@ -21,8 +22,6 @@ import (
 // and fleet ones. The consumer's ack wait, max deliver, backoff and max
 // ack pending are not among them: they are the server's (see `provision`).
 type serveFlags struct {
-	patience       time.Duration
-	gatherTokens   int
 	inFlightTokens int
 	interactive    int
 	prefetchMax    int
@@ -46,11 +45,12 @@ type serveFlags struct {
 }
 
 // addServeFlags defines serve's flags; provision is the default of
-// --provision (off for serve, create for dev).
-func addServeFlags(fs *flagSet, provision string) *serveFlags {
+// --provision (off for serve, create for dev) and api the default of
+// --http-api (off for serve, loopback for dev).
+func addServeFlags(fs *flagSet, provision, api string) *serveFlags {
 	f := new(serveFlags)
-	fs.DurationVar(&f.patience, "patience", 0, "deprecated, ignored: jobs go to the engine at once, whose one queue packs the texts of every job in flight")
-	fs.IntVar(&f.gatherTokens, "gather-tokens", 0, "deprecated: nothing waits to be gathered; a value still stands for max-batch-tokens x sessions in the defaults of --in-flight-tokens and --interactive-tokens (set those instead)")
+	fs.remove("patience", "nothing replaces it: jobs go to the engine at once, whose one queue packs the texts of every job in flight; drop it")
+	fs.remove("gather-tokens", "set --in-flight-tokens (4x the old value) and --interactive-tokens (2x), JETEMBED_IN_FLIGHT_TOKENS and JETEMBED_INTERACTIVE_TOKENS")
 	fs.IntVar(&f.inFlightTokens, "in-flight-tokens", 0, "estimated tokens of the bulk jobs this process holds (in the engine's queue, running or publishing); when full it stops pulling (0: 4 x max-batch-tokens x sessions; interactive jobs have a budget of their own)")
 	fs.IntVar(&f.interactive, "interactive-tokens", 0, "the one knob of this process's interactive capacity: estimated tokens of the requests and interactive jobs it holds (apart from the bulk budget, so a backlog never refuses a request; requests beyond it wait in a queue of up to 8 times as many tokens), also the engine's interactive admission budget and what a gateway sizes its calls by (0: 2 x max-batch-tokens x sessions)")
 	fs.IntVar(&f.prefetchMax, "prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4")
@@ -70,7 +70,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 	fs.StringVar(&f.tenantResults, "tenant-results-prefix", schema.DefaultTenantResultsPrefix, "a tenant's results space: <prefix>.<tenant>.>")
 	fs.StringVar(&f.tenantInbox, "tenant-inbox-prefix", schema.DefaultTenantInboxPrefix, "a tenant's inbox space: <prefix><tenant>.> (its connection's nats inbox prefix)")
 	fs.StringVar(&f.interTenants, "interactive-tenants", "*", "tenants whose queued jobs may ask for priority interactive, comma separated; another tenant's run as bulk, so a bulk producer cannot take the budget of the callers who wait (*: every tenant; empty: none; requests are interactive whatever it says)")
-	f.api = addGatewayFlags(fs, "http-api", "")
+	f.api = addGatewayFlags(fs, "http-api", api)
 	return f
 }
 
@@ -108,9 +108,8 @@ func provisionMode(c runtime.Check) jetstream.Mode {
 	return jetstream.ModeCheck
 }
 
-// config gathers the parsed flags into one [serveConfig]; warn receives the
-// deprecation warnings.
-func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *fleetFlags, warn func(string, ...any)) (serveConfig, error) {
+// config gathers the parsed flags into one [serveConfig].
+func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *fleetFlags) (serveConfig, error) {
 	c := serveConfig{Objects: objects, LogFormat: sf.logFormat}
 	if err := c.LogLevel.UnmarshalText([]byte(sf.logLevel)); err != nil {
 		return c, fmt.Errorf("%w: --log-level %q", errUsage, sf.logLevel)
@@ -122,18 +121,15 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 	if c.Engine, err = ef.config(); err != nil {
 		return c, err
 	}
-	if sf.patience != 0 {
-		warn("warning: --patience (JETEMBED_PATIENCE) is deprecated and ignored: jobs go to the engine at once, whose one queue packs the texts of every job in flight\n")
-	}
-	if sf.gatherTokens > 0 {
-		warn("warning: --gather-tokens (JETEMBED_GATHER_TOKENS) is deprecated: nothing waits to be gathered; it still sizes the default budgets (4x in flight, 2x interactive): set --in-flight-tokens and --interactive-tokens instead\n")
-	}
-	runs := runTokens(sf.gatherTokens, c.Engine)
+	runs := runTokens(c.Engine)
 	inFlight := sf.inFlightTokens
 	if inFlight <= 0 {
 		inFlight = 4 * runs
 	}
-	interactive := interactiveTokens(sf.interactive, ef.interactive, runs, warn)
+	interactive := sf.interactive
+	if interactive <= 0 {
+		interactive = 2 * runs
+	}
 	// One interactive capacity: what the job loop takes in, the engine
 	// runs.
 	c.Engine.Engine.InteractiveTokens = interactive
@@ -191,37 +187,13 @@ func interactiveTenants(s string) []string {
 
 // runTokens is the padded tokens of one run of every session, which the
 // in-flight budgets default to multiples of: --max-batch-tokens (16384 by
-// default) x --sessions, or the deprecated --gather-tokens that stood for
-// it.
-func runTokens(gatherFlag int, ec engineConfig) int {
-	if gatherFlag > 0 {
-		return gatherFlag
-	}
+// default) x --sessions.
+func runTokens(ec engineConfig) int {
 	run := engine.DefaultMaxBatchTokens
 	if ec.Engine.MaxBatchTokens > 0 {
 		run = ec.Engine.MaxBatchTokens
 	}
 	return run * max(ec.Engine.Sessions, 1)
-}
-
-// interactiveTokens is the process's one interactive capacity: the
-// job loop's budget of held requests and the engine's interactive
-// admission alike, so that what the job loop takes in the engine runs.
-// --engine-interactive-tokens, the second knob it replaced, is a
-// deprecated alias read when --interactive-tokens is not set (kept so that
-// deployments that set it, or its JETEMBED_ variable, still start).
-func interactiveTokens(flag, engineFlag, runs int, warn func(string, ...any)) int {
-	n := flag
-	if engineFlag > 0 {
-		if n <= 0 {
-			n = engineFlag
-		}
-		warn("warning: --engine-interactive-tokens (JETEMBED_ENGINE_INTERACTIVE_TOKENS) is deprecated: --interactive-tokens is the one interactive budget, the engine's included; using %d\n", n)
-	}
-	if n <= 0 {
-		n = 2 * runs
-	}
-	return n
 }
 
 // printConfig prints every flag's effective value (flag, environment, or
@@ -256,14 +228,40 @@ type serveCommand struct {
 
 // addServeCommand defines the flags of serve on fs: with the NATS flags
 // (dev serves its own server), the warm-up grid by default (warm) and
-// provision the default of --provision.
+// provision the default of --provision. Without the NATS flags (dev) the
+// HTTP API is on by default, on loopback: a newcomer's OpenAI client
+// works against `make run` without a restart, and the port is local.
 func addServeCommand(fs *flagSet, natsFlags, warm bool, provision string) serveCommand {
 	sc := serveCommand{fs: fs}
+	api := gateway.DefaultListen
 	if natsFlags {
 		sc.nf = addNATSFlags(fs)
+		api = ""
 	}
-	sc.pf, sc.ef, sc.ff, sc.sf = addProvisionFlags(fs, false), addEngineFlags(fs, warm), addFleetFlags(fs), addServeFlags(fs, provision)
+	sc.pf, sc.ef, sc.ff, sc.sf = addProvisionFlags(fs, false), addEngineFlags(fs, warm), addFleetFlags(fs), addServeFlags(fs, provision, api)
+	fs.addCommon(serveCommonFlags...)
 	return sc
+}
+
+// serveCommonFlags are the flags `serve --help` and `dev --help` list (of
+// those the command has): what a first deployment sets. The others, the
+// objects' names and limits, the engine's fine tuning, the HTTP API's
+// limits, the fleet's timings, are under --help-all, and all are in
+// docs/configuration.md. At most 40 (TEI's router has about as many).
+var serveCommonFlags = []string{
+	// Where the server is and who we are.
+	"nats", "nats-creds", "nats-user", "nats-password", "nats-token", "nats-nkey", "nats-tls-ca",
+	// The model and the hardware.
+	"model", "provider", "device", "sessions", "threads", "max-tokens", "max-batch-tokens", "memory-budget",
+	"warmup-batches", "warmup-max-seq", "trt-cache", "fp16",
+	// Capacity and shutdown.
+	"in-flight-tokens", "interactive-tokens", "prefetch-max", "grace",
+	// Operations.
+	"http", "log-level", "log-format", "print-config", "provision", "replicas", "fleet",
+	// The HTTP API in this process.
+	"http-api", "api-key", "tls-cert", "tls-key",
+	// Tenancy and results.
+	"tenant-token", "reply-allow", "max-result-bytes", "blobs",
 }
 
 // parse parses the flags of serve and dev into a [serveConfig]; done is
@@ -285,6 +283,6 @@ func (sc serveCommand) parse(args []string, io stdio) (c serveConfig, done bool,
 	if err != nil {
 		return c, false, err
 	}
-	c, err = sc.sf.config(objects, sc.ef, sc.ff, func(format string, args ...any) { fmt.Fprintf(io.err, format, args...) })
+	c, err = sc.sf.config(objects, sc.ef, sc.ff)
 	return c, false, err
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -47,7 +48,7 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	if code, _, errOut := runCmd(t, context.Background(), "provision", "--nats", srv.ClientURL(), "--ack-wait", "2s"); code != 0 {
 		t.Fatalf("provision: exit %d: %s", code, errOut)
 	}
-	s := startServe(t, srv.ClientURL(), "--http", "127.0.0.1:0", "--grace", "20s", "--patience", "20ms", "--log-level", "debug", "--provision=off")
+	s := startServe(t, srv.ClientURL(), "--http", "127.0.0.1:0", "--grace", "20s", "--log-level", "debug", "--provision=off")
 	defer func() {
 		if t.Failed() {
 			t.Log(s.log.String())
@@ -195,16 +196,13 @@ func pollReadiness(url string) readinessSeen {
 }
 
 func TestServePrintConfig(t *testing.T) {
-	t.Setenv("JETEMBED_PATIENCE", "7ms")
 	t.Setenv("JETEMBED_NATS_PASSWORD", "secret")
-	code, out, errOut := runCmd(t, context.Background(), "serve", "--print-config", "--in-flight-tokens", "999", "--gather-tokens", "4096")
+	code, out, errOut := runCmd(t, context.Background(), "serve", "--print-config", "--in-flight-tokens", "999")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	for _, want := range []string{
-		"--patience=7ms\tJETEMBED_PATIENCE\n",
 		"--in-flight-tokens=999\tJETEMBED_IN_FLIGHT_TOKENS\n",
-		"--gather-tokens=4096\tJETEMBED_GATHER_TOKENS\n",
 		"--nats-password=<set>\tJETEMBED_NATS_PASSWORD\n",
 		"--http=127.0.0.1:9090\tJETEMBED_HTTP\n",
 		"--model=\tJETEMBED_MODEL\n",
@@ -229,28 +227,19 @@ func TestServePrintConfig(t *testing.T) {
 // configuration as given, and their defaults follow the engine's batch
 // size and sessions (4 and 2 runs of every session). --interactive-tokens
 // is the one interactive knob: the engine's interactive admission is the
-// same number. The deprecated knobs still start and warn:
-// --engine-interactive-tokens is an alias of --interactive-tokens,
-// --gather-tokens still stands for a run of every session in the
-// defaults, and --patience is ignored.
+// same number.
 func TestServeBudgetFlags(t *testing.T) {
 	const runs = 2048 * 3
 	for _, tc := range []struct {
 		args                  []string
 		inFlight, interactive int
-		deprecatedWarning     bool
 	}{
-		{[]string{"--in-flight-tokens", "999", "--interactive-tokens", "1234"}, 999, 1234, false},
-		{nil, 4 * runs, 2 * runs, false},
-		{[]string{"--engine-interactive-tokens", "4321"}, 4 * runs, 4321, true},
-		{[]string{"--engine-interactive-tokens", "4321", "--interactive-tokens", "1234"}, 4 * runs, 1234, true},
-		{[]string{"--gather-tokens", "1000"}, 4000, 2000, true},
-		{[]string{"--patience", "1s"}, 4 * runs, 2 * runs, true},
+		{[]string{"--in-flight-tokens", "999", "--interactive-tokens", "1234"}, 999, 1234},
+		{nil, 4 * runs, 2 * runs},
 	} {
-		var stderr strings.Builder
-		sc := addServeCommand(newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: &stderr}), true, true, "off")
+		sc := addServeCommand(newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard}), true, true, "off")
 		c, done, err := sc.parse(append([]string{"--max-batch-tokens", "2048", "--sessions", "3"}, tc.args...),
-			stdio{out: io.Discard, err: &stderr})
+			stdio{out: io.Discard, err: io.Discard})
 		if err != nil || done {
 			t.Fatalf("parse: done %v, %v", done, err)
 		}
@@ -260,8 +249,47 @@ func TestServeBudgetFlags(t *testing.T) {
 		if got := c.Engine.Engine.InteractiveTokens; got != tc.interactive {
 			t.Errorf("%q: engine interactive %d, want %d: the one knob", tc.args, got, tc.interactive)
 		}
-		if warned := strings.Contains(stderr.String(), "deprecated"); warned != tc.deprecatedWarning {
-			t.Errorf("%q: deprecation warning %v, want %v: %s", tc.args, warned, tc.deprecatedWarning, stderr.String())
+	}
+}
+
+// TestRemovedFlags: the flags issue 31 removed are refused, as flags and
+// as variables, with what to set instead named, in every command that had
+// them; nothing else is printed.
+func TestRemovedFlags(t *testing.T) {
+	clearEnv(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		cmd, flag, instead string
+	}{
+		{"serve", "patience", "drop it"},
+		{"dev", "patience", "drop it"},
+		{"serve", "gather-tokens", "--in-flight-tokens"},
+		{"serve", "engine-interactive-tokens", "--interactive-tokens"},
+		{"embed", "engine-interactive-tokens", "--interactive-tokens"},
+		{"warmup", "engine-interactive-tokens", "--interactive-tokens"},
+	} {
+		code, out, errOut := runCmd(t, ctx, tc.cmd, "--"+tc.flag, "1")
+		first, _, _ := strings.Cut(errOut, "\n")
+		if code != 2 || out != "" || !strings.Contains(first, "--"+tc.flag+" was removed") || !strings.Contains(first, tc.instead) {
+			t.Errorf("%s --%s: exit %d, stdout %q, stderr:\n%s", tc.cmd, tc.flag, code, out, errOut)
+		}
+		if n := strings.Count(errOut, "\n"); n > 3 {
+			t.Errorf("%s --%s: %d lines of error, want 3:\n%s", tc.cmd, tc.flag, n, errOut)
+		}
+		env := envName(tc.flag)
+		t.Setenv(env, "1")
+		// No flags: the variable is refused before anything starts (the
+		// cancelled context ends a command that wrongly started).
+		cancelled, cancel := context.WithCancel(ctx)
+		cancel()
+		args := []string{tc.cmd}
+		if tc.cmd == "dev" {
+			args = append(args, "--data", t.TempDir(), "--listen", "127.0.0.1:0", "--http", "", "--http-api", "")
+		}
+		code, _, errOut = runCmd(t, cancelled, args...)
+		os.Unsetenv(env)
+		if code != 2 || !strings.Contains(errOut, env) || !strings.Contains(errOut, tc.instead) {
+			t.Errorf("%s with %s set: exit %d, stderr:\n%s", tc.cmd, env, code, errOut)
 		}
 	}
 }

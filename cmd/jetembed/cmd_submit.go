@@ -21,6 +21,7 @@ func init() {
 	register(command{
 		name:    "submit",
 		summary: "queue JSONL texts as jobs and write their results in input order (resumable), or --text for one vector now",
+		args:    "[flags] FILE|- (or --text TEXT)",
 		run:     runSubmit,
 	})
 }
@@ -54,6 +55,9 @@ func runSubmit(ctx context.Context, args []string, io stdio) error {
 		return fmt.Errorf("%w: --outputs: %w", errUsage, err)
 	}
 	log := slog.New(slog.NewTextHandler(io.err, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if *f.text == "" && fs.isSet("text") {
+		return fmt.Errorf("%w: --text is empty: give the text to embed (--text hello), or an input file", errUsage)
+	}
 	if *f.text != "" {
 		if len(files) > 0 {
 			return fmt.Errorf("%w: --text takes no input file", errUsage)

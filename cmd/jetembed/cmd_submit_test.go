@@ -193,6 +193,9 @@ func TestSubmitEndToEndAndResume(t *testing.T) {
 	if code != 1 || !strings.Contains(errOut, "6 of 45 lines failed") {
 		t.Fatalf("results mp: exit %d: %s", code, errOut)
 	}
+	if want := "wrote 45 lines (6 failed) of run mp to " + stored + "\n"; !strings.Contains(errOut, want) {
+		t.Errorf("results printed no summary %q:\n%s", want, errOut)
+	}
 	if a, b := readFile(t, mp), readFile(t, stored); a != b {
 		t.Errorf("results wrote a different output than submit:\n%s\nwant\n%s", b, a)
 	}

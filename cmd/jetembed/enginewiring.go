@@ -31,7 +31,6 @@ type engineFlags struct {
 	maxBatch            int
 	tiers               string
 	admission           int
-	interactive         int
 	guard               string
 	guardSeq            int
 	breaker             int
@@ -75,7 +74,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 	fs.IntVar(&f.maxBatch, "max-batch", 0, "texts per session run (0: 64)")
 	fs.StringVar(&f.tiers, "tiers", "", "padded sequence tiers, comma separated (default: none on cpu without the guard, where a chunk is padded to its own longest text; else 4 per octave from 8 to max tokens)")
 	fs.IntVar(&f.admission, "engine-admission-tokens", 0, "engine admission budget: tokens of embed calls in progress; beyond it a call is refused as overloaded (0: 8 x max-batch-tokens x sessions)")
-	fs.IntVar(&f.interactive, "engine-interactive-tokens", 0, "deprecated alias of --interactive-tokens (serve, dev), which now sets the engine's interactive admission too; ignored by embed and warmup")
+	fs.remove("engine-interactive-tokens", "--interactive-tokens (serve, dev; JETEMBED_INTERACTIVE_TOKENS) is the one interactive budget, the engine's included")
 	fs.StringVar(&f.guard, "guard", "auto", "JIT guard refusing unwarmed long shapes: auto (on for tensorrt), on or off")
 	fs.IntVar(&f.guardSeq, "guard-seq", 4096, "sequence length from which the JIT guard applies")
 	fs.IntVar(&f.breaker, "breaker-threshold", 3, "consecutive run errors that drop and reload a session")
@@ -146,7 +145,7 @@ func (f *engineFlags) config() (engineConfig, error) {
 	cpu := p.CPUProvider()
 	cfg := engine.Config{
 		Sessions: f.sessions, MaxTokens: f.maxTokens, MaxBatchTokens: f.maxBatchTokens,
-		MaxBatch: f.maxBatch, AdmissionTokens: f.admission, InteractiveTokens: f.interactive, GuardSeq: f.guardSeq,
+		MaxBatch: f.maxBatch, AdmissionTokens: f.admission, GuardSeq: f.guardSeq,
 		BreakerThreshold: f.breaker, MaxChunkLatency: f.maxChunkLatency,
 	}
 	cfg.Probe = f.probe == "true" || f.probe == "auto" && !cpu

@@ -26,7 +26,7 @@ func parseEngineFlags(t *testing.T, args ...string) *engineFlags {
 func TestEngineFlagsProvider(t *testing.T) {
 	f := parseEngineFlags(t, "--provider", "tensorrt", "--device", "1", "--gpu-mem-limit", "2048",
 		"--cuda-arena", "kSameAsRequested", "--trt-workspace", "512", "--trt-cache", "/cache", "--fp16",
-		"--engine-admission-tokens", "70000", "--engine-interactive-tokens", "9000", "--warmup-batches", "1,4", "--warmup-seqs", "16,256")
+		"--engine-admission-tokens", "70000", "--warmup-batches", "1,4", "--warmup-seqs", "16,256")
 	c, err := f.config()
 	if err != nil {
 		t.Fatal(err)
@@ -37,8 +37,8 @@ func TestEngineFlagsProvider(t *testing.T) {
 	if p != want {
 		t.Errorf("provider %+v\nwant     %+v", p, want)
 	}
-	if cfg.AdmissionTokens != 70000 || cfg.InteractiveTokens != 9000 || !cfg.Guard {
-		t.Errorf("config %+v: want admission 70000 (interactive 9000) and the guard on for tensorrt", cfg)
+	if cfg.AdmissionTokens != 70000 || !cfg.Guard {
+		t.Errorf("config %+v: want admission 70000 and the guard on for tensorrt", cfg)
 	}
 	if len(cfg.Warmup) != 4 || cfg.WarmupBatches[1] != 4 {
 		t.Errorf("warm-up %v batches %v", cfg.Warmup, cfg.WarmupBatches)

@@ -1,9 +1,13 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"maps"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -15,8 +19,16 @@ import (
 // `--print-config` and the check of docs/configuration.md can list them.
 type flagSet struct {
 	*flag.FlagSet
+	name     string
+	out      io.Writer
 	bindings []binding
 	envErrs  []error
+	// common, when set, are the flags -h lists; --help-all lists every
+	// flag. Without it -h lists every flag.
+	common map[string]bool
+	// removed are flags that no longer exist, with what to do instead:
+	// given as a flag or a variable they are refused with that message.
+	removed map[string]string
 }
 
 // binding is one flag and the environment variable that backs it.
@@ -27,7 +39,61 @@ type binding struct {
 func newFlagSet(name string, io stdio) *flagSet {
 	fs := flag.NewFlagSet("jetembed "+name, flag.ContinueOnError)
 	fs.SetOutput(io.err)
-	return &flagSet{FlagSet: fs}
+	fs.Usage = nil // [flagSet.printHelp], unless the command sets its own
+	return &flagSet{FlagSet: fs, name: name, out: io.err}
+}
+
+// addCommon adds to the flags -h lists (the others are under
+// --help-all); names the command does not define are skipped.
+func (fs *flagSet) addCommon(names ...string) {
+	if fs.common == nil {
+		fs.common = map[string]bool{}
+	}
+	for _, n := range names {
+		if fs.Lookup(n) != nil {
+			fs.common[n] = true
+		}
+	}
+}
+
+// isSet reports whether the flag was given, on the command line or in its
+// variable (even empty).
+func (fs *flagSet) isSet(name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	_, env := os.LookupEnv(envName(name))
+	return set || env
+}
+
+// remove records a flag that no longer exists and what to do instead.
+func (fs *flagSet) remove(name, instead string) {
+	if fs.removed == nil {
+		fs.removed = map[string]string{}
+	}
+	fs.removed[name] = instead
+}
+
+// printHelp writes the usage line and the flags: the common ones, or
+// every flag when all is set or the command has no common set.
+func (fs *flagSet) printHelp(all bool) {
+	fmt.Fprintf(fs.out, "Usage: %s\n\n", commandUsage(fs.name))
+	n := 0
+	fs.VisitAll(func(*flag.Flag) { n++ })
+	if all || fs.common == nil {
+		fmt.Fprintf(fs.out, "Flags (each also an environment variable, JETEMBED_<FLAG>; see docs/configuration.md):\n")
+		fs.PrintDefaults()
+		return
+	}
+	fmt.Fprintf(fs.out, "Common flags (%d of %d: 'jetembed %s --help-all' lists every one; each is also an environment variable, JETEMBED_<FLAG>; see docs/configuration.md):\n", len(fs.common), n, fs.name)
+	some := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
+	some.SetOutput(fs.out)
+	fs.VisitAll(func(f *flag.Flag) {
+		if fs.common[f.Name] {
+			some.Var(f.Value, f.Name, f.Usage)
+			some.Lookup(f.Name).DefValue = f.DefValue
+		}
+	})
+	some.PrintDefaults()
 }
 
 // envName is the environment variable for a flag: JETEMBED_ + upper snake case.
@@ -128,17 +194,73 @@ func (fs *flagSet) fromEnv(name string) {
 }
 
 // Parse parses args and reports the first malformed environment variable.
+// -h and --help print the help (the common flags, when the command has a
+// set of them), --help-all every flag; both return [flag.ErrHelp]. A bad
+// flag is an errUsage naming it, and nothing else is printed: main adds
+// the usage line and where to look.
 func (fs *flagSet) Parse(args []string) error {
-	if err := fs.FlagSet.Parse(args); err != nil {
-		if err == flag.ErrHelp {
-			return err
+	for _, a := range args {
+		if a == "--" {
+			break
 		}
-		return fmt.Errorf("%w: %v", errUsage, err)
+		if a == "--help-all" || a == "-help-all" {
+			fs.printHelp(true)
+			return flag.ErrHelp
+		}
+	}
+	usage := fs.FlagSet.Usage
+	fs.FlagSet.Usage = func() {}
+	fs.SetOutput(io.Discard)
+	err := fs.FlagSet.Parse(args)
+	fs.FlagSet.Usage = usage
+	fs.SetOutput(fs.out)
+	if err == flag.ErrHelp {
+		if usage != nil {
+			usage()
+		} else {
+			fs.printHelp(false)
+		}
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %s", errUsage, fs.flagError(err))
+	}
+	for _, name := range slices.Sorted(maps.Keys(fs.removed)) {
+		if v, ok := os.LookupEnv(envName(name)); ok {
+			return fmt.Errorf("%w: %s=%q: --%s was removed: %s", errUsage, envName(name), v, name, fs.removed[name])
+		}
 	}
 	if len(fs.envErrs) > 0 {
 		return fs.envErrs[0]
 	}
 	return nil
+}
+
+// flagError rewrites the flag package's messages the way the CLIs our
+// users know write them: the flag named with its two dashes first.
+func (fs *flagSet) flagError(err error) string {
+	msg := err.Error()
+	if name, ok := strings.CutPrefix(msg, "flag provided but not defined: -"); ok {
+		if instead, ok := fs.removed[name]; ok {
+			return fmt.Sprintf("--%s was removed: %s", name, instead)
+		}
+		return fmt.Sprintf("unknown flag --%s", name)
+	}
+	if name, ok := strings.CutPrefix(msg, "flag needs an argument: -"); ok {
+		return fmt.Sprintf("flag --%s needs a value", name)
+	}
+	if rest, ok := strings.CutPrefix(msg, "invalid value "); ok {
+		// invalid value "x" for flag -name: cause
+		if v, after, ok := strings.Cut(rest, " for flag -"); ok {
+			return fmt.Sprintf("invalid value %s for flag --%s", v, after)
+		}
+	}
+	if rest, ok := strings.CutPrefix(msg, "invalid boolean value "); ok {
+		if v, after, ok := strings.Cut(rest, " for -"); ok {
+			return fmt.Sprintf("invalid value %s for flag --%s", v, after)
+		}
+	}
+	return msg
 }
 
 type envValue[T any] struct {
@@ -156,7 +278,17 @@ func (v *envValue[T]) String() string {
 
 func (v *envValue[T]) Set(s string) error {
 	x, err := v.parse(s)
-	if err != nil {
+	var num *strconv.NumError
+	switch {
+	case errors.As(err, &num) && errors.Is(num.Err, strconv.ErrRange):
+		return errors.New("out of range")
+	case errors.As(err, &num) && num.Func == "ParseBool":
+		return errors.New("want true or false")
+	case errors.As(err, &num):
+		return errors.New("not a whole number")
+	case err != nil && strings.HasPrefix(err.Error(), "time: "):
+		return errors.New("not a duration (e.g. 500ms, 30s, 5m)")
+	case err != nil:
 		return err
 	}
 	*v.p = x

@@ -31,7 +31,7 @@ type apiDev struct {
 // API's address in its JSON log and for the ready line.
 func startAPIDev(ctx context.Context, t *testing.T, model string, extra ...string) *apiDev {
 	t.Helper()
-	d := startDev(ctx, t, model, append([]string{"--log-format", "json", "--patience", "2ms", "--http-api", "127.0.0.1:0"}, extra...)...)
+	d := startDev(ctx, t, model, append([]string{"--log-format", "json", "--http-api", "127.0.0.1:0"}, extra...)...)
 	a := &apiDev{devRun: d}
 	natstest.CheckFor(t, 30*time.Second, 20*time.Millisecond, func() error {
 		select {

@@ -23,6 +23,9 @@ var version = "dev"
 type command struct {
 	name    string
 	summary string
+	// args is what follows the command name in its usage line (default
+	// "[flags]").
+	args string
 	// run parses args (without the subcommand name) and does the work.
 	run func(ctx context.Context, args []string, stdio stdio) error
 }
@@ -92,10 +95,20 @@ func runMain(ctx context.Context, args []string, io stdio) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		fmt.Fprintf(io.err, "jetembed %s: %v\n", c.name, err)
-		if errors.Is(err, errUsage) {
+		var le *listenError
+		switch {
+		case errors.Is(err, errUsage):
+			// The error first, then one usage line and where to look, as
+			// cobra and clap do: never the whole flag list, which would
+			// scroll the error away.
+			fmt.Fprintf(io.err, "jetembed %s: %s\n", c.name, strings.TrimPrefix(err.Error(), errUsage.Error()+": "))
+			fmt.Fprintf(io.err, "Usage: %s\nRun 'jetembed %s --help' for its flags.\n", commandUsage(c.name), c.name)
 			return 2
+		case errors.As(err, &le):
+			fmt.Fprintf(io.err, "jetembed %s: %v\n", c.name, err)
+			return exitListen
 		}
+		fmt.Fprintf(io.err, "jetembed %s: %v\n", c.name, err)
 		if errors.Is(err, errConfig) {
 			return 78
 		}
@@ -105,6 +118,15 @@ func runMain(ctx context.Context, args []string, io stdio) int {
 		return 1
 	}
 	return 0
+}
+
+// commandUsage is the usage line of a command: jetembed NAME ARGS.
+func commandUsage(name string) string {
+	args := commands[name].args
+	if args == "" {
+		args = "[flags]"
+	}
+	return "jetembed " + name + " " + args
 }
 
 func usage(w io.Writer) {

@@ -132,7 +132,7 @@ func startDev(ctx context.Context, t *testing.T, model string, extra ...string) 
 	t.Helper()
 	d := &devRun{out: &lockedBuffer{}, errOut: &lockedBuffer{}, done: make(chan int, 1)}
 	args := append([]string{"dev", "--listen", "127.0.0.1:0", "--data", t.TempDir(), "--model", model,
-		"--http", "", "--warmup-batches", "", "--probe=false", "--threads", "1", "--heartbeat", "0"}, extra...)
+		"--http", "", "--http-api", "", "--warmup-batches", "", "--probe=false", "--threads", "1", "--heartbeat", "0"}, extra...)
 	go func() {
 		d.done <- runMain(ctx, args, stdio{in: strings.NewReader(""), out: d.out, err: d.errOut})
 	}()

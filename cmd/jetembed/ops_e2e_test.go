@@ -43,7 +43,7 @@ func startOps(t *testing.T, url string, extra ...string) *served {
 	s := &served{cancel: cancel, done: make(chan int, 1), log: &lockedBuffer{}}
 	args := append([]string{"serve", "--nats", url, "--model", model, "--threads", "1",
 		"--warmup-batches", "", "--probe=false", "--heartbeat", "0", "--log-format", "json",
-		"--http", "127.0.0.1:0", "--patience", "2ms", "--provision=create"}, extra...)
+		"--http", "127.0.0.1:0", "--provision=create"}, extra...)
 	go func() {
 		s.done <- runMain(ctx, args, stdio{in: strings.NewReader(""), out: io.Discard, err: s.log})
 	}()

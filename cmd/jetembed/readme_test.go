@@ -99,7 +99,7 @@ func clearEnv(t *testing.T) {
 	}
 }
 
-// commandFlags runs every registered command with -h through runMain and
+// commandFlags runs every registered command with --help-all through runMain and
 // returns the flags each prints.
 func commandFlags(t *testing.T) map[string][]usageFlag {
 	t.Helper()
@@ -107,7 +107,7 @@ func commandFlags(t *testing.T) map[string][]usageFlag {
 	defer cancel()
 	all := map[string][]usageFlag{}
 	for name := range commands {
-		code, out, errOut := runCmd(t, ctx, name, "-h")
+		code, out, errOut := runCmd(t, ctx, name, "--help-all")
 		if code != 0 {
 			t.Fatalf("jetembed %s -h: exit %d: %s", name, code, errOut)
 		}

@@ -60,7 +60,7 @@ func TestNoORTTelemetry(t *testing.T) {
 		{"serve", append([]string{"serve", "--nats", srv.ClientURL(), "--warmup-batches", "", "--probe=false", "--heartbeat", "0",
 			"--http", "", "--provision=create", "--log-format", "json"}, quick...), "", `"msg":"ready"`},
 		{"dev", append([]string{"dev", "--listen", "127.0.0.1:0", "--data", "", "--warmup-batches", "", "--probe=false",
-			"--http", "", "--log-format", "json"}, quick...), "", `"msg":"ready"`},
+			"--http", "", "--http-api", "", "--log-format", "json"}, quick...), "", `"msg":"ready"`},
 		{"bench", []string{"bench", "--model", model, "--texts", "20", "--requests", "3", "--peer-texts", "0", "--threads", "1"}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
