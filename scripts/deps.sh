@@ -59,7 +59,11 @@ if command -v node >/dev/null && [ ! -d "$deps/hf-oracle/node_modules/tokenizers
     rm -rf "$deps/hf-oracle" && mkdir -p "$deps/hf-oracle"
     cp "$oracle_src"/*.js "$oracle_src"/package.json "$deps/hf-oracle/"
     (cd "$deps/hf-oracle" && npm install --silent --ignore-scripts --no-audit --no-fund >/dev/null)
+  else
+    echo "deps: note: no ../shared/tools/hf-oracle nor tools/hf-oracle: the tokenizer parity tests against HuggingFace tokenizers will be skipped (TestDifferential*)" >&2
   fi
+elif ! command -v node >/dev/null; then
+  echo "deps: note: no node: the tokenizer parity tests against HuggingFace tokenizers will be skipped" >&2
 fi
 
 # The Node.js example's NATS client (examples/node, versions pinned by its

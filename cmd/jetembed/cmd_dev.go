@@ -88,8 +88,9 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	return err
 }
 
-// devModel is the tiny test model the repository ships: random weights, the
-// shapes of BGE-M3, enough to try the whole system without a download.
+// devModel is the tiny test model the repository ships: BGE-M3's layout,
+// tokenizer kind and max length with random weights and 32-dimensional
+// vectors, enough to try the whole system without a download.
 const devModel = "testdata/models/tiny-hidden"
 
 // bundledModel finds [devModel] next to the executable (bin/jetembed in the
