@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -269,5 +271,32 @@ func TestNodeOneSampler(t *testing.T) {
 	t.Logf("%d consumer info requests in %v", n, window)
 	if max := int(window/cfg.Sample) + 3; n > max || n < 5 {
 		t.Errorf("%d consumer info requests in %v with a sample every %v: want one sampler (%d at most)", n, window, cfg.Sample, max)
+	}
+}
+
+// TestNodeBusyHealthAddress: a health address that cannot be bound fails
+// Start with the bind error, and the node ends cleanly (it used to panic:
+// the health server's stop function stayed nil and end called it).
+func TestNodeBusyHealthAddress(t *testing.T) {
+	r := newRig(t, true)
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	cfg := r.config(t, engine.Config{}, io.Discard)
+	cfg.HTTP = busy.Addr().String()
+	rt, err := node.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := rt.Start(ctx); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Fatalf("Start = %v, want address in use", err)
+	}
+	<-rt.Done()
+	if err := rt.Stop(ctx); !errors.Is(err, syscall.EADDRINUSE) {
+		t.Errorf("Stop = %v, want the start error", err)
 	}
 }
