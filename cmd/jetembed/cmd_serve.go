@@ -53,7 +53,7 @@ func serve(ctx context.Context, io stdio, c serveConfig) error {
 		if err != nil {
 			return runtime.Engine{}, err
 		}
-		return runtime.Engine{Engine: o.engine, Tokenizer: o.tokenizeFunc(o.engine.MaxTokens()), Notes: []any{"attention", o.attention}}, nil
+		return runtime.Engine{Engine: o.engine, Tokenizer: o.tokenizeFunc(o.engine.MaxTokens()), Notes: []any{"attention", o.attention, "precision", o.precision}}, nil
 	}
 	return exitCode(runtime.Run(ctx, rc))
 }

@@ -313,19 +313,20 @@ func (q *quantizer) activation(x string, k int64) quantAct {
 		return a
 	}
 	e := q.e
-	amax := e.reduceMax(e.op("Abs", nil, x))
+	// max |x| as max(max x, -min x): two reductions that read x, rather
+	// than an Abs that writes a copy of it.
+	amax := e.op("Max", nil, e.reduce1("ReduceMax", x), e.op("Neg", nil, e.reduce1("ReduceMin", x)))
 	scale := e.op("Mul", nil, e.op("Max", nil, amax, e.floats(nil, rowFloor)), e.floats(nil, 1.0/quantScale))
+	xs := e.op("Div", nil, x, scale)
 	var qx string
 	if q.o.Elementwise || e.g.opset < 13 {
-		r := e.op("Round", nil, e.op("Div", nil, x, scale))
+		r := e.op("Round", nil, xs)
 		qx = e.op("Cast", []pbAttr{intA("to", dtUint8)}, e.op("Add", nil, r, e.floats(nil, 128)))
 	} else {
-		// QuantizeLinear per axis 0 of the [rows, k] view: one pass that
-		// divides, rounds, adds the zero point and saturates.
-		rows := e.op("Reshape", nil, scale, e.ints(-1))
-		zps := e.op("Expand", nil, q.zeroPoint1(), e.op("Shape", nil, rows))
-		q2 := e.opIn("", "QuantizeLinear", []pbAttr{intA("axis", 0)}, e.op("Reshape", nil, x, e.ints(-1, k)), rows, zps)
-		qx = e.op("Reshape", nil, q2, e.op("Shape", nil, x))
+		// x / scale is in [-127, 127]: QuantizeLinear of scale 1 and
+		// zero point 128 rounds it (half to even), adds 128 and casts
+		// in one pass.
+		qx = e.op("QuantizeLinear", nil, xs, e.floats(nil, 1), q.zeroPoint())
 	}
 	a := quantAct{q: qx, scale: scale}
 	q.acts[x] = a
@@ -337,24 +338,19 @@ func (q *quantizer) zeroPoint() string {
 	return q.e.once("zp128", func() string { return q.e.uint8s(nil, 128) })
 }
 
-// zeroPoint1 is 128 as a [1] uint8, for Expand.
-func (q *quantizer) zeroPoint1() string {
-	return q.e.once("zp128x1", func() string { return q.e.uint8s([]int64{1}, 128) })
-}
-
 func (e *emitter) uint8s(dims []int64, v ...byte) string {
 	t := &pbTensor{name: e.fresh("const"), dims: dims, dtype: dtUint8, hasData: true, data: append([]byte(nil), v...)}
 	e.inits = append(e.inits, t)
 	return t.name
 }
 
-// reduceMax is ReduceMax over the last axis, kept.
-func (e *emitter) reduceMax(x string) string {
+// reduce1 is ReduceMax or ReduceMin over the last axis, kept.
+func (e *emitter) reduce1(op, x string) string {
 	attrs := []pbAttr{intA("keepdims", 1)}
 	if e.g.opset >= 18 {
-		return e.op("ReduceMax", attrs, x, e.ints(-1))
+		return e.op(op, attrs, x, e.ints(-1))
 	}
-	return e.op("ReduceMax", append(attrs, pbAttr{name: "axes", typ: attrInts, ints: []int64{-1}}), x)
+	return e.op(op, append(attrs, pbAttr{name: "axes", typ: attrInts, ints: []int64{-1}}), x)
 }
 
 // quantizeColumns quantizes a [k, n] weight (stored [n, k] when trans)

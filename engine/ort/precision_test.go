@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"math"
 	"os"
 	"path/filepath"
@@ -268,5 +269,52 @@ func TestInt8OnGPUProvidersRunsFP32(t *testing.T) {
 	}
 	if err := (Provider{Precision: "int4"}).Validate(); err == nil {
 		t.Fatal("precision int4 validated")
+	}
+}
+
+// TestInt8QuantizedGraphRunsAsIs: a graph quantized as exported (here the
+// rewrite's own output, saved as model_int8.onnx and chosen as
+// --model-file does) is neither rewritten nor canaried: int8 runs it as
+// it is, and fp32 too.
+func TestInt8QuantizedGraphRunsAsIs(t *testing.T) {
+	resetPlans(t)
+	src := testdataModel("tiny-heads")
+	rw, err := model.RewriteInt8(filepath.Join(src, "model.onnx"), model.Int8Options{})
+	must(t, err)
+	dir := t.TempDir()
+	for _, f := range []string{"config.json", "tokenizer.json"} {
+		b, err := os.ReadFile(filepath.Join(src, f))
+		must(t, err)
+		must(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
+	}
+	must(t, os.WriteFile(filepath.Join(dir, "model_int8.onnx"), rw.ONNX, 0o644))
+	if q, err := model.Quantized(filepath.Join(dir, "model_int8.onnx")); err != nil || !q {
+		t.Fatalf("Quantized = %v, %v", q, err)
+	}
+	o := model.DefaultOptions()
+	o.File = "model_int8.onnx"
+	m := openModel(t, dir, o)
+	rewriteInt8 = func(string, model.Int8Options) (*model.Int8Rewrite, error) {
+		t.Fatal("a quantized graph was rewritten")
+		return nil, nil
+	}
+	s, plan := openPrecision(t, m, PrecisionInt8)
+	if pp := plan.Precision; !pp.Int8 || !pp.AsExported || pp.Warn {
+		t.Fatalf("plan %s", pp)
+	}
+	rewriteInt8 = model.RewriteInt8
+	ref, _ := openPrecision(t, openModel(t, src, model.DefaultOptions()), PrecisionInt8)
+	in := input(2, 9, []int{9, 4})
+	a, err := s.Run(context.Background(), in)
+	must(t, err)
+	b, err := ref.Run(context.Background(), in)
+	must(t, err)
+	var fid Fidelity
+	CompareRuns(&fid, m, in, b, a)
+	if err := fid.Check(); err != nil || fid.DenseMin < 0.99999 {
+		t.Fatalf("the quantized graph as exported against the rewrite: %v (%s)", err, fid)
+	}
+	if _, err := model.RewriteInt8(filepath.Join(dir, "model_int8.onnx"), model.Int8Options{}); !errors.Is(err, model.ErrQuantized) {
+		t.Fatalf("rewriting a quantized graph: %v", err)
 	}
 }
