@@ -102,6 +102,9 @@ func TestPrecisionProfile(t *testing.T) {
 		prefix := filepath.Join(t.TempDir(), "profile")
 		s, err := newSession(m, Provider{IntraOpThreads: 1, CPUArena: os.Getenv("ARENA") != ""}, func(so *ort.SessionOptions, inputs, outputs []string) (*ort.DynamicAdvancedSession, error) {
 			must(t, so.EnableProfiling(prefix))
+			if os.Getenv("DAZ") != "" {
+				must(t, so.AddSessionConfigEntry("session.set_denormal_as_zero", "1"))
+			}
 			must(t, so.AddSessionConfigEntry(folderKey, rw.DataDir))
 			return ort.NewDynamicAdvancedSessionWithONNXData(onnx, inputs, outputs, so)
 		})
