@@ -7,11 +7,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	ort "github.com/yalue/onnxruntime_go"
 
@@ -121,16 +125,29 @@ func TestPrecisionProfile(t *testing.T) {
 			Cat, Name string
 			Dur       int64 `json:"dur"`
 			Args      struct {
-				OpName string `json:"op_name"`
+				OpName string                       `json:"op_name"`
+				Output []map[string]json.RawMessage `json:"output_type_shape"`
 			}
 		}
 		must(t, json.Unmarshal(b, &events))
-		byOp := map[string]int64{}
+		byOp, elems := map[string]int64{}, map[string]int64{}
 		var total int64
 		for _, e := range events {
 			if e.Cat == "Node" && strings.HasSuffix(e.Name, "_kernel_time") {
 				byOp[e.Args.OpName] += e.Dur
 				total += e.Dur
+				for _, o := range e.Args.Output {
+					for _, dims := range o {
+						var d []int64
+						if json.Unmarshal(dims, &d) == nil {
+							n := int64(1)
+							for _, x := range d {
+								n *= x
+							}
+							elems[e.Args.OpName] += n
+						}
+					}
+				}
 			}
 		}
 		ops := make([]string, 0, len(byOp))
@@ -140,8 +157,60 @@ func TestPrecisionProfile(t *testing.T) {
 		slices.SortFunc(ops, func(a, b string) int { return cmp.Compare(byOp[b], byOp[a]) })
 		var line strings.Builder
 		for _, op := range ops[:min(10, len(ops))] {
-			fmt.Fprintf(&line, " %s %.1f%%", op, 100*float64(byOp[op])/float64(total))
+			fmt.Fprintf(&line, " %s %.1f%% (%.2f ns/output value)", op, 100*float64(byOp[op])/float64(total), 1e3*float64(byOp[op])/float64(max(elems[op], 1)))
 		}
 		t.Logf("%s: %.1f ms node time:%s", form, float64(total)/1e3, line.String())
+	}
+}
+
+// TestPrecisionCPU prints the CPU time of one thread running the mixed
+// corpus through float32 and the int8 forms on JETEMBED_BENCH_MODEL (best
+// of 3 passes): on a machine other work keeps busy, CPU time is the
+// figure wall time is not.
+func TestPrecisionCPU(t *testing.T) {
+	dir := os.Getenv("JETEMBED_BENCH_MODEL")
+	if dir == "" {
+		t.Skip("JETEMBED_BENCH_MODEL is not set")
+	}
+	initORT(t)
+	m, err := model.Open(dir, model.DefaultOptions())
+	must(t, err)
+	chunks := corpusChunks(mixedCorpus(t), m.Config.PadID)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	threadCPU := func() time.Duration {
+		var ru syscall.Rusage
+		must(t, syscall.Getrusage(1, &ru)) // RUSAGE_THREAD
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	var base time.Duration
+	for _, form := range []string{"fp32", "int8", "int8-ew"} {
+		rw, err := model.RewriteAttention(m.ONNXPath, model.AttentionCPU)
+		must(t, err)
+		onnx := rw.ONNX
+		if form != "fp32" {
+			r8, err := model.RewriteInt8(m.ONNXPath, model.Int8Options{Attention: true, Elementwise: form == "int8-ew"})
+			must(t, err)
+			onnx = r8.ONNX
+		}
+		s, err := newSession(m, Provider{IntraOpThreads: 1}, func(so *ort.SessionOptions, inputs, outputs []string) (*ort.DynamicAdvancedSession, error) {
+			must(t, so.AddSessionConfigEntry(folderKey, rw.DataDir))
+			return ort.NewDynamicAdvancedSessionWithONNXData(onnx, inputs, outputs, so)
+		})
+		must(t, err)
+		best := time.Duration(math.MaxInt64)
+		for range 4 {
+			c0 := threadCPU()
+			for _, in := range chunks {
+				_, err := s.Run(context.Background(), in)
+				must(t, err)
+			}
+			best = min(best, threadCPU()-c0)
+		}
+		must(t, s.Close())
+		if form == "fp32" {
+			base = best
+		}
+		t.Logf("%s: %.1f ms CPU a pass (fp32 / this: %.2fx)", form, float64(best)/1e6, float64(base)/float64(best))
 	}
 }
