@@ -18,7 +18,7 @@ var (
 // S scores a layer, the fused form none, so under one budget the fused
 // form admits the model's full length where the graph's cuts texts.
 func TestMemoryModelFollowsAttention(t *testing.T) {
-	graph, fused := newCostModelFor(bgeM3, AttentionGraph), newCostModelFor(bgeM3, AttentionFused)
+	graph, fused := newCostModelFor(bgeM3, AttentionGraph, PrecisionFP32), newCostModelFor(bgeM3, AttentionFused, PrecisionFP32)
 	if fused.memB != 0 || graph.memB == 0 {
 		t.Fatalf("S^2 terms: graph %g, fused %g", graph.memB, fused.memB)
 	}
@@ -61,9 +61,9 @@ func TestLongTextsBatchWhenFused(t *testing.T) {
 		a    Attention
 		rows int
 	}{{AttentionGraph, 1}, {AttentionFused, 2}} {
-		cost := newCostModelFor(small, tc.a)
+		cost := newCostModelFor(small, tc.a, PrecisionFP32)
 		cost.r = 1 // a per-run cost worth sharing (a GPU's launch and sync)
-		graph := newCostModelFor(small, AttentionGraph)
+		graph := newCostModelFor(small, AttentionGraph, PrecisionFP32)
 		budget := int64(graph.bytes(1, n+2)) + 1 // one long text in the graph's form
 		cfg := Config{MaxBatch: 8, MaxBatchTokens: 4 * n, MemoryBudget: budget, Sessions: 1}
 		s := newSched(cfg, cost, func(int) bool { return false })
@@ -77,5 +77,26 @@ func TestLongTextsBatchWhenFused(t *testing.T) {
 			t.Errorf("%v: first chunk of two %d-token texts has %d rows, want %d", tc.a, n, len(w.rows), tc.rows)
 		}
 		s.close()
+	}
+}
+
+// TestCostModelFollowsPrecision: int8's prior runs a token's linear layers
+// faster and holds more workspace a token (the quantized activations), the
+// S^2 term following attention alone.
+func TestCostModelFollowsPrecision(t *testing.T) {
+	for _, a := range []Attention{AttentionGraph, AttentionFused} {
+		fp32, int8 := newCostModelFor(bgeM3, a, PrecisionFP32), newCostModelFor(bgeM3, a, PrecisionInt8)
+		if !(int8.a < fp32.a) || int8.bq != fp32.bq || int8.r != fp32.r {
+			t.Errorf("%v: run time a %g/%g, bq %g/%g", a, int8.a, fp32.a, int8.bq, fp32.bq)
+		}
+		if !(int8.memA > fp32.memA) || int8.memB != fp32.memB {
+			t.Errorf("%v: memory a %g/%g, b %g/%g", a, int8.memA, fp32.memA, int8.memB, fp32.memB)
+		}
+		if int8.seconds(4, 128) >= fp32.seconds(4, 128) {
+			t.Errorf("%v: int8 chunk modelled no faster: %g s vs %g s", a, int8.seconds(4, 128), fp32.seconds(4, 128))
+		}
+	}
+	if PrecisionInt8.String() != "int8" || PrecisionFP32.String() != "fp32" {
+		t.Error("precision names")
 	}
 }

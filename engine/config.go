@@ -46,6 +46,10 @@ type Config struct {
 	// Attention is the attention form the runners use; it sets the
 	// memory model's B*S^2 term (the zero value, the graph's, keeps it).
 	Attention Attention
+	// Precision is the runners' arithmetic; it sets the cost model's
+	// prior (int8 linear layers run faster) and the memory model's B*S
+	// term (int8 adds the quantized activations and their scales).
+	Precision Precision
 	// MemoryBudget bounds the modelled workspace (bytes) of the chunks
 	// and warm-up shapes of all sessions together: each session's chunk
 	// stays within MemoryBudget / Sessions. A text that does not fit alone
@@ -124,6 +128,26 @@ func (a Attention) String() string {
 		return "fused"
 	}
 	return "graph"
+}
+
+// Precision is the sessions' arithmetic, as far as the cost and memory
+// models care ([Config.Precision]).
+type Precision int
+
+const (
+	// PrecisionFP32 is the graph's float32 arithmetic.
+	PrecisionFP32 Precision = iota
+	// PrecisionInt8 is engine/ort's int8 rewrite: the encoder's linear
+	// layers multiply int8 activations (quantized per token row) by int8
+	// weights.
+	PrecisionInt8
+)
+
+func (p Precision) String() string {
+	if p == PrecisionInt8 {
+		return "int8"
+	}
+	return "fp32"
 }
 
 // Shape is a padded chunk shape.

@@ -48,10 +48,19 @@ const priorWeight = 0.02
 // count).
 const decay = 0.995
 
-func newCostModel(c model.Config) *costModel { return newCostModelFor(c, AttentionGraph) }
+func newCostModel(c model.Config) *costModel {
+	return newCostModelFor(c, AttentionGraph, PrecisionFP32)
+}
 
-// newCostModelFor is the prior for sessions whose attention is a.
-func newCostModelFor(c model.Config, a Attention) *costModel {
+// int8Speedup is the prior's speed-up of the linear layers in int8
+// (MLAS's u8s8 kernels against its float32 ones; measured 2.5-3x on the
+// linear layers alone with AVX-512 VNNI, so 2 also covers the CPUs
+// without it); the online fit replaces it within a few runs.
+const int8Speedup = 2
+
+// newCostModelFor is the prior for sessions whose attention is a and
+// arithmetic p.
+func newCostModelFor(c model.Config, a Attention, p Precision) *costModel {
 	// model.Open fills these; a hand-made Config may not.
 	h := float64(max(c.HiddenSize, 1))
 	l, in, heads := float64(c.Layers), float64(c.Intermediate), float64(c.Heads)
@@ -83,6 +92,14 @@ func newCostModelFor(c model.Config, a Attention) *costModel {
 		// to 90 KB a token on the small model, h 384 and i 1536, at 1024
 		// to 8192 tokens, batch 1 and 2; this counts 74).
 		m.memA, m.memB = 4*(16*h+8*in), 0
+	}
+	if p == PrecisionInt8 {
+		m.a /= int8Speedup
+		// A linear layer's input scaled (float32) and quantized (uint8),
+		// and its output before the row scale (float32), at the widest
+		// layer (the feed-forward's): an estimate beside the measured
+		// float32 figures, erring high.
+		m.memA += 4*in + in + 4*in
 	}
 	m.setPrior()
 	return m

@@ -36,7 +36,7 @@ type Engine struct {
 // (and the cost probe when asked) and returns a ready engine. ctx bounds
 // the start-up only.
 func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory RunnerFactory) (*Engine, error) {
-	cost := newCostModelFor(m.Config, cfg.Attention)
+	cost := newCostModelFor(m.Config, cfg.Attention, cfg.Precision)
 	explicit := cfg.Warmup != nil
 	memMax := cost.maxSeq(cfg.chunkMemory())
 	if memMax < 2 {

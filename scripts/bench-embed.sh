@@ -6,7 +6,8 @@
 # a few rounds. Each run is measured by /usr/bin/time: wall, user+sys CPU,
 # peak RSS. jetembed runs with its default attention (fused on CPU) and,
 # as jetembed-graph, with --attention graph, the graph transformers.js
-# runs too. It prints a Markdown section (the table and the best of each).
+# runs too; as jetembed-int8, with --precision int8 (issue 33's goal:
+# >= 2x transformers.js with <= half its peak RSS). It prints a Markdown section (the table and the best of each).
 #
 # Usage: scripts/bench-embed.sh BIN MODEL_DIR PEER_DIR. Environment:
 # EMBED_TEXTS (300), EMBED_ROUNDS (2), EMBED_SESSIONS x EMBED_THREADS (2 x 1;
@@ -57,6 +58,7 @@ run() {
 for r in $(seq "$rounds"); do
   run jetembed "$bin" embed --model "$model" --sessions "$sessions" --threads "$threads" "$work/mixed.jsonl"
   run jetembed-graph "$bin" embed --model "$model" --sessions "$sessions" --threads "$threads" --attention graph "$work/mixed.jsonl"
+  run jetembed-int8 "$bin" embed --model "$model" --sessions "$sessions" --threads "$threads" --precision int8 "$work/mixed.jsonl"
   todo=$batches
   [ "$r" = 1 ] && todo="$batches $once"
   for b in $todo; do
@@ -99,6 +101,13 @@ print(f"| CPU time, transformers.js best ({pc}) / jetembed | {rc:.2f}x ({peers[p
 print(f"| peak RSS, jetembed / transformers.js ({pw}) | {jet['rss']/1024:.0f} MiB / {peers[pw]['rss']/1024:.0f} MiB | <= half | {verdict(2 * jet['rss'] <= peers[pw]['rss'])} |")
 if graph:
     print(f"| jetembed --attention graph / fused: wall, CPU, peak RSS | {graph['wall']/jet['wall']:.2f}x, {graph['cpu']/jet['cpu']:.2f}x, {graph['rss']/1024:.0f} / {jet['rss']/1024:.0f} MiB | | |")
+i8 = best.get("jetembed-int8")
+if i8:
+    r8w, r8c = peers[pw]["wall"] / i8["wall"], peers[pc]["cpu"] / i8["cpu"]
+    print(f"| int8: wall time, transformers.js best ({pw}) / jetembed --precision int8 | {r8w:.2f}x ({peers[pw]['wall']:.1f} s / {i8['wall']:.1f} s) | >= 2x | {verdict(r8w >= 2)} |")
+    print(f"| int8: CPU time, transformers.js best ({pc}) / jetembed --precision int8 | {r8c:.2f}x ({peers[pc]['cpu']:.1f} s / {i8['cpu']:.1f} s) | >= 2x | {verdict(r8c >= 2)} |")
+    print(f"| int8: peak RSS, jetembed --precision int8 / transformers.js ({pw}) | {i8['rss']/1024:.0f} MiB / {peers[pw]['rss']/1024:.0f} MiB | <= half | {verdict(2 * i8['rss'] <= peers[pw]['rss'])} |")
+    print(f"| jetembed int8 / fp32 (both fused): wall, CPU | {jet['wall']/i8['wall']:.2f}x, {jet['cpu']/i8['cpu']:.2f}x | | |")
 PY
 cat <<'NOTES'
 

@@ -69,7 +69,7 @@ func runEmbed(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer o.engine.Close()
-	fmt.Fprintf(io.err, "jetembed: memory budget %s; attention %s; malloc %s\n", ec.BudgetNote, o.attention, mallocenv.Mode())
+	fmt.Fprintf(io.err, "jetembed: memory budget %s; attention %s; precision %s; malloc %s\n", ec.BudgetNote, o.attention, o.precision, mallocenv.Mode())
 	return embedStream(ctx, o.engine, in, *batch, want, !*noTruncate, total, io)
 }
 

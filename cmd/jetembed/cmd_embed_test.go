@@ -160,7 +160,8 @@ func TestWarmupCommand(t *testing.T) {
 // TestEmbedCommandBatchInvariance embeds the same lines one at a time and
 // all together over two sessions. With the graph's attention, padding,
 // packing and the concurrent batches must not change a single byte of the
-// output. The fused form's flash kernel blocks the keys by the chunk's
+// output, in float32 and in int8 (whose activations are quantized per
+// token row). The fused form's flash kernel blocks the keys by the chunk's
 // padded length, so the last bits may move with the chunk shape: there
 // the vectors must agree within 1e-5.
 func TestEmbedCommandBatchInvariance(t *testing.T) {
@@ -169,31 +170,33 @@ func TestEmbedCommandBatchInvariance(t *testing.T) {
 	for i := 0; i < 40; i++ {
 		in.WriteString(`{"text":` + strconvQuote(strings.Repeat("word"+strings.Repeat("x", i%4)+" ", 1+i*i%90)) + "}\n")
 	}
-	for _, attention := range []string{"graph", "fused"} {
+	for _, tc := range []struct{ attention, precision string }{{"graph", "fp32"}, {"fused", "fp32"}, {"graph", "int8"}, {"fused", "int8"}} {
 		var outs []string
 		for _, batch := range []string{"1", "40"} {
-			code, out, errOut := run(t, in.String(), "embed", "--model", dir, "--outputs", "dense,sparse,colbert", "--batch", batch, "--sessions", "2", "--threads", "1", "--attention", attention)
+			code, out, errOut := run(t, in.String(), "embed", "--model", dir, "--outputs", "dense,sparse,colbert", "--batch", batch, "--sessions", "2", "--threads", "1", "--attention", tc.attention, "--precision", tc.precision)
 			if code != 0 {
-				t.Fatalf("--attention %s --batch %s: exit %d: %s", attention, batch, code, errOut)
+				t.Fatalf("%+v --batch %s: exit %d: %s", tc, batch, code, errOut)
 			}
-			if want := "attention " + attention; !strings.Contains(errOut, want) {
-				t.Errorf("--attention %s: stderr lacks %q:\n%s", attention, want, errOut)
+			for _, want := range []string{"attention " + tc.attention, "precision " + tc.precision + " (--precision " + tc.precision} {
+				if !strings.Contains(errOut, want) {
+					t.Errorf("%+v: stderr lacks %q:\n%s", tc, want, errOut)
+				}
 			}
 			outs = append(outs, out)
 		}
 		one, all := decodeItems(t, outs[0]), decodeItems(t, outs[1])
 		if len(one) != 40 || len(all) != 40 {
-			t.Fatalf("--attention %s: %d and %d items", attention, len(one), len(all))
+			t.Fatalf("%+v: %d and %d items", tc, len(one), len(all))
 		}
-		if attention == "graph" {
+		if tc.attention == "graph" {
 			if outs[0] != outs[1] {
-				t.Error("--attention graph: output differs between --batch 1 and --batch 40")
+				t.Errorf("%+v: output differs between --batch 1 and --batch 40", tc)
 			}
 			continue
 		}
 		for i := range one {
 			if d := itemDiff(one[i], all[i]); d > 1e-5 {
-				t.Errorf("--attention fused: item %d differs by %g between --batch 1 and --batch 40", i, d)
+				t.Errorf("%+v: item %d differs by %g between --batch 1 and --batch 40", tc, i, d)
 			}
 		}
 	}

@@ -65,7 +65,7 @@ func serve(ctx context.Context, io stdio, c serveConfig) error {
 		if err != nil {
 			return node.Engine{}, err
 		}
-		return node.Engine{Engine: o.engine, Tokenizer: o.tokenizeFunc(o.engine.MaxTokens()), Notes: []any{"attention", o.attention}}, nil
+		return node.Engine{Engine: o.engine, Tokenizer: o.tokenizeFunc(o.engine.MaxTokens()), Notes: []any{"attention", o.attention, "precision", o.precision}}, nil
 	}
 	return exitCode(node.Run(ctx, rc))
 }

@@ -48,6 +48,7 @@ type engineFlags struct {
 	trtWorkspaceMiB     int
 	trtProfile          bool
 	attention           string
+	precision           string
 }
 
 // addEngineFlags defines the engine flags on fs. warm says whether the
@@ -93,6 +94,7 @@ func addEngineFlags(fs *flagSet, warm bool) *engineFlags {
 	fs.IntVar(&f.trtWorkspaceMiB, "trt-workspace", 0, "TensorRT: builder workspace cap in MiB (0: TensorRT's default)")
 	fs.BoolVar(&f.trtProfile, "trt-profile", false, "TensorRT: one engine whose optimization profile spans the warm-up grid (min: smallest shape, opt and max: largest) instead of an engine per shape; chunks outside the grid then fail, so keep --max-batch and --max-tokens inside it")
 	fs.StringVar(&f.attention, "attention", "auto", "how attention runs: fused (the model's attention blocks rewritten at load into ONNX Runtime's MultiHeadAttention, which never holds the heads x S x S scores; kept only if a canary run agrees with the graph within 1e-4), graph (as exported), or auto (fused on cpu when ORT's flash kernel can run there, graph on cuda and tensorrt; tensorrt refuses fused)")
+	fs.StringVar(&f.precision, "precision", "fp32", "arithmetic of the encoder's linear layers: fp32, or int8 (cpu: rewritten at load with weights per output channel and activations per token row, so a text's vector never depends on its batch; kept only if a canary against fp32 holds the fidelity gates, else fp32 with a warning; cuda and tensorrt run fp32 with a warning; a graph already quantized, chosen with --model-file, runs as it is)")
 	return f
 }
 
@@ -116,8 +118,8 @@ type opened struct {
 	engine *engine.Engine
 	model  *model.Model
 	tok    *tokenizer.Tokenizer
-	// attention says how attention runs.
-	attention string
+	// attention says how attention runs, precision the arithmetic.
+	attention, precision string
 }
 
 // config turns the flags into an engine configuration; it reads the
@@ -134,6 +136,9 @@ func (f *engineFlags) config() (engineConfig, error) {
 	var err error
 	if p.Attention, err = ort.ParseAttention(f.attention); err != nil {
 		return c, fmt.Errorf("%w: --attention: %w", errUsage, err)
+	}
+	if p.Precision, err = ort.ParsePrecision(f.precision); err != nil {
+		return c, fmt.Errorf("%w: --precision: %w", errUsage, err)
 	}
 	if err := p.Validate(); err != nil {
 		return c, fmt.Errorf("%w: --provider: %w", errUsage, err)
@@ -278,7 +283,7 @@ func (c engineConfig) open(ctx context.Context, warn io.Writer) (opened, error) 
 	for _, err := range e.WarmupFailures() {
 		fmt.Fprintf(warn, "jetembed: warning: %v (--warmup-strict=off: serving without it)\n", err)
 	}
-	return opened{engine: e, model: m, tok: tok, attention: plan}, nil
+	return opened{engine: e, model: m, tok: tok, attention: plan, precision: cfg.Precision.String()}, nil
 }
 
 // planAttention decides how the sessions compute attention (the rewrite
@@ -292,11 +297,18 @@ func planAttention(m *model.Model, prov ort.Provider, cfg *engine.Config, warn i
 	if plan.Fused {
 		cfg.Attention = engine.AttentionFused
 	}
-	prefix := "jetembed: "
-	if plan.Warn {
-		prefix = "jetembed: warning: "
+	if plan.Precision.Int8 {
+		cfg.Precision = engine.PrecisionInt8
 	}
-	fmt.Fprintf(warn, "%s%s\n", prefix, plan)
+	line := func(warned bool, s fmt.Stringer) {
+		prefix := "jetembed: "
+		if warned {
+			prefix = "jetembed: warning: "
+		}
+		fmt.Fprintf(warn, "%s%s\n", prefix, s)
+	}
+	line(plan.Warn, plan)
+	line(plan.Precision.Warn, plan.Precision)
 	return cfg.Attention.String(), nil
 }
 

@@ -33,9 +33,17 @@ func TestEngineFlagsProvider(t *testing.T) {
 	}
 	cfg, p := c.Engine, c.Provider
 	want := ort.Provider{Kind: ort.TensorRT, DeviceID: 1, GPUMemLimit: 2 << 30, ArenaExtendStrategy: "kSameAsRequested",
-		EngineCacheDir: "/cache", TimingCacheDir: "/cache", FP16: true, MaxWorkspaceBytes: 512 << 20, Attention: ort.AttentionAuto}
+		EngineCacheDir: "/cache", TimingCacheDir: "/cache", FP16: true, MaxWorkspaceBytes: 512 << 20, Attention: ort.AttentionAuto, Precision: ort.PrecisionFP32}
 	if p != want {
 		t.Errorf("provider %+v\nwant     %+v", p, want)
+	}
+	// int8 reaches the provider (a GPU one runs fp32 with a warning at
+	// load); an unknown precision is a usage error.
+	if c, err := parseEngineFlags(t, "--precision", "int8").config(); err != nil || c.Provider.Precision != ort.PrecisionInt8 {
+		t.Errorf("--precision int8: %v, %q", err, c.Provider.Precision)
+	}
+	if _, err := parseEngineFlags(t, "--precision", "int4").config(); !errors.Is(err, errUsage) {
+		t.Errorf("--precision int4: %v", err)
 	}
 	if cfg.AdmissionTokens != 70000 || !cfg.Guard {
 		t.Errorf("config %+v: want admission 70000 and the guard on for tensorrt", cfg)

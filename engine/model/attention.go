@@ -70,13 +70,28 @@ func RewriteAttention(path string, target AttentionTarget) (*AttentionRewrite, e
 	if err != nil {
 		return nil, err
 	}
+	res, nodes, e, err := fuseAttention(f, target)
+	if err != nil {
+		return res, err
+	}
+	if res.ONNX, err = encodeRewrite(f, nodes, e.inits); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// fuseAttention replaces the attention blocks of f's graph and returns the
+// new node list (pruned, not yet sorted) and the emitter that wrote it
+// (its initializers, its names).
+func fuseAttention(f *onnxFile, target AttentionTarget) (*AttentionRewrite, []*pbNode, *emitter, error) {
+	path := f.path
 	g := newIndex(f)
 	res := &AttentionRewrite{DataDir: filepath.Dir(path)}
 	if g.opset < 11 {
-		return nil, fmt.Errorf("%w: %s: opset %d (the rewrite emits opset 11+ ops)", ErrNoAttention, path, g.opset)
+		return nil, nil, nil, fmt.Errorf("%w: %s: opset %d (the rewrite emits opset 11+ ops)", ErrNoAttention, path, g.opset)
 	}
 	if v, ok := f.opsets[mhaDomain]; ok && v != 1 {
-		return nil, fmt.Errorf("%w: %s: com.microsoft opset %d (MultiHeadAttention is in version 1)", ErrNoAttention, path, v)
+		return nil, nil, nil, fmt.Errorf("%w: %s: com.microsoft opset %d (MultiHeadAttention is in version 1)", ErrNoAttention, path, v)
 	}
 	e := newEmitter(g)
 	replaced := map[int][]*pbNode{}
@@ -114,7 +129,7 @@ func RewriteAttention(path string, target AttentionTarget) (*AttentionRewrite, e
 				why += fmt.Sprintf(" (and %d more)", len(missed)-1)
 			}
 		}
-		return res, fmt.Errorf("%w: %s: %s", ErrNoAttention, path, why)
+		return res, nil, nil, fmt.Errorf("%w: %s: %s", ErrNoAttention, path, why)
 	}
 
 	var nodes []*pbNode
@@ -136,10 +151,18 @@ func RewriteAttention(path string, target AttentionTarget) (*AttentionRewrite, e
 		}
 	}
 	if res.Fused == 0 {
-		return res, fmt.Errorf("%w: %s: %s", ErrNoAttention, path, res.Missed[0])
+		return res, nil, nil, fmt.Errorf("%w: %s: %s", ErrNoAttention, path, res.Missed[0])
 	}
-	if nodes, err = topoSort(nodes, g); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
+	return res, nodes, e, nil
+}
+
+// encodeRewrite sorts nodes and writes the model with them, the
+// initializers they still read and extra, declaring the com.microsoft
+// operator set the rewrites emit.
+func encodeRewrite(f *onnxFile, nodes []*pbNode, extra []*pbTensor) ([]byte, error) {
+	nodes, err := topoSort(nodes)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, f.path, err)
 	}
 	used := usedNames(nodes, f)
 	keep := func(t *pbTensor) bool { return used[t.name] }
@@ -148,10 +171,11 @@ func RewriteAttention(path string, target AttentionTarget) (*AttentionRewrite, e
 		opsets[d] = v
 	}
 	opsets[mhaDomain] = 1
-	if res.ONNX, err = f.encodeModel(nodes, keep, e.inits, opsets); err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, path, err)
+	b, err := f.encodeModel(nodes, keep, extra, opsets)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrInvalid, f.path, err)
 	}
-	return res, nil
+	return b, nil
 }
 
 func nodeName(nd *pbNode, i int) string {
@@ -206,7 +230,7 @@ func prune(nodes []*pbNode, outputs []string) []*pbNode {
 
 // topoSort orders the nodes so each comes after the producers of its
 // inputs, keeping the file's order where it already is.
-func topoSort(nodes []*pbNode, g *graphIndex) ([]*pbNode, error) {
+func topoSort(nodes []*pbNode) ([]*pbNode, error) {
 	producer := map[string]int{}
 	for i, nd := range nodes {
 		for _, o := range nd.outputs {

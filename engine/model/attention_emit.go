@@ -13,17 +13,18 @@ import (
 // blocks share (the padding columns, the key lengths) are computed once
 // from attention_mask.
 type emitter struct {
-	g     *graphIndex
-	names map[string]bool
-	n     int
-	pre   []*pbNode // shared nodes
-	cur   *[]*pbNode
-	inits []*pbTensor
-	cache map[string]string
+	g      *graphIndex
+	prefix string // of the names it makes
+	names  map[string]bool
+	n      int
+	pre    []*pbNode // shared nodes
+	cur    *[]*pbNode
+	inits  []*pbTensor
+	cache  map[string]string
 }
 
 func newEmitter(g *graphIndex) *emitter {
-	e := &emitter{g: g, names: map[string]bool{}, cache: map[string]string{}}
+	e := &emitter{g: g, prefix: "jetembed_attention/", names: map[string]bool{}, cache: map[string]string{}}
 	for _, nd := range g.f.nodes {
 		for _, o := range nd.outputs {
 			e.names[o] = true
@@ -42,7 +43,7 @@ func newEmitter(g *graphIndex) *emitter {
 func (e *emitter) fresh(base string) string {
 	for {
 		e.n++
-		name := "jetembed_attention/" + base + "_" + strconv.Itoa(e.n)
+		name := e.prefix + base + "_" + strconv.Itoa(e.n)
 		if !e.names[name] {
 			e.names[name] = true
 			return name

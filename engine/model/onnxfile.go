@@ -86,6 +86,8 @@ type valueInfo struct {
 // ONNX enum values the rewrite uses.
 const (
 	dtFloat   = 1
+	dtUint8   = 2
+	dtInt8    = 3
 	dtInt32   = 6
 	dtInt64   = 7
 	dtFloat16 = 10

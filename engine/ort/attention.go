@@ -68,9 +68,13 @@ type AttentionPlan struct {
 	// off).
 	Note string
 	Warn bool
+	// Precision is the sessions' arithmetic, decided after attention
+	// (the int8 rewrite fuses attention too when the plan does).
+	Precision PrecisionPlan
 }
 
-// String is the plan's start-up log line.
+// String is the plan's start-up log line (attention only; the precision
+// has its own, [PrecisionPlan.String]).
 func (p AttentionPlan) String() string {
 	form := "graph"
 	if p.Fused {

@@ -49,6 +49,7 @@ type planKey struct {
 	kind      Kind
 	device    int
 	attention Attention
+	precision Precision
 }
 
 // PlanAttention decides how sessions of m on p compute attention, once per
@@ -84,7 +85,7 @@ func PlanAttention(m *model.Model, p Provider) (AttentionPlan, error) {
 }
 
 func (p Provider) planKey(m *model.Model) planKey {
-	return planKey{path: m.ONNXPath, sha: m.SHA256, kind: p.kind(), device: p.DeviceID, attention: p.Attention.orAuto()}
+	return planKey{path: m.ONNXPath, sha: m.SHA256, kind: p.kind(), device: p.DeviceID, attention: p.Attention.orAuto(), precision: p.Precision.orFP32()}
 }
 
 // takeSpare returns the canary's session for m on exactly p, once.
@@ -108,6 +109,7 @@ func planAttention(m *model.Model, p Provider) (AttentionPlan, *Session) {
 		s.Close()
 		s = nil
 	}
+	plan.Precision, s = decidePrecision(m, p, plan, s)
 	return plan, s
 }
 
@@ -188,20 +190,22 @@ func openFused(m *model.Model, p Provider) (*Session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ort: %s: attention rewrite: %w", m.ONNXPath, err)
 	}
-	return openRewrite(m, p, rw)
+	return openRewrite(m, p, &rw.ONNX, rw.DataDir)
 }
 
-func openRewrite(m *model.Model, p Provider, rw *model.AttentionRewrite) (*Session, error) {
+// openRewrite opens the rewritten model *onnx, whose external data is
+// relative to dir, and drops *onnx once ONNX Runtime has its own copy.
+func openRewrite(m *model.Model, p Provider, onnx *[]byte, dir string) (*Session, error) {
 	s, err := newSession(m, p, func(so *ort.SessionOptions, inputs, outputs []string) (*ort.DynamicAdvancedSession, error) {
-		if err := so.AddSessionConfigEntry(folderKey, rw.DataDir); err != nil {
+		if err := so.AddSessionConfigEntry(folderKey, dir); err != nil {
 			return nil, err
 		}
-		return ort.NewDynamicAdvancedSessionWithONNXData(rw.ONNX, inputs, outputs, so)
+		return ort.NewDynamicAdvancedSessionWithONNXData(*onnx, inputs, outputs, so)
 	})
-	if len(rw.ONNX) > 32<<20 {
+	if len(*onnx) > 32<<20 {
 		// The model's inline weights were copied for ONNX Runtime, which
 		// has its own copy now.
-		rw.ONNX = nil
+		*onnx = nil
 		debug.FreeOSMemory()
 	}
 	return s, err
@@ -235,7 +239,7 @@ func canary(m *model.Model, p Provider, rw *model.AttentionRewrite) (float64, *S
 	if err != nil {
 		return 0, nil, fmt.Errorf("graph: %w", err)
 	}
-	fused, err := openRewrite(m, p, rw)
+	fused, err := openRewrite(m, p, &rw.ONNX, rw.DataDir)
 	got, err := run(fused, err, true)
 	if err != nil {
 		if fused != nil {
@@ -258,31 +262,36 @@ func canaryInputs(c model.Config) []engine.RunInput {
 		longest = min(longest, c.MaxTokens)
 	}
 	longest = max(longest, 2)
+	return []engine.RunInput{
+		canaryChunk(c, longest, 0x9e3779b97f4a7c15, longest),
+		canaryChunk(c, longest, 0x9e3779b97f4a7c15^1, longest, longest/2+1, 3),
+	}
+}
+
+// canaryChunk is a chunk of seq tokens a row, rows of lens real tokens
+// (CLS, pseudo-random ids from seed, EOS) and padding.
+func canaryChunk(c model.Config, seq int, seed uint64, lens ...int) engine.RunInput {
+	seq = max(seq, 2)
 	vocab := int64(max(c.VocabSize, 8))
-	seed := uint64(0x9e3779b97f4a7c15)
-	chunk := func(lens ...int) engine.RunInput {
-		seq := longest
-		in := engine.RunInput{Batch: len(lens), Seq: seq, IDs: make([]int64, len(lens)*seq), Mask: make([]int64, len(lens)*seq)}
-		for r, n := range lens {
-			n = min(max(n, 2), seq)
-			for i := range seq {
-				k := r*seq + i
-				switch {
-				case i >= n:
-					in.IDs[k] = int64(c.PadID)
-				case i == 0:
-					in.IDs[k], in.Mask[k] = int64(c.BOSID), 1
-				case i == n-1:
-					in.IDs[k], in.Mask[k] = int64(c.EOSID), 1
-				default:
-					seed = seed*6364136223846793005 + 1442695040888963407
-					in.IDs[k], in.Mask[k] = 4+int64(seed>>33)%(vocab-4), 1
-				}
+	in := engine.RunInput{Batch: len(lens), Seq: seq, IDs: make([]int64, len(lens)*seq), Mask: make([]int64, len(lens)*seq)}
+	for r, n := range lens {
+		n = min(max(n, 2), seq)
+		for i := range seq {
+			k := r*seq + i
+			switch {
+			case i >= n:
+				in.IDs[k] = int64(c.PadID)
+			case i == 0:
+				in.IDs[k], in.Mask[k] = int64(c.BOSID), 1
+			case i == n-1:
+				in.IDs[k], in.Mask[k] = int64(c.EOSID), 1
+			default:
+				seed = seed*6364136223846793005 + 1442695040888963407
+				in.IDs[k], in.Mask[k] = 4+int64(seed>>33)%(vocab-4), 1
 			}
 		}
-		return in
 	}
-	return []engine.RunInput{chunk(longest), chunk(longest, longest/2+1, 3)}
+	return in
 }
 
 // outputDiff is the largest absolute difference of a and b at the real

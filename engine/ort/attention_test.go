@@ -34,9 +34,9 @@ func resetPlans(t *testing.T) {
 		plans.mu.Unlock()
 	}
 	clear()
-	l2, rw := l2CacheSize, rewrite
+	l2, rw, rw8 := l2CacheSize, rewrite, rewriteInt8
 	t.Cleanup(func() {
-		l2CacheSize, rewrite = l2, rw
+		l2CacheSize, rewrite, rewriteInt8 = l2, rw, rw8
 		clear()
 	})
 }

@@ -59,6 +59,10 @@ type Provider struct {
 	// Attention is how sessions compute attention; empty means
 	// [AttentionAuto].
 	Attention Attention
+	// Precision is the encoder's arithmetic; empty means
+	// [PrecisionFP32]. int8 is for the CPU provider: CUDA and TensorRT
+	// sessions run float32 and their plan says so with a warning.
+	Precision Precision
 }
 
 // Shape is a (batch, sequence) input shape.
@@ -142,6 +146,9 @@ func (p Provider) Validate() error {
 		return fail("attention %q (want auto, fused or graph)", p.Attention)
 	case a == AttentionFused && k == TensorRT:
 		return fail("attention fused: TensorRT fuses attention itself (use auto or graph)")
+	}
+	if pr := p.Precision.orFP32(); pr != PrecisionFP32 && pr != PrecisionInt8 {
+		return fail("precision %q (want fp32 or int8)", p.Precision)
 	}
 	switch p.ArenaExtendStrategy {
 	case "", "kNextPowerOfTwo", "kSameAsRequested":

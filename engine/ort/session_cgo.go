@@ -56,9 +56,12 @@ func Open(m *model.Model, p Provider) (*Session, error) {
 		return nil, err
 	}
 	var s *Session
-	if plan.Fused {
+	switch {
+	case plan.Precision.Int8 && !plan.Precision.AsExported:
+		s, err = openInt8(m, p, plan)
+	case plan.Fused:
 		s, err = openFused(m, p)
-	} else {
+	default:
 		s, err = openGraph(m, p)
 	}
 	if err != nil {

@@ -109,6 +109,10 @@ type Report struct {
 	PeerErr          error
 	// Gateway is the HTTP gateway against bare request-reply.
 	Gateway Gateway
+	// Precision is the bare engine in float32 and int8 (nil with
+	// PrecisionErr when it could not run).
+	Precision    *Precision
+	PrecisionErr error
 	// DenseFLOPs is what one token costs in the encoder's dense layers
 	// alone (2 x layers x (4h^2 + 2h x intermediate)): a floor on the
 	// arithmetic of a run, to read a rate against the cores' peak.
@@ -161,6 +165,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cost, err := u.engineRuns(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if u.r.Precision, err = u.precisionRuns(ctx); err != nil {
+		u.r.PrecisionErr = err
+		u.logf("int8: %v", err)
 	}
 	if err := u.baselines(ctx); err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -117,7 +118,10 @@ func TestRunTiny(t *testing.T) {
 	if err := r.Markdown(&b); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"Pipeline efficiency", "Loop overhead", "naive baseline", "Packing", "added latency", "HTTP gateway / bare request-reply", "Peak RSS"} {
+	if p := r.Precision; p == nil || !p.Plan.Int8 || p.Int8.Texts != p.FP32.Texts || p.Int8.PerSecond() <= 0 || p.FP32CPU <= 0 || p.Int8CPU <= 0 {
+		t.Errorf("int8 vs fp32: %+v (%v)", p, r.PrecisionErr)
+	}
+	for _, want := range []string{"Pipeline efficiency", "Loop overhead", "naive baseline", "Packing", "added latency", "HTTP gateway / bare request-reply", "Peak RSS", "Bare engine int8 / fp32"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}
@@ -155,4 +159,31 @@ func TestHFLayout(t *testing.T) {
 	if err := hfLayout(hf, model, filepath.Join(model, "model.onnx"), filepath.Join(model, "tokenizer.json")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestPrecisionBench is the int8 against fp32 part of the suite alone, on
+// the model JETEMBED_BENCH_MODEL names (`jetembed genmodel --size small
+// --layout hidden`), with BENCH_SESSIONS x BENCH_THREADS: the figures of
+// BENCHMARKS.md's int8 section, without the rest of make bench.
+func TestPrecisionBench(t *testing.T) {
+	dir := os.Getenv("JETEMBED_BENCH_MODEL")
+	if dir == "" {
+		t.Skip("JETEMBED_BENCH_MODEL is not set")
+	}
+	cfg := tinyConfig(t)
+	cfg.ModelDir, cfg.Texts, cfg.Sessions, cfg.Threads = dir, 250, envInt("BENCH_SESSIONS", 2), envInt("BENCH_THREADS", 1)
+	p, err := RunPrecision(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	p.Markdown(&b)
+	t.Log("\n" + b.String())
+}
+
+func envInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
 }

@@ -165,6 +165,12 @@ func (r *Report) Markdown(w io.Writer) error {
 		}
 		p(". Read it against the cores' fp32 peak (an AVX-512 core with two FMA units: 64 FLOP per cycle, ~160 GFLOP/s at 2.5 GHz): both tools run the same graph on the same ONNX Runtime, and a ratio between them cannot exceed what is left of that peak.\n")
 	}
+	p("\nint8 against fp32, the bare engine on the same calls (alternating rounds, each keeping its best):\n\n")
+	if r.Precision != nil {
+		r.Precision.Markdown(w)
+	} else {
+		p("not measured: %v\n", r.PrecisionErr)
+	}
 	p("\n%s", method)
 	return nil
 }

@@ -54,17 +54,44 @@ func (s *stack) engineConfig() engine.Config {
 // openEngine opens the engine on real ONNX Runtime sessions, its memory
 // model following their attention form as serve's does.
 func (s *stack) openEngine(ctx context.Context) (*engine.Engine, error) {
+	return s.openEngineWith(ctx, ort.PrecisionFP32)
+}
+
+// openEngineWith opens the engine with sessions of precision pr.
+func (s *stack) openEngineWith(ctx context.Context, pr ort.Precision) (*engine.Engine, error) {
+	e, _, err := s.openPrecision(ctx, pr)
+	return e, err
+}
+
+// openInt8Engine opens the engine with int8 sessions and returns their
+// plan; int8 refused by the canary is an error here.
+func (s *stack) openInt8Engine(ctx context.Context) (*engine.Engine, ort.PrecisionPlan, error) {
+	e, plan, err := s.openPrecision(ctx, ort.PrecisionInt8)
+	if err == nil && !plan.Int8 {
+		e.Close()
+		return nil, plan, fmt.Errorf("bench: int8 refused: %s", plan)
+	}
+	return e, plan, err
+}
+
+func (s *stack) openPrecision(ctx context.Context, pr ort.Precision) (*engine.Engine, ort.PrecisionPlan, error) {
 	cfg := s.engineConfig()
-	plan, err := ort.PlanAttention(s.m, s.provider)
+	p := s.provider
+	p.Precision = pr
+	plan, err := ort.PlanAttention(s.m, p)
 	if err != nil {
-		return nil, err
+		return nil, ort.PrecisionPlan{}, err
 	}
 	if plan.Fused {
 		cfg.Attention = engine.AttentionFused
 	}
-	return engine.New(ctx, cfg, engine.TokenizerFunc(s.tok.EncodeIDs), s.m, func(int) (engine.Runner, error) {
-		return ort.Open(s.m, s.provider)
+	if plan.Precision.Int8 {
+		cfg.Precision = engine.PrecisionInt8
+	}
+	e, err := engine.New(ctx, cfg, engine.TokenizerFunc(s.tok.EncodeIDs), s.m, func(int) (engine.Runner, error) {
+		return ort.Open(s.m, p)
 	})
+	return e, plan.Precision, err
 }
 
 // openNoop opens the same engine (tokenizer, packer, scheduler, heads) on
