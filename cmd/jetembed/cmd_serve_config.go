@@ -128,15 +128,17 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 	if sf.gatherTokens > 0 {
 		warn("warning: --gather-tokens (JETEMBED_GATHER_TOKENS) is deprecated: nothing waits to be gathered; it still sizes the default budgets (4x in flight, 2x interactive): set --in-flight-tokens and --interactive-tokens instead\n")
 	}
-	runs := runTokens(sf.gatherTokens, c.Engine)
+	// One budget, owned by the node: the engine admits by it and the
+	// service advertises it; one default (engine.DefaultBudgets).
+	mbt, sessions := c.Engine.Engine.MaxBatchTokens, c.Engine.Engine.Sessions
+	if sf.gatherTokens > 0 {
+		mbt, sessions = sf.gatherTokens, 1
+	}
 	inFlight := sf.inFlightTokens
 	if inFlight <= 0 {
-		inFlight = 4 * runs
+		inFlight = ef.admission
 	}
-	interactive := interactiveTokens(sf.interactive, ef.interactive, runs, warn)
-	// One interactive capacity: what the job loop takes in, the engine
-	// runs.
-	c.Engine.Engine.InteractiveTokens = interactive
+	inFlight, interactive := engine.DefaultBudgets(inFlight, interactiveTokens(sf.interactive, ef.interactive, warn), mbt, sessions)
 	replies, err := sf.replyPolicy(objects)
 	if err != nil {
 		return c, err
@@ -154,22 +156,23 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		api = &node.APIConfig{Listen: sf.api.listen, Gateway: sf.api.config()}
 	}
 	c.Runtime = node.Config{
-		Objects: objects,
-		Check:   check,
-		Loop: consumer.Config{Replies: replies, InFlightTokens: inFlight, InteractiveTokens: interactive,
-			InteractiveTenants: interactiveTenants(sf.interTenants)},
-		Blobs:          sf.blobs,
-		MaxResultBytes: int64(sf.maxResult),
-		PrefetchMax:    sf.prefetchMax,
-		PrefetchBytes:  sf.prefetchBytes,
-		Sample:         ff.poll,
-		Grace:          sf.grace,
-		Fleet:          fc,
-		API:            api,
-		HTTP:           sf.http,
-		Heartbeat:      sf.heartbeat,
-		Version:        version,
-		Notes:          []any{"memory_budget", c.Engine.BudgetNote, "malloc", mallocenv.Mode()},
+		Objects:           objects,
+		Check:             check,
+		InFlightTokens:    inFlight,
+		InteractiveTokens: interactive,
+		Loop:              consumer.Config{Replies: replies, InteractiveTenants: interactiveTenants(sf.interTenants)},
+		Blobs:             sf.blobs,
+		MaxResultBytes:    int64(sf.maxResult),
+		PrefetchMax:       sf.prefetchMax,
+		PrefetchBytes:     sf.prefetchBytes,
+		Sample:            ff.poll,
+		Grace:             sf.grace,
+		Fleet:             fc,
+		API:               api,
+		HTTP:              sf.http,
+		Heartbeat:         sf.heartbeat,
+		Version:           version,
+		Notes:             []any{"memory_budget", c.Engine.BudgetNote, "malloc", mallocenv.Mode()},
 	}
 	return c, nil
 }
@@ -189,37 +192,19 @@ func interactiveTenants(s string) []string {
 	return out
 }
 
-// runTokens is the padded tokens of one run of every session, which the
-// in-flight budgets default to multiples of: --max-batch-tokens (16384 by
-// default) x --sessions, or the deprecated --gather-tokens that stood for
-// it.
-func runTokens(gatherFlag int, ec engineConfig) int {
-	if gatherFlag > 0 {
-		return gatherFlag
-	}
-	run := engine.DefaultMaxBatchTokens
-	if ec.Engine.MaxBatchTokens > 0 {
-		run = ec.Engine.MaxBatchTokens
-	}
-	return run * max(ec.Engine.Sessions, 1)
-}
-
-// interactiveTokens is the process's one interactive capacity: the
-// job loop's budget of held requests and the engine's interactive
-// admission alike, so that what the job loop takes in the engine runs.
-// --engine-interactive-tokens, the second knob it replaced, is a
-// deprecated alias read when --interactive-tokens is not set (kept so that
-// deployments that set it, or its JETEMBED_ variable, still start).
-func interactiveTokens(flag, engineFlag, runs int, warn func(string, ...any)) int {
+// interactiveTokens is the process's one interactive capacity, 0 for the
+// default: the engine's interactive admission budget, which the service
+// advertises. --engine-interactive-tokens, the second knob it replaced,
+// is a deprecated alias read when --interactive-tokens is not set (kept
+// so that deployments that set it, or its JETEMBED_ variable, still
+// start).
+func interactiveTokens(flag, engineFlag int, warn func(string, ...any)) int {
 	n := flag
 	if engineFlag > 0 {
 		if n <= 0 {
 			n = engineFlag
 		}
 		warn("warning: --engine-interactive-tokens (JETEMBED_ENGINE_INTERACTIVE_TOKENS) is deprecated: --interactive-tokens is the one interactive budget, the engine's included; using %d\n", n)
-	}
-	if n <= 0 {
-		n = 2 * runs
 	}
 	return n
 }
