@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"sync"
 	"time"
@@ -304,7 +303,8 @@ func (a *admission) budgets() (bulkTokens, interactiveTokens int) {
 // SetBudgets sets the in-flight token budgets the engine admits by, bulk
 // and interactive ([Config.AdmissionTokens], [Config.InteractiveTokens]);
 // 0 or less keeps the engine's. Calls waiting for room are admitted if
-// they fit now. A serving process (package node) sets them once, from its
+// they fit now. A budget below the longest text is allowed: a call over
+// it runs alone. A serving process (package node) sets them once, from its
 // one configuration, before any call. It returns the budgets in force.
 func (e *Engine) SetBudgets(inFlight, interactiveTokens int) (bulkTokens, interactiveBudget int, err error) {
 	e.adm.mu.Lock()
@@ -314,9 +314,6 @@ func (e *Engine) SetBudgets(inFlight, interactiveTokens int) (bulkTokens, intera
 	}
 	if interactiveTokens <= 0 {
 		interactiveTokens = e.adm.budget[interactive]
-	}
-	if inFlight < e.cfg.MaxTokens || interactiveTokens < e.cfg.MaxTokens {
-		return e.adm.budget[bulk], e.adm.budget[interactive], fmt.Errorf("%w: in-flight tokens %d (interactive %d) below max tokens %d", ErrConfig, inFlight, interactiveTokens, e.cfg.MaxTokens)
 	}
 	e.adm.setBudgets(inFlight, interactiveTokens)
 	return inFlight, interactiveTokens, nil

@@ -148,7 +148,7 @@ func TestNodeServesAndStops(t *testing.T) {
 // TestNodeAdvertisesWhatTheEngineAdmits: the interactive capacity the
 // service advertises to gateways is the budget the engine admits by, with
 // the budgets configured and with their defaults alike (the one default
-// of [engine.DefaultBudgets]); an unusable budget fails the start.
+// of [engine.DefaultBudgets]).
 func TestNodeAdvertisesWhatTheEngineAdmits(t *testing.T) {
 	for _, tc := range []struct {
 		name                  string
@@ -197,22 +197,6 @@ func TestNodeAdvertisesWhatTheEngineAdmits(t *testing.T) {
 			}
 		})
 	}
-	t.Run("below max tokens", func(t *testing.T) {
-		r := newRig(t, true)
-		var log syncBuffer
-		cfg := r.config(t, engine.Config{}, &log)
-		cfg.InteractiveTokens = 1
-		rt, err := node.New(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := rt.Start(ctx); !errors.Is(err, node.ErrConfig) {
-			t.Errorf("Start with 1 interactive token: %v, want ErrConfig", err)
-			_ = rt.Stop(ctx)
-		}
-	})
 }
 
 // TestNodeMissingObjects: with the objects absent, Start fails with
