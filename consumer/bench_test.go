@@ -22,7 +22,10 @@ type nopEmb struct {
 	embs []engine.Embedding
 }
 
-func (n *nopEmb) Embed(_ context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
+func (n *nopEmb) Embed(_ context.Context, texts []engine.Text, call engine.Call) ([]engine.Embedding, engine.CallReport, error) {
+	if call.Admitted != nil {
+		call.Admitted(func() {})
+	}
 	for len(n.embs) < len(texts) {
 		n.embs = append(n.embs, engine.Embedding{Dense: make([]float32, n.dim), Tokens: 12})
 	}
@@ -76,8 +79,7 @@ func BenchmarkLoop(b *testing.B) {
 			}
 			header := map[string][]string{schema.HeaderContentType: {enc.ContentType()}}
 			c, err := New(Config{
-				InFlightTokens: 1 << 20,
-				Logger:         slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
+				Logger: slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo})),
 			}, &nopEmb{dim: tc.dim}, nopPub{})
 			if err != nil {
 				b.Fatal(err)

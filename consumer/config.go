@@ -13,13 +13,8 @@ import (
 // ErrConfig reports an unusable [Config].
 var ErrConfig = errors.New("consumer: invalid config")
 
-// Defaults of [Config.WithDefaults]. The in-flight budgets are what a
-// serving process derives from its engine when not given: 4 and 2 times
-// the padded tokens of one run of every session (here one session of
-// 16384).
+// Defaults of [Config.WithDefaults].
 const (
-	DefaultInFlightTokens     = 4 * 16384
-	DefaultInteractiveTokens  = 2 * 16384
 	DefaultInProgressFraction = 0.5
 	DefaultRequestWait        = 10 * time.Second
 	// MaxRequestWait bounds the wait for interactive room of a request
@@ -39,35 +34,22 @@ const (
 // Config tunes a [Loop]. The zero value is usable after
 // [Config.WithDefaults]; [New] applies it.
 //
-// The loop holds no queue of its own: a job it admits goes to the engine
-// at once, in its own Embed call, where the engine's one queue packs its
-// texts with those of every other call (as TEI's one queue does). Its
-// budgets are admission: how many estimated tokens it holds, bulk and
-// interactive apart.
+// The loop holds no queue and no budget of its own: a job it takes goes
+// to the engine at once, in its own Embed call, whose one admission queue
+// decides when its texts run by the engine's one token budget (bulk and
+// interactive apart, tenants in turn) and packs them with those of every
+// other call (as TEI's one queue does).
 type Config struct {
-	// InFlightTokens bounds the estimated tokens of all bulk jobs held (in
-	// the engine, or publishing); Submit blocks while it is full, so the
-	// fetch loop stops pulling. Default [DefaultInFlightTokens].
-	InFlightTokens int
-	// InteractiveTokens is the interactive jobs' own in-flight budget, so
-	// a bulk backlog never refuses them. Default
-	// [DefaultInteractiveTokens].
-	InteractiveTokens int
-	// RequestQueueTokens bounds the estimated tokens of the request-reply
-	// deliveries waiting for interactive room (their bodies are held
-	// meanwhile, about 3 bytes a token); beyond it a request is answered
-	// overloaded. Within it, a request waits as long as its deadline
-	// allows at the measured drain rate. Default 8 x InteractiveTokens.
-	RequestQueueTokens int
 	// InteractiveTenants are the tenants whose queued jobs may ask for
 	// priority "interactive"; nil means every tenant. A queued job of
 	// another tenant that asks for it runs as bulk (a warning once per
 	// tenant), so that a bulk producer cannot take the interactive budget
 	// meant for the callers who wait. Request-reply deliveries are
-	// interactive whatever it says: their fairness is per tenant already.
+	// interactive whatever it says: the engine's queue is fair by tenant.
 	InteractiveTenants []string
-	// RequestWait is the longest a request without a deadline waits for
-	// interactive room before it is answered overloaded. One with a
+	// RequestWait is the longest a request without a deadline waits in
+	// the engine's queue for interactive room before it is answered
+	// overloaded. One with a
 	// deadline waits until its deadline instead (at most [MaxRequestWait]).
 	// Default 10 s, the Go client's request timeout.
 	RequestWait time.Duration
@@ -93,8 +75,9 @@ type Config struct {
 	// Model is the model id put in results; when empty, the Embedder's
 	// ModelID().
 	Model string
-	// EstimateTokens estimates a text's tokens for the in-flight budgets;
-	// default len(text)/3 + 2, which over-counts for most scripts.
+	// EstimateTokens estimates a text's tokens (the job's size in traces
+	// and logs); default len(text)/3 + 2, which over-counts for most
+	// scripts.
 	EstimateTokens func(text string) int
 	// Logger receives one debug line per job and a warning per failure;
 	// texts are never logged. Default slog.Default().
@@ -107,7 +90,7 @@ type Config struct {
 	// MaxResultBytes caps one job's encoded result: a job over it fails
 	// result_too_large (DLQ, TERM), refused by the engine before it runs
 	// when its dense and ColBERT vectors alone exceed it
-	// ([engine.WithOutputLimit]), else once encoded. 0 or less: no cap.
+	// ([engine.Call.OutputLimit]), else once encoded. 0 or less: no cap.
 	MaxResultBytes int64
 	// Now is the clock; default time.Now. Tests move it.
 	Now func() time.Time
@@ -115,15 +98,6 @@ type Config struct {
 
 // WithDefaults returns c with every unset field filled in.
 func (c Config) WithDefaults() Config {
-	if c.InFlightTokens <= 0 {
-		c.InFlightTokens = DefaultInFlightTokens
-	}
-	if c.InteractiveTokens <= 0 {
-		c.InteractiveTokens = DefaultInteractiveTokens
-	}
-	if c.RequestQueueTokens <= 0 {
-		c.RequestQueueTokens = 8 * c.InteractiveTokens
-	}
 	if c.RequestWait <= 0 {
 		c.RequestWait = DefaultRequestWait
 	}

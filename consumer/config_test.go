@@ -35,7 +35,7 @@ func TestBackoffJitter(t *testing.T) {
 
 func TestConfigDefaults(t *testing.T) {
 	c := Config{}.WithDefaults()
-	if c.InFlightTokens != DefaultInFlightTokens || c.InteractiveTokens != DefaultInteractiveTokens || c.RequestQueueTokens != 8*DefaultInteractiveTokens ||
+	if c.RequestWait != DefaultRequestWait ||
 		c.Delivery != (DeliveryLimits{AckWait: 30 * time.Second, MaxDeliver: 5}) || c.NakBackoff.Base != DefaultNakBase || c.NakBackoff.Jitter != DefaultNakJitter ||
 		c.Limits.MaxTexts == 0 || c.Logger == nil || c.Metrics == nil || c.Now == nil {
 		t.Errorf("defaults not filled: %+v", c)

@@ -167,7 +167,7 @@ func TestRealEngine(t *testing.T) {
 		for i, s := range j.Texts {
 			texts[i] = engine.Text{Text: s, Outputs: out, Truncate: true}
 		}
-		alone, rep, err := e.Embed(context.Background(), texts)
+		alone, rep, err := e.Embed(context.Background(), texts, engine.Call{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -156,11 +156,16 @@ func (p *fakePub) DLQ() []DeadLetter {
 // fakeEmb computes vectors from each text alone, so a test knows what any
 // text must get whatever it was packed with: see want. refuse fails chosen
 // items, callErr whole calls; block holds every call (those blockIf
-// chooses, when set) until closed.
+// chooses, when set) until closed. slots, when set, is the engine's
+// budget, one job a slot: a call waits for a free one (or its context's
+// end, deadline_exceeded) before it is admitted ([engine.Call.Admitted])
+// and recorded, and keeps it until the loop releases it.
 type fakeEmb struct {
 	mu      sync.Mutex
 	calls   [][]engine.Text
 	ctxs    []context.Context
+	opts    []engine.Call
+	slots   chan struct{}
 	refuse  func(text string) *schema.Error
 	callErr func(texts []engine.Text) error
 	block   chan struct{}
@@ -168,10 +173,30 @@ type fakeEmb struct {
 	started chan struct{} // receives once per call, when set
 }
 
-func (f *fakeEmb) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
+func (f *fakeEmb) Embed(ctx context.Context, texts []engine.Text, call engine.Call) ([]engine.Embedding, engine.CallReport, error) {
+	if f.callErr != nil {
+		if err := f.callErr(texts); err != nil {
+			return nil, engine.CallReport{}, err
+		}
+	}
+	release := func() {}
+	if f.slots != nil {
+		select {
+		case f.slots <- struct{}{}:
+			release = sync.OnceFunc(func() { <-f.slots })
+		case <-ctx.Done():
+			return nil, engine.CallReport{}, schema.Errorf(schema.CodeDeadlineExceeded, "waiting for capacity: %v", ctx.Err())
+		}
+	}
+	if call.Admitted != nil {
+		call.Admitted(release)
+	} else {
+		defer release()
+	}
 	f.mu.Lock()
 	f.calls = append(f.calls, slices.Clone(texts))
 	f.ctxs = append(f.ctxs, ctx)
+	f.opts = append(f.opts, call)
 	f.mu.Unlock()
 	if f.started != nil {
 		f.started <- struct{}{}
@@ -181,11 +206,6 @@ func (f *fakeEmb) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embe
 		case <-f.block:
 		case <-ctx.Done():
 			return nil, engine.CallReport{}, ctx.Err()
-		}
-	}
-	if f.callErr != nil {
-		if err := f.callErr(texts); err != nil {
-			return nil, engine.CallReport{}, err
 		}
 	}
 	out := make([]engine.Embedding, len(texts))
@@ -409,9 +429,5 @@ func (r *rig) resultFor(tb testing.TB, id string) (*schema.Result, published) {
 
 var errInjected = errors.New("injected failure")
 
-// waitingCount is how many bulk deliveries wait in Submit for room.
-func (c *Loop) waitingCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.waiting)
-}
+// waitingCount is how many deliveries wait for room in the engine.
+func (c *Loop) waitingCount() int { return c.Stats().Waiting }

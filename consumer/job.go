@@ -33,19 +33,28 @@ type job struct {
 	deadline time.Time // zero: none
 	reply    string    // resolved reply subject; "" with Respond or none
 	tokens   int       // estimated tokens of the texts that will run
-	cost     int       // tokens charged to the in-flight budget
 	// interactive jobs (request-reply, or priority "interactive") run in
-	// the engine's interactive class and have their own in-flight budget.
+	// the engine's interactive class, under its own budget.
 	interactive bool
-	queued      time.Time         // when it entered the queue
-	expiry      *time.Timer       // a waiting request's deadline (requests.go)
+	queued      time.Time         // when Submit took it
 	run         trace.SpanContext // the span of the Embed call that served it
+	// admitted is closed once the engine admitted the job's Embed call,
+	// or its run ended without one (Submit waits on it); cancel ends the
+	// call (a job leaving the engine's queue, or the hard stop).
+	admitted chan struct{}
+	cancel   func()
 
 	// mu orders an InProgress against the settlement, so that no
 	// heartbeat follows the final acknowledgement.
 	mu        sync.Mutex
 	settled   bool
 	lastTouch time.Time // delivery or last InProgress
+	// admittedSet: the engine admitted it; leaving: it is leaving the
+	// queue (Drain, or Submit's context ended) and is not woken as
+	// admitted; woken: admitted is closed.
+	admittedSet, leaving, woken bool
+	// budget gives back the engine budget the job holds (nil: none).
+	budget func()
 }
 
 // header returns the first value of header key, matching the canonical

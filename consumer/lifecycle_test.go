@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -51,9 +52,9 @@ func TestInProgress(t *testing.T) {
 // seconds).
 func TestInProgressQueued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		emb := &fakeEmb{block: make(chan struct{})}
-		// Room for one job of one short text: the second waits in Submit.
-		r := newRig(t, Config{Delivery: DeliveryLimits{AckWait: 8 * time.Second}, InProgressFraction: 0.25, InFlightTokens: 3}, emb, nil)
+		// Room for one job in the engine: the second waits in Submit.
+		emb := &fakeEmb{block: make(chan struct{}), slots: make(chan struct{}, 1)}
+		r := newRig(t, Config{Delivery: DeliveryLimits{AckWait: 8 * time.Second}, InProgressFraction: 0.25}, emb, nil)
 		d1, m1 := delivery(t, schema.NewJob("running", "a"), schema.EncodingJSON, 1)
 		if err := r.c.Submit(context.Background(), d1); err != nil {
 			t.Fatal(err)
@@ -87,9 +88,9 @@ func TestInProgressQueued(t *testing.T) {
 // TestDrain: Drain finishes the job in flight, NAKs without delay those
 // waiting for room, refuses new deliveries, and Run then returns nil.
 func TestDrain(t *testing.T) {
-	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
-	// Room for one job of one short text: the others wait in Submit.
-	r := newRig(t, Config{InFlightTokens: 3}, emb, nil)
+	// Room for one job in the engine: the others wait in Submit.
+	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10), slots: make(chan struct{}, 1)}
+	r := newRig(t, Config{}, emb, nil)
 	running, rm := delivery(t, schema.NewJob("running", "a"), schema.EncodingJSON, 1)
 	if err := r.c.Submit(context.Background(), running); err != nil {
 		t.Fatal(err)
@@ -200,7 +201,7 @@ func TestRunCancel(t *testing.T) {
 			t.Errorf("calls %v, want [nak]", got)
 		}
 	}
-	if s := c.Stats(); s.Held != 0 || s.HeldTokens != 0 {
+	if s := c.Stats(); s.Held != 0 || s.Waiting != 0 {
 		t.Errorf("stats after stop %+v", s)
 	}
 	if err := c.Run(context.Background()); !errors.Is(err, ErrRunning) {
@@ -208,19 +209,23 @@ func TestRunCancel(t *testing.T) {
 	}
 }
 
-// TestBudget: Submit blocks while the bulk in-flight budget is full and
-// resumes when a job is settled; a request is still admitted (interactive
-// work has its own budget), one that finds that budget full waits in the
-// request queue (Submit returns at once) and runs when room frees, and
-// one is answered overloaded only when the queue is full too; a blocked
-// Submit whose context ends NAKs its delivery. Under
-// synctest, "still blocked" is a fact (synctest.Wait), not a 20ms guess.
+// TestBudget: Submit blocks while the engine has no room for a bulk job
+// and returns once the engine admitted it (the job holds its room until
+// it is settled); a request never blocks Submit: it waits in the
+// engine's queue, and the engine's refusal (overloaded) is answered,
+// retriable; a blocked Submit whose context ends takes its job out of the
+// engine's queue and NAKs it. Under synctest, "still blocked" is a fact
+// (synctest.Wait), not a 20ms guess.
 func TestBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
-		// "aaaaaaaaa" estimates 9/3+2 = 5 tokens: the bulk budget holds two
-		// jobs, the interactive one one.
-		r := newRig(t, Config{InFlightTokens: 10, InteractiveTokens: 5, RequestQueueTokens: 5}, emb, nil)
+		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10), slots: make(chan struct{}, 2),
+			callErr: func(texts []engine.Text) error {
+				if texts[0].Text == "refused" {
+					return schema.Errorf(schema.CodeOverloaded, "interactive queue full")
+				}
+				return nil
+			}}
+		r := newRig(t, Config{}, emb, nil)
 		text := "aaaaaaaaa"
 		var msgs []*fakeMsg
 		for _, id := range []string{"a", "b"} {
@@ -232,7 +237,7 @@ func TestBudget(t *testing.T) {
 		}
 		<-emb.started
 		<-emb.started
-		if s := r.c.Stats(); s.Held != 2 || s.HeldTokens != 10 || s.Queued != 0 {
+		if s := r.c.Stats(); s.Held != 2 || s.Waiting != 0 {
 			t.Errorf("stats %+v", s)
 		}
 
@@ -240,20 +245,17 @@ func TestBudget(t *testing.T) {
 		var firstAnswer []byte
 		first.Respond = func(_ map[string][]string, data []byte) error { firstAnswer = data; return nil }
 		if err := r.c.Submit(context.Background(), first); err != nil {
-			t.Errorf("request Submit with the bulk budget full: %v, want it admitted", err)
+			t.Errorf("request Submit with the engine full: %v, want it queued", err)
 		}
-		<-emb.started
-		queued, queuedMsg := delivery(t, schema.NewJob("queued-req", text), schema.EncodingJSON, 1)
-		var queuedAnswer []byte
-		queued.Respond = func(_ map[string][]string, data []byte) error { queuedAnswer = data; return nil }
-		if err := r.c.Submit(context.Background(), queued); err != nil {
-			t.Errorf("request Submit with the interactive budget full: %v, want it queued", err)
+		synctest.Wait()
+		if s := r.c.Stats(); s.Held != 2 || s.Waiting != 1 {
+			t.Errorf("stats %+v, want the request waiting", s)
 		}
-		req, reqMsg := delivery(t, schema.NewJob("req", text), schema.EncodingJSON, 1)
+		req, reqMsg := delivery(t, schema.NewJob("req", "refused"), schema.EncodingJSON, 1)
 		var answer []byte
 		req.Respond = func(_ map[string][]string, data []byte) error { answer = data; return nil }
-		if err := r.c.Submit(context.Background(), req); !errors.Is(err, ErrOverloaded) {
-			t.Errorf("request Submit: %v, want ErrOverloaded", err)
+		if err := r.c.Submit(context.Background(), req); err != nil {
+			t.Errorf("request Submit: %v, want nil (answered by the loop)", err)
 		}
 		reqMsg.wait(t)
 		if res, err := schema.DecodeResult(answer, schema.EncodingJSON); err != nil || res.Error == nil || res.Error.Code != schema.CodeOverloaded || !res.Error.Retriable {
@@ -276,22 +278,20 @@ func TestBudget(t *testing.T) {
 		synctest.Wait()
 		select {
 		case err := <-submitted:
-			t.Fatalf("Submit returned %v with the budget full", err)
+			t.Fatalf("Submit returned %v with the engine full", err)
 		default:
 		}
 		close(emb.block)
 		if err := <-submitted; err != nil {
 			t.Fatal(err)
 		}
-		for _, m := range append(msgs, wm, firstMsg, queuedMsg) {
+		for _, m := range append(msgs, wm, firstMsg) {
 			if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
 				t.Errorf("calls %v, want [ack]", got)
 			}
 		}
-		for name, a := range map[string][]byte{"first": firstAnswer, "queued": queuedAnswer} {
-			if res, err := schema.DecodeResult(a, schema.EncodingJSON); err != nil || res.Error != nil {
-				t.Errorf("%s request answer %+v, %v; want vectors", name, res, err)
-			}
+		if res, err := schema.DecodeResult(firstAnswer, schema.EncodingJSON); err != nil || res.Error != nil {
+			t.Errorf("request answer %+v, %v; want vectors", res, err)
 		}
 	})
 }
@@ -300,8 +300,8 @@ func TestBudget(t *testing.T) {
 // is kept alive too (synctest's clock).
 func TestInProgressWhileWaiting(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
-		r := newRig(t, Config{InFlightTokens: 5, Delivery: DeliveryLimits{AckWait: 8 * time.Second}, InProgressFraction: 0.25}, emb, nil)
+		emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10), slots: make(chan struct{}, 1)}
+		r := newRig(t, Config{Delivery: DeliveryLimits{AckWait: 8 * time.Second}, InProgressFraction: 0.25}, emb, nil)
 		first, fm := delivery(t, schema.NewJob("first", "aaaaaaaaa"), schema.EncodingJSON, 1)
 		if err := r.c.Submit(context.Background(), first); err != nil {
 			t.Fatal(err)
@@ -339,7 +339,7 @@ func TestStress(t *testing.T) {
 		}
 		return nil
 	}}
-	r := newRig(t, Config{InFlightTokens: 400}, emb, pub)
+	r := newRig(t, Config{}, emb, pub)
 	past := time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)
 	const workers, perWorker = 4, 150
 	msgs := make([][]*fakeMsg, workers)
@@ -385,7 +385,7 @@ func TestStress(t *testing.T) {
 			}
 		}
 	}
-	if s := r.c.Stats(); s.Held != 0 || s.HeldTokens != 0 || s.Queued != 0 || s.Jobs != workers*perWorker {
+	if s := r.c.Stats(); s.Held != 0 || s.Waiting != 0 || s.Jobs != workers*perWorker {
 		t.Errorf("stats after drain %+v", s)
 	}
 }

@@ -16,19 +16,17 @@ var (
 	// ErrDraining is returned by Submit once Drain has begun: the delivery
 	// was NAKed without delay (or answered engine_unavailable).
 	ErrDraining = errors.New("consumer: draining")
-	// ErrOverloaded is returned by Submit for a request-reply delivery that
-	// found the interactive in-flight budget full: it was answered
-	// overloaded.
-	ErrOverloaded = errors.New("consumer: in-flight budget full")
 	// ErrRunning is returned by a second Run.
 	ErrRunning = errors.New("consumer: already running")
 )
 
 // Loop is the job loop. Deliveries enter through [Loop.Submit], from
-// the JetStream fetch loop and the request-reply handler alike; [Loop.Run]
-// hands each job to the engine in its own Embed call (the engine's one queue
-// packs the texts of all of them) and settles every delivery as soon as its
-// own texts are done; [Loop.Drain] stops it gracefully.
+// the JetStream fetch loop and the request-reply handler alike, which
+// starts each job's Embed call at once: the engine's one admission queue
+// decides when its texts run (what waits, waits there), and packs them
+// with every other call's. Every delivery is settled as soon as its own
+// texts are done; [Loop.Drain] stops it gracefully, [Loop.Run] waits for
+// it.
 type Loop struct {
 	cfg       Config
 	emb       engine.Embedder
@@ -36,26 +34,18 @@ type Loop struct {
 	model     string
 	maxTokens int // the engine's, 0 when it does not say
 
-	mu      sync.Mutex
-	queue   []*job // admitted, not yet handed to the engine
-	held    map[*job]struct{}
-	waiting map[*job]struct{} // blocked in Submit for budget
-	// heldTokens are the estimated tokens held, bulk [0] and interactive
-	// [1], each against its own budget.
-	heldTokens [2]int
-	// waitReq are the request-reply deliveries waiting for interactive
-	// room, per tenant in arrival order (see requests.go); meter measures
-	// the interactive drain rate.
-	waitReq waitQueue
-	meter   drainMeter
-	// stopped is set once the queue was given back: nothing joins it
-	// after that.
-	stopped    bool
-	space      chan struct{} // closed when held tokens drop
-	arrived    chan struct{} // a job was queued (capacity 1)
-	draining   chan struct{} // closed by Drain
-	running    bool
-	done       chan struct{} // closed when Run returned
+	mu   sync.Mutex
+	held map[*job]struct{}
+	// stopped is set once Run stopped taking work (a hard stop): nothing
+	// is started after that.
+	stopped  bool
+	draining chan struct{} // closed by Drain
+	running  bool
+	inflight sync.WaitGroup // the Embed calls started by Submit
+	done     chan struct{}  // closed when Run returned
+	// workCtx is the parent of every job's Embed call; cancelWork (the
+	// hard stop) ends them. Set in New: Submit may start jobs before Run.
+	workCtx    context.Context
 	cancelWork context.CancelFunc
 
 	limits        atomic.Pointer[DeliveryLimits]
@@ -73,16 +63,15 @@ type Stats struct {
 	// Jobs, Texts and Tokens are running totals of jobs settled, texts
 	// embedded and real tokens run since start.
 	Jobs, Texts, Tokens uint64
-	// Held counts deliveries not yet settled; Queued those of them not yet
-	// handed to the engine; HeldTokens their estimated tokens.
-	Held, Queued, HeldTokens int
-	// Waiting counts request-reply deliveries waiting for interactive room
-	// (not held yet).
+	// Held counts deliveries admitted by the engine and not yet settled.
+	Held int
+	// Waiting counts deliveries waiting for room in the engine's
+	// admission queue (held by this process, not admitted yet).
 	Waiting int
 }
 
 // New returns a consumer of emb's vectors that sends results and dead
-// letters through pub. It does nothing until [Loop.Run].
+// letters through pub. It does nothing until [Loop.Submit].
 func New(cfg Config, emb engine.Embedder, pub Publisher) (*Loop, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -97,12 +86,10 @@ func New(cfg Config, emb engine.Embedder, pub Publisher) (*Loop, error) {
 		pub:      pub,
 		model:    cfg.Model,
 		held:     make(map[*job]struct{}),
-		waiting:  make(map[*job]struct{}),
-		space:    make(chan struct{}),
-		arrived:  make(chan struct{}, 1),
 		draining: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
+	c.workCtx, c.cancelWork = context.WithCancel(context.Background())
 	limits := cfg.Delivery
 	c.limits.Store(&limits)
 	if c.model == "" {
@@ -116,11 +103,15 @@ func New(cfg Config, emb engine.Embedder, pub Publisher) (*Loop, error) {
 func (c *Loop) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{
-		Jobs: c.jobs.Load(), Texts: c.texts.Load(), Tokens: c.tokens.Load(),
-		Held: len(c.held), Queued: len(c.queue), HeldTokens: c.heldTokens[0] + c.heldTokens[1],
-		Waiting: c.waitReq.len(),
+	st := Stats{Jobs: c.jobs.Load(), Texts: c.texts.Load(), Tokens: c.tokens.Load()}
+	for j := range c.held {
+		if j.isAdmitted() {
+			st.Held++
+		} else {
+			st.Waiting++
+		}
 	}
+	return st
 }
 
 func (c *Loop) isDraining() bool {
@@ -136,17 +127,17 @@ func (c *Loop) isDraining() bool {
 // ACKed, NAKed or terminated exactly once, whatever Submit returns, and the
 // caller must not settle it. Bad input is settled before Submit returns.
 //
-// While the job's in-flight token budget (bulk, or interactive for
-// request-reply deliveries and jobs with priority "interactive") is full,
-// Submit blocks until there is room, ctx is done (the delivery is NAKed
-// without delay and ctx's error returned) or Drain begins (NAKed,
-// [ErrDraining]). A request-reply delivery (Respond set) never blocks
-// Submit: it waits in a queue of its own, fair by tenant (each tenant's in
-// arrival order, tenants in turn), and is answered overloaded (Submit
-// returns [ErrOverloaded]) only when its tenant is at its share of a full
-// queue, it was pushed out by a tenant under its share, or it could not
-// start before its deadline at the measured drain rate (see requests.go);
-// a bulk backlog never fills its budget.
+// Submit starts the job's Embed call, which waits for room in the
+// engine's one admission queue ([engine.Call]: its class, tenant and
+// deadline). A request-reply delivery (Respond set) never blocks Submit:
+// it waits there, fair by tenant, and is answered overloaded only when the
+// engine refuses it (its tenant at its share of a full queue, pushed out
+// by a tenant under its share, or unable to start before its deadline at
+// the measured drain rate; a bulk backlog never fills its budget). A
+// stored job blocks Submit until the engine admitted it, so the fetch
+// loop stops pulling while the budget is full; when ctx ends first (the
+// delivery is NAKed without delay, ctx's error returned) or Drain begins
+// (NAKed, [ErrDraining]) it leaves the queue.
 func (c *Loop) Submit(ctx context.Context, d Delivery) error {
 	now := c.cfg.Now()
 	j, jobErr := c.safeAdmit(d, now)
@@ -155,82 +146,113 @@ func (c *Loop) Submit(ctx context.Context, d Delivery) error {
 		return nil
 	}
 	c.mu.Lock()
-	for {
-		if c.isDraining() || c.stopped {
-			c.mu.Unlock()
-			c.settle(ctx, j, c.decide(j, nil, errShutdown))
-			return ErrDraining
-		}
-		budget := c.budget(j)
-		j.cost = min(max(j.tokens, 1), budget)
-		// No request passes one waiting.
-		if c.heldTokens[j.class()]+j.cost <= budget && (d.Respond == nil || c.waitReq.len() == 0) {
-			break
-		}
-		if d.Respond != nil {
-			evicted, se := c.queueRequest(j, now)
-			c.mu.Unlock()
-			c.evict(ctx, evicted)
-			if se == nil {
-				return nil
-			}
-			c.settle(ctx, j, c.decide(j, nil, se))
-			return ErrOverloaded
-		}
-		// Heartbeats keep it alive meanwhile: the wait can outlast AckWait.
-		space := c.space
-		c.waiting[j] = struct{}{}
+	if c.isDraining() || c.stopped {
 		c.mu.Unlock()
-		var done error
-		select {
-		case <-space:
-		case <-c.draining:
-		case <-ctx.Done():
-			done = ctx.Err()
-		}
-		c.mu.Lock()
-		delete(c.waiting, j)
-		if done != nil {
-			c.mu.Unlock()
-			c.settle(ctx, j, c.decide(j, nil, errShutdown))
-			return done
-		}
+		c.settle(ctx, j, c.decide(j, nil, errShutdown))
+		return ErrDraining
 	}
-	c.hold(j, c.cfg.Now())
-	c.mu.Unlock()
-	return nil
-}
-
-// hold charges j to its budget and hands it to Run, which starts its
-// Embed call. c.mu is held.
-func (c *Loop) hold(j *job, now time.Time) {
-	if j.interactive {
-		c.meter.tick(now, c.heldTokens[1] > 0, 0)
-	}
-	c.heldTokens[j.class()] += j.cost
-	c.held[j] = struct{}{}
+	j.admitted = make(chan struct{})
+	var jobCtx context.Context
+	jobCtx, j.cancel = context.WithCancel(c.workCtx)
 	j.queued = now
-	c.queue = append(c.queue, j)
+	c.held[j] = struct{}{}
+	c.inflight.Add(1)
+	c.mu.Unlock()
+	go func() {
+		defer c.inflight.Done()
+		defer j.cancel()
+		c.runJob(jobCtx, j)
+	}()
+	if d.Respond != nil {
+		return nil
+	}
 	select {
-	case c.arrived <- struct{}{}:
-	default:
+	case <-j.admitted:
+		return nil
+	case <-c.draining:
+		j.leave()
+		return ErrDraining
+	case <-ctx.Done():
+		j.leave()
+		return ctx.Err()
 	}
 }
 
-// budget is the in-flight budget of j's class.
-func (c *Loop) budget(j *job) int {
-	if j.interactive {
-		return c.cfg.InteractiveTokens
+// leave takes a job that waits for room out of the engine's queue: its
+// Embed call ends, and the job is NAKed without delay (a request is
+// answered engine_unavailable). One already admitted runs on.
+func (j *job) leave() {
+	j.mu.Lock()
+	admitted := j.admittedSet
+	if !admitted {
+		j.leaving = true
 	}
-	return c.cfg.InFlightTokens
+	j.mu.Unlock()
+	if !admitted {
+		j.cancel()
+	}
 }
 
-// class indexes heldTokens: 0 bulk, 1 interactive.
-func (j *job) class() int {
-	if j.interactive {
-		return 1
+// markAdmitted marks j admitted by the engine ([engine.Call.Admitted]):
+// it holds budget now, until it is settled (release), and Submit returns.
+func (j *job) markAdmitted(release func()) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.budget = release
+	if j.leaving {
+		return
 	}
-	return 0
+	j.admittedSet = true
+	j.wakeLocked()
+}
+
+// releaseBudget gives back the engine budget j holds, if any.
+func (j *job) releaseBudget() {
+	j.mu.Lock()
+	release := j.budget
+	j.budget = nil
+	j.mu.Unlock()
+	if release != nil {
+		release()
+	}
+}
+
+// wake lets Submit return: the job's run ended, admitted or not.
+func (j *job) wake() {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	j.wakeLocked()
+}
+
+func (j *job) wakeLocked() {
+	if !j.woken && j.admitted != nil {
+		j.woken = true
+		close(j.admitted)
+	}
+}
+
+func (j *job) isAdmitted() bool {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.admittedSet
+}
+
+// call is how the engine admits j: its class, its tenant, and how long it
+// may wait for room. A request waits until its deadline, at most
+// [MaxRequestWait], or [Config.RequestWait] without one; a stored job
+// until its deadline (the fetch loop waits with it).
+func (c *Loop) call(j *job) engine.Call {
+	call := engine.Call{Tenant: j.tenant, Deadline: j.deadline, OutputLimit: c.cfg.MaxResultBytes, Admitted: j.markAdmitted}
+	if j.interactive {
+		call.Class = engine.Interactive
+	}
+	if j.d.Respond != nil {
+		call.MaxWait = c.cfg.RequestWait
+		if !j.deadline.IsZero() {
+			call.MaxWait = MaxRequestWait
+		}
+	}
+	return call
 }
 
 // safeAdmit is admit with a panic (a decoder bug) turned into an internal
@@ -260,32 +282,18 @@ func (c *Loop) safeAdmit(d Delivery, now time.Time) (j *job, jobErr error) {
 	return j, nil
 }
 
-// release forgets a settled job and frees its budget.
+// release forgets a settled job and gives back its engine budget.
 func (c *Loop) release(j *job) {
+	j.releaseBudget()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.held[j]; !ok {
-		return
-	}
 	delete(c.held, j)
-	if j.interactive {
-		now := c.cfg.Now()
-		c.meter.tick(now, true, j.cost)
-		c.heldTokens[1] -= j.cost
-		if !c.stopped && !c.isDraining() {
-			c.admitWaiting(now)
-		}
-	} else {
-		c.heldTokens[0] -= j.cost
-	}
-	close(c.space)
-	c.space = make(chan struct{})
 }
 
-// Run hands jobs to the engine until ctx is done or [Loop.Drain] finished the
-// work. Cancelling ctx is the hard stop: running Embed calls are cancelled
-// and every held delivery is NAKed without delay. Run returns nil after a
-// drain, ctx's error otherwise.
+// Run sends heartbeats for the held deliveries until ctx is done or
+// [Loop.Drain] finished the work. Cancelling ctx is the hard stop: running
+// Embed calls are cancelled and every held delivery is NAKed without
+// delay. Run returns nil after a drain, ctx's error otherwise.
 func (c *Loop) Run(ctx context.Context) error {
 	c.mu.Lock()
 	if c.running {
@@ -293,62 +301,51 @@ func (c *Loop) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	c.running = true
-	workCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	c.cancelWork = cancel
 	c.mu.Unlock()
 	defer close(c.done)
-	defer cancel()
 
-	stop := context.AfterFunc(ctx, cancel)
-	defer stop()
-	hbCtx, hbStop := context.WithCancel(workCtx)
+	hbCtx, hbStop := context.WithCancel(context.WithoutCancel(ctx))
 	var hb sync.WaitGroup
 	hb.Go(func() { c.heartbeats(hbCtx) })
 	defer hb.Wait()
 	defer hbStop()
 
-	// The in-flight budgets bound how many jobs run at once.
-	var jobs sync.WaitGroup
-	for {
-		run, expired, ok := c.next(ctx)
-		if !ok {
-			break
-		}
-		for _, j := range expired {
-			jobs.Go(func() {
-				c.settle(workCtx, j, c.decide(j, nil, schema.Errorf(schema.CodeDeadlineExceeded, "deadline passed before the job ran")))
-			})
-		}
-		for _, j := range run {
-			jobs.Go(func() { c.runJob(workCtx, j) })
-		}
+	select {
+	case <-ctx.Done():
+		c.cancelWork()
+	case <-c.draining:
 	}
-	c.nakQueued(workCtx)
-	jobs.Wait()
+	c.mu.Lock()
+	c.stopped = true
+	c.mu.Unlock()
+	c.inflight.Wait()
+	c.cancelWork()
 	if ctx.Err() != nil && !c.isDraining() {
 		return ctx.Err()
 	}
 	return nil
 }
 
-// nakQueued gives back every job not yet handed to the engine.
-func (c *Loop) nakQueued(ctx context.Context) {
+// leaveQueue takes every held job still waiting for room out of the
+// engine's queue.
+func (c *Loop) leaveQueue() {
 	c.mu.Lock()
-	q := c.queue
-	c.queue = nil
-	c.stopped = true
+	var waiting []*job
+	for j := range c.held {
+		waiting = append(waiting, j)
+	}
 	c.mu.Unlock()
-	c.failWaiting(ctx)
-	for _, j := range q {
-		c.settle(ctx, j, c.decide(j, nil, errShutdown))
+	for _, j := range waiting {
+		j.leave()
 	}
 }
 
-// Drain stops accepting deliveries, NAKs without delay those admitted but
-// not yet handed to the engine (and those waiting for room), and waits for
-// the jobs in flight to be settled. When ctx ends
-// first, the running Embed calls are cancelled, their jobs NAKed, and Drain
-// returns ctx's error once everything is settled. Run then returns nil.
+// Drain stops accepting deliveries, NAKs without delay those still
+// waiting for room in the engine's queue (a request is answered
+// engine_unavailable), and waits for the jobs in flight to be settled.
+// When ctx ends first, the running Embed calls are cancelled, their jobs
+// NAKed, and Drain returns ctx's error once everything is settled. Run
+// then returns nil.
 func (c *Loop) Drain(ctx context.Context) error {
 	c.mu.Lock()
 	if !c.isDraining() {
@@ -356,16 +353,19 @@ func (c *Loop) Drain(ctx context.Context) error {
 	}
 	running := c.running
 	c.mu.Unlock()
+	c.leaveQueue()
+	settled := c.done
 	if !running {
-		c.nakQueued(context.WithoutCancel(ctx))
-		return nil
+		ch := make(chan struct{})
+		go func() { c.inflight.Wait(); close(ch) }()
+		settled = ch
 	}
 	select {
-	case <-c.done:
+	case <-settled:
 		return nil
 	case <-ctx.Done():
 		c.cancelWork()
-		<-c.done
+		<-settled
 		return ctx.Err()
 	}
 }
@@ -401,9 +401,6 @@ func (c *Loop) heartbeats(ctx context.Context) {
 		c.mu.Lock()
 		due = due[:0]
 		for j := range c.held {
-			due = append(due, j)
-		}
-		for j := range c.waiting {
 			due = append(due, j)
 		}
 		c.mu.Unlock()

@@ -224,10 +224,10 @@ func TestNoGathering(t *testing.T) {
 					t.Fatalf("calls %v, want [ack]", got)
 				}
 				emb.mu.Lock()
-				ctx := emb.ctxs[0]
+				call := emb.opts[0]
 				emb.mu.Unlock()
-				if engine.IsInteractive(ctx) != (j.Priority == schema.PriorityInteractive) {
-					t.Errorf("Embed call interactive %v, want %v", engine.IsInteractive(ctx), j.Priority == schema.PriorityInteractive)
+				if (call.Class == engine.Interactive) != (j.Priority == schema.PriorityInteractive) {
+					t.Errorf("Embed call class %v, want interactive %v", call.Class, j.Priority == schema.PriorityInteractive)
 				}
 			})
 		})
@@ -382,10 +382,61 @@ func TestInteractiveTenants(t *testing.T) {
 				t.Fatalf("calls %v, want [ack]", got)
 			}
 			r.emb.mu.Lock()
-			ctx := r.emb.ctxs[0]
+			call := r.emb.opts[0]
 			r.emb.mu.Unlock()
-			if got := engine.IsInteractive(ctx); got != tc.want {
+			if got := call.Class == engine.Interactive; got != tc.want {
 				t.Errorf("interactive %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestCallOptions: every job's Embed call says, explicitly, how the
+// engine's one queue admits it: its class, its tenant, its deadline and
+// how long it may wait. A request with a deadline waits until then (at
+// most MaxRequestWait), not RequestWait, which is for requests without
+// one; a stored job waits as long as it takes (the fetch loop waits with
+// it); the result limit travels as the output limit.
+func TestCallOptions(t *testing.T) {
+	deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	for _, tc := range []struct {
+		name        string
+		request     bool
+		deadline    bool
+		wantClass   engine.Class
+		wantMaxWait time.Duration
+	}{
+		{"stored job", false, false, engine.Bulk, 0},
+		{"stored job with a deadline", false, true, engine.Bulk, 0},
+		{"request", true, false, engine.Interactive, 7 * time.Second},
+		{"request with a deadline", true, true, engine.Interactive, MaxRequestWait},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, Config{RequestWait: 7 * time.Second, MaxResultBytes: 1 << 20}, nil, nil)
+			j := schema.NewJob("call", "some text")
+			if tc.deadline {
+				j.Deadline = deadline.Format(time.RFC3339Nano)
+			}
+			d, m := delivery(t, j, schema.EncodingJSON, 1)
+			if tc.request {
+				d.Respond = func(map[string][]string, []byte) error { return nil }
+				d.Tenant = testTenant
+			}
+			if err := r.c.Submit(context.Background(), d); err != nil {
+				t.Fatal(err)
+			}
+			m.wait(t)
+			r.emb.mu.Lock()
+			call := r.emb.opts[0]
+			r.emb.mu.Unlock()
+			var wantDeadline time.Time
+			if tc.deadline {
+				wantDeadline = deadline
+			}
+			if call.Class != tc.wantClass || call.Tenant != testTenant || !call.Deadline.Equal(wantDeadline) ||
+				call.MaxWait != tc.wantMaxWait || call.OutputLimit != 1<<20 || call.Admitted == nil {
+				t.Errorf("call %+v: want class %v, tenant %q, deadline %v, max wait %v, output limit %d and an Admitted hook",
+					call, tc.wantClass, testTenant, wantDeadline, tc.wantMaxWait, 1<<20)
 			}
 		})
 	}

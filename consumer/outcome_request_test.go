@@ -58,7 +58,7 @@ func TestRequestReply(t *testing.T) {
 	}
 	emb.mu.Lock()
 	for i, c := range emb.calls {
-		if isBulk := c[0].Text == "from the stream"; engine.IsInteractive(emb.ctxs[i]) == isBulk {
+		if isBulk := c[0].Text == "from the stream"; (emb.opts[i].Class == engine.Interactive) == isBulk {
 			t.Errorf("call %v: interactive %v, want %v", c, !isBulk, isBulk)
 		}
 	}
@@ -131,8 +131,8 @@ func TestEmbedderContract(t *testing.T) {
 // shortEmb drops the last embedding.
 type shortEmb struct{ *fakeEmb }
 
-func (s shortEmb) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
-	embs, rep, err := s.fakeEmb.Embed(ctx, texts)
+func (s shortEmb) Embed(ctx context.Context, texts []engine.Text, call engine.Call) ([]engine.Embedding, engine.CallReport, error) {
+	embs, rep, err := s.fakeEmb.Embed(ctx, texts, call)
 	return embs[:len(embs)-1], rep, err
 }
 

@@ -9,46 +9,16 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// next waits for admitted jobs and takes them all off the hand-off queue:
-// run are the jobs to run, each in its own Embed call (the engine's one
-// queue packs their texts with every other call's: nothing waits here to
-// be gathered), and expired those whose deadline passed while they waited
-// for room. ok is false once ctx is done or Drain began.
-func (c *Loop) next(ctx context.Context) (run, expired []*job, ok bool) {
-	for {
-		c.mu.Lock()
-		if ctx.Err() != nil || c.isDraining() {
-			c.mu.Unlock()
-			return nil, nil, false
-		}
-		if len(c.queue) > 0 {
-			now := c.cfg.Now()
-			for _, j := range c.queue {
-				if j.expired(now) {
-					expired = append(expired, j)
-				} else {
-					run = append(run, j)
-				}
-			}
-			clear(c.queue)
-			c.queue = c.queue[:0]
-			c.mu.Unlock()
-			return run, expired, true
-		}
-		c.mu.Unlock()
-		select {
-		case <-ctx.Done():
-		case <-c.draining:
-		case <-c.arrived:
-		}
-	}
-}
-
 // runJob embeds one job's texts in its own Embed call (the engine's queue
-// packs them with every other call's) and settles the job as soon as they
-// are done: no job waits for another.
+// admits it and packs its texts with every other call's) and settles the
+// job as soon as they are done: no job waits for another.
 func (c *Loop) runJob(ctx context.Context, j *job) {
+	defer j.wake()
 	now := c.cfg.Now()
+	if j.expired(now) {
+		c.settle(ctx, j, c.decide(j, nil, schema.Errorf(schema.CodeDeadlineExceeded, "deadline passed before the job ran")))
+		return
+	}
 	// The stream's clock is not this host's: a skew must not make a wait
 	// negative.
 	c.cfg.Metrics.QueueWait(ctx, max(now.Sub(j.since()), 0))
@@ -71,18 +41,9 @@ func (c *Loop) runJob(ctx context.Context, j *job) {
 	)
 	if len(texts) > 0 {
 		runCtx, runSpan := startRun(ctx, []*job{j}, len(texts))
-		if j.interactive {
-			// The consumer's interactive budget admitted the job: the
-			// engine's (in real tokens, which the estimate may undercount)
-			// makes it wait, never refuses it.
-			runCtx = engine.WithAdmissionWait(engine.WithInteractive(runCtx))
-		}
-		if c.cfg.MaxResultBytes > 0 {
-			runCtx = engine.WithOutputLimit(runCtx, c.cfg.MaxResultBytes)
-		}
 		// Session runs and their busy time are the engine's to record
 		// (engine.Metrics): an Embed call spans queueing and sessions.
-		embs, rep, err = c.embed(runCtx, texts)
+		embs, rep, err = c.embed(runCtx, texts, c.call(j))
 		endRun(runSpan, rep, err)
 		j.run = runSpan.SpanContext()
 	}
@@ -132,12 +93,12 @@ func (c *Loop) safeAssemble(j *job, embs []engine.Embedding, seq, idx []int) (re
 
 // embed calls the Embedder, turning a panic into an internal error: a bug
 // in one job must not take the process down.
-func (c *Loop) embed(ctx context.Context, texts []engine.Text) (embs []engine.Embedding, rep engine.CallReport, err error) {
+func (c *Loop) embed(ctx context.Context, texts []engine.Text, call engine.Call) (embs []engine.Embedding, rep engine.CallReport, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.cfg.Logger.Error("embedder panicked", "panic", fmt.Sprint(p), "texts", len(texts))
 			err = fmt.Errorf("consumer: embedder panicked: %v", p)
 		}
 	}()
-	return c.emb.Embed(ctx, texts)
+	return c.emb.Embed(ctx, texts, call)
 }

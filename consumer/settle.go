@@ -129,7 +129,7 @@ func (c *Loop) sendResult(ctx context.Context, j *job, out outcome) outcome {
 	}
 	telemetry.InjectHeaders(ctx, h)
 	if most := c.cfg.MaxResultBytes; most > 0 && int64(len(data)) > most && out.code == "" {
-		// The engine refuses what it can foresee (WithOutputLimit); this
+		// The engine refuses what it can foresee (Call.OutputLimit); this
 		// is the encoded size: JSON, sparse vectors, meta.
 		se := schema.Errorf(schema.CodeResultTooLarge, "result of %d bytes exceeds the result limit of %d bytes", len(data), most)
 		c.cfg.Logger.Warn("result too large", "job", j.id, "bytes", len(data), "max_result_bytes", most)

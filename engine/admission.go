@@ -2,103 +2,473 @@ package engine
 
 import (
 	"context"
+	"math"
 	"sync"
+	"time"
+
+	"github.com/jetembed/jetembed/schema"
 )
 
-// admission is a weighted semaphore over in-flight tokens. Waiters are
-// served in arrival order so a large call is not starved by small ones.
+// admission is the one admission point: every Embed call, of every job
+// and request, takes its real tokens from its class's budget here before
+// its texts join the scheduler's queue, and waits here while the budget
+// is full. Waiting calls are kept per class and per tenant; room is handed
+// out interactive first, tenants by deficit round robin over tokens (a
+// tenant of weight w gets w quanta a round), each tenant's calls in
+// arrival order, so one tenant's flood delays the others by at most its
+// share. The interactive class's waiting tokens are bounded
+// ([Config.QueueTokens]): beyond it a tenant under its share pushes out
+// the newest calls of the tenant holding the most, and a tenant at its
+// share is refused overloaded.
 type admission struct {
-	mu      sync.Mutex
-	cap     int
-	used    int
-	waiters []waiter
+	mu     sync.Mutex
+	budget [nClasses]int
+	used   [nClasses]int
+	queue  [nClasses]tenantRing
+	bound  int // waiting interactive tokens
+	// boundSet: the bound was configured, not derived from the budget.
+	boundSet bool
+	quantum  int
+	weights  map[string]int
+	meter    drainMeter // interactive tokens released
+	now      func() time.Time
 }
 
+// waiter is one call waiting for room.
 type waiter struct {
-	n     int
-	ready chan struct{}
+	cl     class
+	tenant string
+	n      int
+	ready  chan struct{} // closed when admitted or refused
+	// admitted, or refusal, is set under the lock before ready closes.
+	admitted bool
+	refusal  *schema.Error
 }
 
-type waitKey struct{}
-
-// WithAdmissionWait returns a context under which [Engine.Embed] waits for
-// in-flight capacity instead of failing fast with overloaded.
-//
-// Failing fast is the default because a consumer that hears overloaded
-// NAKs its jobs with a delay, letting a less busy member of the fleet take
-// them, and a request-reply caller learns at once; a local batch tool (the
-// embed command) wants back-pressure instead and opts into waiting.
-func WithAdmissionWait(ctx context.Context) context.Context {
-	return context.WithValue(ctx, waitKey{}, true)
+// tenantRing is one class's waiting calls: a FIFO per tenant, and the
+// tenants with calls waiting in turn order.
+type tenantRing struct {
+	by     map[string]*tenantWait
+	ring   []*tenantWait
+	next   int
+	tokens int
 }
 
-func waits(ctx context.Context) bool {
-	w, _ := ctx.Value(waitKey{}).(bool)
-	return w
+type tenantWait struct {
+	name    string
+	weight  int
+	deficit int
+	turn    bool // its quantum for the current visit was added
+	calls   []*waiter
+	tokens  int
 }
 
-// acquire takes n tokens (clamped to the capacity, so one huge call runs
-// alone rather than never). It reports false when it would have to wait
-// and wait is false, or when ctx ends first.
-func (a *admission) acquire(ctx context.Context, n int, wait bool) (int, error) {
-	n = min(n, a.cap)
+func newAdmission(cfg Config) *admission {
+	a := &admission{bound: cfg.QueueTokens, boundSet: cfg.QueueTokens > 0, quantum: cfg.MaxTokens, weights: cfg.TenantWeights, now: time.Now}
+	a.setBudgets(cfg.AdmissionTokens, cfg.InteractiveTokens)
+	return a
+}
+
+// setBudgets sets both budgets and admits what fits. a.mu is held (or a
+// is new).
+func (a *admission) setBudgets(bulkTokens, interactiveTokens int) {
+	a.budget[bulk], a.budget[interactive] = bulkTokens, interactiveTokens
+	if !a.boundSet {
+		a.bound = 8 * interactiveTokens
+	}
+	a.grant()
+}
+
+func (a *admission) weight(tenant string) int {
+	if w := a.weights[tenant]; w > 0 {
+		return w
+	}
+	return 1
+}
+
+// acquire takes n tokens of c's class (clamped to the budget, so one huge
+// call runs alone rather than never), waiting as [Call] says. It returns
+// the tokens held, or the refusal.
+func (a *admission) acquire(ctx context.Context, c Call, n int) (int, *schema.Error) {
+	cl := c.Class
 	a.mu.Lock()
-	if len(a.waiters) == 0 && a.used+n <= a.cap {
-		a.used += n
+	n = min(n, a.budget[cl])
+	q := &a.queue[cl]
+	if q.tokens == 0 && a.used[cl]+n <= a.budget[cl] {
+		a.take(cl, n)
 		a.mu.Unlock()
 		return n, nil
 	}
-	if !wait {
-		a.mu.Unlock()
-		return 0, errOverloaded
+	if c.NoWait {
+		defer a.mu.Unlock()
+		return 0, schema.Errorf(schema.CodeOverloaded, "%d tokens in flight, budget %d", a.used[cl], a.budget[cl])
 	}
-	w := waiter{n: n, ready: make(chan struct{})}
-	a.waiters = append(a.waiters, w)
+	now := a.now()
+	lim := c.limit(now)
+	w := &waiter{cl: cl, tenant: c.Tenant, n: n, ready: make(chan struct{})}
+	evicted, refusal := a.room(w, lim, now)
+	if refusal == nil {
+		q.push(w, a.weight(c.Tenant))
+	}
 	a.mu.Unlock()
+	for _, e := range evicted {
+		close(e.ready)
+	}
+	if refusal != nil {
+		return 0, refusal
+	}
+	var expire <-chan time.Time
+	if !lim.IsZero() {
+		t := time.NewTimer(max(lim.Sub(now), 0))
+		defer t.Stop()
+		expire = t.C
+	}
+	var why *schema.Error
 	select {
 	case <-w.ready:
-		return n, nil
 	case <-ctx.Done():
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		select {
-		case <-w.ready:
-			// Granted while we gave up: hand it back.
-			a.releaseLocked(n)
-		default:
-			for i := range a.waiters {
-				if a.waiters[i].ready == w.ready {
-					a.waiters = append(a.waiters[:i], a.waiters[i+1:]...)
-					break
-				}
-			}
-			a.grantLocked()
+		why = schema.Errorf(schema.CodeDeadlineExceeded, "waiting for capacity: %v", ctx.Err())
+	case <-expire:
+		why = schema.Errorf(schema.CodeOverloaded, "waited %s for room without getting any%s", a.now().Sub(now).Round(time.Millisecond), a.retryHint(cl))
+		if !c.Deadline.IsZero() && !a.now().Before(c.Deadline) {
+			why = schema.Errorf(schema.CodeDeadlineExceeded, "deadline passed while the call waited for room")
 		}
-		return 0, ctx.Err()
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	switch {
+	case w.admitted && why == nil:
+		return n, nil
+	case w.admitted && ctx.Err() == nil:
+		return n, nil // admitted as its wait ran out: run it
+	case w.admitted:
+		a.releaseLocked(cl, n)
+		return 0, why
+	case w.refusal != nil:
+		return 0, w.refusal
+	}
+	q.remove(w)
+	a.grant()
+	return 0, why
 }
 
-func (a *admission) release(n int) {
+// room decides whether w may wait: within the interactive bound (pushing
+// out the newest calls of a tenant over its share, returned to be woken
+// once the lock is released), and able to start before lim at the
+// measured drain rate. a.mu is held.
+func (a *admission) room(w *waiter, lim, now time.Time) (evicted []*waiter, refusal *schema.Error) {
+	q := &a.queue[w.cl]
+	cl := w.cl
+	if cl == interactive && a.bound > 0 && q.tokens+w.n > a.bound {
+		tenants := len(q.by)
+		if q.by[w.tenant] == nil {
+			tenants++
+		}
+		share := a.bound / max(tenants, 1)
+		own := 0
+		if tw := q.by[w.tenant]; tw != nil {
+			own = tw.tokens
+		}
+		if own+w.n > share {
+			return nil, schema.Errorf(schema.CodeOverloaded, "%s budget full (%d of %d tokens held) and %d tokens already waiting, %d of them this tenant's (its share: %d)%s",
+				cl, a.used[cl], a.budget[cl], q.tokens, own, share, a.retryHintFor(cl, q.tokens+w.n))
+		}
+		for q.tokens+w.n > a.bound {
+			hog := q.hog(w.tenant)
+			if hog == nil || hog.tokens <= share {
+				break
+			}
+			last := hog.calls[len(hog.calls)-1]
+			q.remove(last)
+			last.refusal = schema.Errorf(schema.CodeOverloaded, "pushed out of the %s queue by another tenant's call: this tenant holds more than its share%s", cl, a.retryHintFor(cl, q.tokens))
+			evicted = append(evicted, last)
+		}
+		if q.tokens+w.n > a.bound && q.tokens > 0 {
+			return evicted, schema.Errorf(schema.CodeOverloaded, "%s budget full (%d of %d tokens held) and %d tokens already waiting%s",
+				cl, a.used[cl], a.budget[cl], q.tokens, a.retryHintFor(cl, q.tokens+w.n))
+		}
+	}
+	if cl == interactive && !lim.IsZero() {
+		ahead := a.used[cl] + q.ahead(w.tenant, w.n) - a.budget[cl]
+		if wait, ok := a.meter.wait(ahead); ok && now.Add(wait).After(lim) {
+			return evicted, schema.Errorf(schema.CodeOverloaded, "%s budget full: at the measured %.0f tokens/s this call would start in about %s, after its deadline%s",
+				cl, a.meter.rate, wait.Round(time.Millisecond), a.retryHintFor(cl, ahead+a.budget[cl]))
+		}
+	}
+	return evicted, nil
+}
+
+// take charges n tokens to class cl. a.mu is held.
+func (a *admission) take(cl class, n int) {
+	if cl == interactive {
+		a.meter.tick(a.now(), a.used[cl] > 0, 0)
+	}
+	a.used[cl] += n
+}
+
+func (a *admission) release(cl class, n int) {
 	a.mu.Lock()
-	a.releaseLocked(n)
+	a.releaseLocked(cl, n)
 	a.mu.Unlock()
 }
 
-func (a *admission) releaseLocked(n int) {
-	a.used -= n
-	a.grantLocked()
+func (a *admission) releaseLocked(cl class, n int) {
+	if cl == interactive {
+		a.meter.tick(a.now(), true, n)
+	}
+	a.used[cl] -= n
+	a.grant()
 }
 
-func (a *admission) grantLocked() {
-	for len(a.waiters) > 0 && a.used+a.waiters[0].n <= a.cap {
-		a.used += a.waiters[0].n
-		close(a.waiters[0].ready)
-		a.waiters = a.waiters[1:]
+// grant admits waiting calls while they fit: interactive first, then
+// bulk; within a class, tenants by deficit round robin. A class whose
+// next call does not fit admits nothing more (no call passes the one
+// whose turn it is). a.mu is held.
+func (a *admission) grant() {
+	for _, cl := range [...]class{interactive, bulk} {
+		q := &a.queue[cl]
+		for len(q.ring) > 0 {
+			if q.next >= len(q.ring) {
+				q.next = 0
+			}
+			tw := q.ring[q.next]
+			if !tw.turn {
+				tw.deficit += a.quantum * tw.weight
+				tw.turn = true
+			}
+			w := tw.calls[0]
+			if w.n > tw.deficit {
+				tw.turn = false
+				q.next++
+				continue
+			}
+			if a.used[cl]+w.n > a.budget[cl] {
+				break
+			}
+			tw.deficit -= w.n
+			q.remove(w)
+			a.take(cl, w.n)
+			w.admitted = true
+			close(w.ready)
+		}
 	}
 }
 
+// retryHintFor tells a refused caller when excess tokens over the budget
+// will have drained at the measured rate. a.mu is held.
+func (a *admission) retryHintFor(cl class, waiting int) string {
+	if cl != interactive {
+		return ""
+	}
+	wait, ok := a.meter.wait(a.used[cl] + waiting - a.budget[cl])
+	if !ok {
+		return ""
+	}
+	return ": retry in about " + time.Duration(math.Ceil(max(wait.Seconds(), 1))*float64(time.Second)).String()
+}
+
+func (a *admission) retryHint(cl class) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.retryHintFor(cl, a.queue[cl].tokens)
+}
+
+// inUse is the tokens admitted, both classes.
 func (a *admission) inUse() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.used
+	return a.used[bulk] + a.used[interactive]
+}
+
+// waiting is the calls waiting for room, both classes.
+func (a *admission) waiting() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for cl := range a.queue {
+		for _, tw := range a.queue[cl].ring {
+			n += len(tw.calls)
+		}
+	}
+	return n
+}
+
+// budgets are the two classes' budgets.
+func (a *admission) budgets() (bulkTokens, interactiveTokens int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.budget[bulk], a.budget[interactive]
+}
+
+// SetBudgets sets the in-flight token budgets the engine admits by, bulk
+// and interactive ([Config.AdmissionTokens], [Config.InteractiveTokens]);
+// 0 or less keeps the engine's. Calls waiting for room are admitted if
+// they fit now. A budget below the longest text is allowed: a call over
+// it runs alone. A serving process (package node) sets them once, from its
+// one configuration, before any call. It returns the budgets in force.
+func (e *Engine) SetBudgets(inFlight, interactiveTokens int) (bulkTokens, interactiveBudget int, err error) {
+	e.adm.mu.Lock()
+	defer e.adm.mu.Unlock()
+	if inFlight <= 0 {
+		inFlight = e.adm.budget[bulk]
+	}
+	if interactiveTokens <= 0 {
+		interactiveTokens = e.adm.budget[interactive]
+	}
+	e.adm.setBudgets(inFlight, interactiveTokens)
+	return inFlight, interactiveTokens, nil
+}
+
+// Budgets are the in-flight token budgets the engine admits by: bulk and
+// interactive.
+func (e *Engine) Budgets() (inFlight, interactiveTokens int) { return e.adm.budgets() }
+
+// push adds w behind its tenant's calls. A tenant with none waiting joins
+// the turn just before the tenant whose turn it is.
+func (q *tenantRing) push(w *waiter, weight int) {
+	if q.by == nil {
+		q.by = map[string]*tenantWait{}
+	}
+	tw := q.by[w.tenant]
+	if tw == nil {
+		tw = &tenantWait{name: w.tenant, weight: weight}
+		q.by[w.tenant] = tw
+		q.next = min(q.next, len(q.ring))
+		q.ring = append(q.ring, nil)
+		copy(q.ring[q.next+1:], q.ring[q.next:])
+		q.ring[q.next] = tw
+	}
+	tw.calls = append(tw.calls, w)
+	tw.tokens += w.n
+	q.tokens += w.n
+}
+
+// remove takes w out; false when it was not waiting. A tenant left with
+// nothing waiting leaves the turn (and its deficit).
+func (q *tenantRing) remove(w *waiter) bool {
+	tw := q.by[w.tenant]
+	if tw == nil {
+		return false
+	}
+	i := -1
+	for k, x := range tw.calls {
+		if x == w {
+			i = k
+			break
+		}
+	}
+	if i < 0 {
+		return false
+	}
+	tw.calls = append(tw.calls[:i], tw.calls[i+1:]...)
+	tw.tokens -= w.n
+	q.tokens -= w.n
+	if len(tw.calls) > 0 {
+		return true
+	}
+	delete(q.by, w.tenant)
+	for k, t := range q.ring {
+		if t == tw {
+			q.ring = append(q.ring[:k], q.ring[k+1:]...)
+			if k < q.next {
+				q.next--
+			}
+			break
+		}
+	}
+	return true
+}
+
+// ahead is the tokens that would be admitted before a call of n tokens of
+// tenant, were it queued now, its own included: every tenant's waiting
+// calls up to as many tokens as tenant will have waiting (the turns
+// interleave them).
+func (q *tenantRing) ahead(tenant string, n int) int {
+	own := n
+	if tw := q.by[tenant]; tw != nil {
+		own += tw.tokens
+	}
+	total := own
+	for t, tw := range q.by {
+		if t != tenant {
+			total += min(tw.tokens, own)
+		}
+	}
+	return total
+}
+
+// hog is the waiting calls of the tenant other than tenant that holds the
+// most tokens.
+func (q *tenantRing) hog(tenant string) *tenantWait {
+	var most *tenantWait
+	for t, tw := range q.by {
+		if t != tenant && (most == nil || tw.tokens > most.tokens) {
+			most = tw
+		}
+	}
+	return most
+}
+
+// failAll refuses every waiting call with se (the engine closed).
+func (a *admission) failAll(se *schema.Error) {
+	a.mu.Lock()
+	var all []*waiter
+	for cl := range a.queue {
+		for _, tw := range a.queue[cl].ring {
+			all = append(all, tw.calls...)
+		}
+		a.queue[cl] = tenantRing{}
+	}
+	for _, w := range all {
+		w.refusal = se
+	}
+	a.mu.Unlock()
+	for _, w := range all {
+		close(w.ready)
+	}
+}
+
+// drainMeter measures how fast admitted interactive tokens are released,
+// counting only the time the class held any: an idle spell does not make
+// the rate look slow.
+type drainMeter struct {
+	last    time.Time
+	busy    time.Duration
+	drained int
+	rate    float64 // tokens a second, 0 until measured
+}
+
+// meterWindow is the busy time of one rate sample.
+const meterWindow = 500 * time.Millisecond
+
+// tick accounts the time since the last tick, busy when tokens were held,
+// and drained tokens released now.
+func (m *drainMeter) tick(now time.Time, wasBusy bool, drained int) {
+	if wasBusy && !m.last.IsZero() && now.After(m.last) {
+		m.busy += now.Sub(m.last)
+	}
+	m.last = now
+	m.drained += drained
+	if m.busy >= meterWindow {
+		sample := float64(m.drained) / m.busy.Seconds()
+		if m.rate == 0 {
+			m.rate = sample
+		} else {
+			m.rate = 0.7*m.rate + 0.3*sample
+		}
+		m.busy, m.drained = 0, 0
+	}
+}
+
+// wait is how long excess tokens take to drain at the measured rate; ok is
+// false before anything was measured.
+func (m *drainMeter) wait(excess int) (time.Duration, bool) {
+	rate := m.rate
+	if rate == 0 && m.busy >= meterWindow/5 && m.drained > 0 {
+		rate = float64(m.drained) / m.busy.Seconds()
+	}
+	if rate <= 0 {
+		return 0, false
+	}
+	return time.Duration(float64(max(excess, 0)) / rate * float64(time.Second)), true
 }

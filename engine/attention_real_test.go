@@ -129,11 +129,11 @@ func TestFusedAttentionVectors(t *testing.T) {
 			for i, s := range texts {
 				in[i] = engine.Text{Text: s, Outputs: all, Truncate: true}
 			}
-			want, _, err := graph.Embed(context.Background(), in)
+			want, _, err := graph.Embed(context.Background(), in, engine.Call{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, rep, err := fused.Embed(context.Background(), in)
+			got, rep, err := fused.Embed(context.Background(), in, engine.Call{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -71,7 +71,7 @@ func BenchmarkEmbed(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			var tokens, padded int
 			for b.Loop() {
-				_, rep, err := e.Embed(context.Background(), texts)
+				_, rep, err := e.Embed(context.Background(), texts, engine.Call{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -131,7 +131,7 @@ func BenchmarkEngineOverhead(b *testing.B) {
 					b.Fatal(err)
 				}
 				t1 := time.Now()
-				_, rep, err := e.Embed(context.Background(), texts)
+				_, rep, err := e.Embed(context.Background(), texts, engine.Call{})
 				if err != nil || len(rep.Chunks) != 1 {
 					b.Fatalf("%v, %d chunks", err, len(rep.Chunks))
 				}

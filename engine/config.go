@@ -57,11 +57,22 @@ type Config struct {
 	// budget.
 	MemoryBudget int64
 	// AdmissionTokens is the bulk admission budget: real tokens of all bulk
-	// Embed calls in progress. Default 8 x MaxBatchTokens x Sessions.
+	// Embed calls in progress (admitted: queued to run, or running).
+	// Default (see [DefaultBudgets]) 4 x MaxBatchTokens x Sessions.
 	AdmissionTokens int
 	// InteractiveTokens is the interactive class's own admission budget
-	// (see [WithInteractive]); default 2 x MaxBatchTokens.
+	// (see [Interactive]); default 2 x MaxBatchTokens x Sessions.
 	InteractiveTokens int
+	// QueueTokens bounds the real tokens of the interactive calls waiting
+	// for room; beyond it a call is refused overloaded (or pushes out
+	// calls of a tenant over its share). Default 8 x InteractiveTokens.
+	// Bulk calls are not bounded here: their callers wait for them (the
+	// job loop stops fetching while its bulk job waits).
+	QueueTokens int
+	// TenantWeights are the tenants' weights in the deficit round robin
+	// of the admission queue: a tenant of weight 3 is admitted three
+	// times the tokens of one of weight 1 while both wait. Default 1.
+	TenantWeights map[string]int
 	// Aging is how long bulk work may wait without progress while
 	// interactive work runs before its next chunk goes first; default 1 s.
 	Aging time.Duration
@@ -164,6 +175,26 @@ const DefaultMaxChunkLatency = 100 * time.Millisecond
 // the max tokens when those are more).
 const DefaultMaxBatchTokens = 16384
 
+// DefaultBudgets fills the in-flight token budgets that are not set (0 or
+// less) for an engine of sessions sessions running chunks of up to
+// maxBatchTokens padded tokens: bulk 4 and interactive 2 times the tokens
+// of one run of every session. It is the one default of both budgets:
+// the engine admits by them, and a serving process (package node)
+// advertises what the engine admits.
+func DefaultBudgets(inFlight, interactiveTokens, maxBatchTokens, sessions int) (int, int) {
+	if maxBatchTokens <= 0 {
+		maxBatchTokens = DefaultMaxBatchTokens
+	}
+	run := maxBatchTokens * max(sessions, 1)
+	if inFlight <= 0 {
+		inFlight = 4 * run
+	}
+	if interactiveTokens <= 0 {
+		interactiveTokens = 2 * run
+	}
+	return inFlight, interactiveTokens
+}
+
 // ErrConfig reports an unusable [Config].
 var ErrConfig = errors.New("engine: invalid config")
 
@@ -185,12 +216,7 @@ func (c Config) WithDefaults(modelMax int) Config {
 	if len(c.Tiers) == 0 {
 		c.Tiers = pack.Tiers(8, c.MaxTokens, 4)
 	}
-	if c.AdmissionTokens == 0 {
-		c.AdmissionTokens = 8 * c.MaxBatchTokens * c.Sessions
-	}
-	if c.InteractiveTokens == 0 {
-		c.InteractiveTokens = 2 * c.MaxBatchTokens
-	}
+	c.AdmissionTokens, c.InteractiveTokens = DefaultBudgets(c.AdmissionTokens, c.InteractiveTokens, c.MaxBatchTokens, c.Sessions)
 	switch {
 	case c.MaxChunkLatency == 0:
 		c.MaxChunkLatency = DefaultMaxChunkLatency

@@ -8,8 +8,9 @@ import "context"
 // changes Embed embeds the Embedder it wraps, so the model id and the
 // token limit pass through.
 type Embedder interface {
-	// Embed embeds texts in order; see [Engine.Embed].
-	Embed(ctx context.Context, texts []Text) ([]Embedding, CallReport, error)
+	// Embed embeds texts in order, admitted as call says; see
+	// [Engine.Embed].
+	Embed(ctx context.Context, texts []Text, call Call) ([]Embedding, CallReport, error)
 	// ModelID names the model in results (name@sha256-prefix); "" when
 	// there is none to name.
 	ModelID() string
@@ -21,11 +22,11 @@ type Embedder interface {
 var _ Embedder = (*Engine)(nil)
 
 // EmbedderFunc is an [Embedder] of a function: no model id, no token limit.
-type EmbedderFunc func(ctx context.Context, texts []Text) ([]Embedding, CallReport, error)
+type EmbedderFunc func(ctx context.Context, texts []Text, call Call) ([]Embedding, CallReport, error)
 
 // Embed calls f.
-func (f EmbedderFunc) Embed(ctx context.Context, texts []Text) ([]Embedding, CallReport, error) {
-	return f(ctx, texts)
+func (f EmbedderFunc) Embed(ctx context.Context, texts []Text, call Call) ([]Embedding, CallReport, error) {
+	return f(ctx, texts, call)
 }
 
 // ModelID is "".

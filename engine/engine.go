@@ -23,7 +23,7 @@ type Engine struct {
 	special heads.Special
 	pool    *pool
 	sched   *sched
-	adm     [nClasses]*admission
+	adm     *admission
 	// ranMu serializes ran, so OnWarmed hears each new shape once even
 	// when two sessions finish it at the same moment.
 	ranMu sync.Mutex
@@ -53,8 +53,7 @@ func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, tok: tok, model: m}
-	e.adm[bulk] = &admission{cap: cfg.AdmissionTokens}
-	e.adm[interactive] = &admission{cap: cfg.InteractiveTokens}
+	e.adm = newAdmission(cfg)
 	if m.Layout == model.LayoutHidden {
 		e.weights = &heads.Weights{
 			Dim:     m.Config.HiddenSize,
@@ -162,25 +161,33 @@ func (e *Engine) MaxTokens() int { return e.cfg.MaxTokens }
 // Coverage is the engine's warmed-shape record.
 func (e *Engine) Coverage() Coverage { return e.cfg.Coverage }
 
-// Close stops the sessions and waits for running chunks to finish.
+// Close stops the sessions and waits for running chunks to finish; calls
+// still waiting for room fail engine_unavailable.
 func (e *Engine) Close() error {
+	e.adm.failAll(runError(ErrClosed))
 	e.pool.close()
 	return nil
 }
 
-// Embed embeds texts, in order. Its texts join the engine's one queue
-// (in the interactive class under [WithInteractive], else bulk) and the
-// call returns as soon as its own texts are embedded. Items fail alone
-// (invalid_utf8, text_too_long, or the retriable shape_not_warmed /
-// engine_unavailable of their chunk; deadline_exceeded when ctx ends
-// while they wait) in Embedding.Err. The call fails as a whole, with a
-// *schema.Error, only when it is refused before running: overloaded (its
-// class's in-flight budget is full; see [WithAdmissionWait]),
-// result_too_large (its vectors exceed [WithOutputLimit]) or
-// deadline_exceeded. After Close every item fails with engine_unavailable.
-func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, CallReport, error) {
+// Embed embeds texts, in order, admitted as call says. Its texts join
+// the engine's one queue (see [Call]: they wait there for room in their
+// class's budget, tenants in turn) and the call returns as soon as its own
+// texts are embedded. Items fail alone (invalid_utf8, text_too_long, or
+// the retriable shape_not_warmed / engine_unavailable of their chunk;
+// deadline_exceeded when ctx ends while they wait to run) in
+// Embedding.Err. The call fails as a whole, with a *schema.Error, only
+// when it is refused before running: overloaded (no room before its
+// MaxWait or its deadline, the interactive queue full, or
+// [Call.NoWait] with the budget full), result_too_large (its vectors
+// exceed [Call.OutputLimit]) or deadline_exceeded (ctx ended, or its
+// [Call.Deadline] passed, while it waited). After Close every item fails
+// with engine_unavailable.
+func (e *Engine) Embed(ctx context.Context, texts []Text, opts Call) ([]Embedding, CallReport, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, CallReport{}, schema.Errorf(schema.CodeDeadlineExceeded, "%v", err)
+	}
+	if opts.Class >= nClasses {
+		opts.Class = Bulk
 	}
 	out := make([]Embedding, len(texts))
 	toks := e.tokenize(ctx, texts, out)
@@ -197,24 +204,24 @@ func (e *Engine) Embed(ctx context.Context, texts []Text) ([]Embedding, CallRepo
 	if total == 0 {
 		return out, CallReport{}, nil
 	}
-	if err := e.checkOutputLimit(ctx, texts, toks); err != nil {
+	if err := e.checkOutputLimit(opts.OutputLimit, texts, toks); err != nil {
 		return nil, CallReport{}, err
 	}
-	cl := classOf(ctx)
-	adm := e.adm[cl]
-	held, err := adm.acquire(ctx, total, waits(ctx))
-	switch {
-	case errors.Is(err, errOverloaded):
-		return nil, CallReport{}, schema.Errorf(schema.CodeOverloaded, "%d tokens in flight, budget %d", adm.inUse(), adm.cap)
-	case err != nil:
-		return nil, CallReport{}, schema.Errorf(schema.CodeDeadlineExceeded, "waiting for capacity: %v", err)
+	held, se := e.adm.acquire(ctx, opts, total)
+	if se != nil {
+		return nil, CallReport{}, se
 	}
-	defer adm.release(held)
+	release := sync.OnceFunc(func() { e.adm.release(opts.Class, held) })
+	if opts.Admitted != nil {
+		opts.Admitted(release)
+	} else {
+		defer release()
+	}
 	if e.pool.available() == 0 {
 		fail(out, items, runError(ErrUnavailable))
 		return out, CallReport{}, nil
 	}
-	c := &call{ctx: ctx, class: cl, toks: toks, done: make(chan chunkDone, len(items))}
+	c := &call{ctx: ctx, class: opts.Class, toks: toks, done: make(chan chunkDone, len(items))}
 	if err := e.sched.enqueue(c, items, lengths); err != nil {
 		fail(out, items, runError(err))
 		return out, CallReport{}, nil
@@ -322,7 +329,7 @@ func (e *Engine) Health(ctx context.Context) error {
 // Canary embeds a fixed text through the whole path (tokenizer, packer, a
 // session, heads) and checks the dense vector: the deep readiness probe.
 func (e *Engine) Canary(ctx context.Context) error {
-	embs, _, err := e.Embed(ctx, []Text{{Text: "jetembed canary", Outputs: Dense, Truncate: true}})
+	embs, _, err := e.Embed(ctx, []Text{{Text: "jetembed canary", Outputs: Dense, Truncate: true}}, Call{NoWait: true})
 	if err != nil {
 		return err
 	}

@@ -112,7 +112,7 @@ func TestEmbedOrderAndPacking(t *testing.T) {
 		texts = append(texts, Text{Text: words(1+(i*7)%40, i), Outputs: Dense | Sparse | ColBERT, Truncate: true})
 	}
 	texts[3].Text = words(80, 3) // truncated to 64
-	embs, rep, err := e.Embed(context.Background(), texts)
+	embs, rep, err := e.Embed(context.Background(), texts, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,7 +155,7 @@ func TestEmbedOutputsSubset(t *testing.T) {
 	embs, _, err := e.Embed(context.Background(), []Text{
 		{Text: "a b", Outputs: Sparse, Truncate: true},
 		{Text: "c d"}, // no outputs: dense, the wire default
-	})
+	}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestEmbedItemErrors(t *testing.T) {
 		{Text: words(70, 1), Outputs: Dense, Truncate: false},
 		{Text: words(70, 1), Outputs: Dense, Truncate: true},
 	}
-	embs, _, err := e.Embed(context.Background(), texts)
+	embs, _, err := e.Embed(context.Background(), texts, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +212,7 @@ func TestGuard(t *testing.T) {
 		{Text: words(20, 0), Outputs: Dense}, // seq 32: refused (same chunk)
 		{Text: words(12, 0), Outputs: Dense}, // seq 16: below guard seq
 	}
-	embs, _, err := e.Embed(context.Background(), texts)
+	embs, _, err := e.Embed(context.Background(), texts, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestGuard(t *testing.T) {
 	}
 	// The fleet raises the ceiling: the same texts now run.
 	e.Coverage().Raise(2, 32)
-	embs, _, _ = e.Embed(context.Background(), texts)
+	embs, _, _ = e.Embed(context.Background(), texts, Call{})
 	for i := range embs {
 		if embs[i].Err != nil {
 			t.Errorf("after raise, text %d: %v", i, embs[i].Err)
@@ -282,7 +282,7 @@ func TestLeastLoaded(t *testing.T) {
 	done := make(chan CallReport, 1)
 	go func() {
 		// Two chunks of seq 64 (one row each: 64 tokens is the budget).
-		_, rep, _ := e.Embed(context.Background(), []Text{{Text: words(60, 0)}, {Text: words(61, 1)}})
+		_, rep, _ := e.Embed(context.Background(), []Text{{Text: words(60, 0)}, {Text: words(61, 1)}}, Call{})
 		done <- rep
 	}()
 	<-in
@@ -345,7 +345,7 @@ func TestCanaryAndClose(t *testing.T) {
 	if err := e.Health(context.Background()); !errors.Is(err, ErrClosed) {
 		t.Errorf("health after close: %v", err)
 	}
-	embs, _, _ := e.Embed(context.Background(), []Text{{Text: "x"}})
+	embs, _, _ := e.Embed(context.Background(), []Text{{Text: "x"}}, Call{})
 	if embs[0].Err == nil || embs[0].Err.Code != schema.CodeEngineUnavailable {
 		t.Errorf("embed after close: %v", embs[0].Err)
 	}

@@ -32,7 +32,7 @@ func TestBreakerReloads(t *testing.T) {
 	e := newTestEngine(t, cfg, f)
 	text := []Text{{Text: "x y", Outputs: Dense}}
 	for i := 0; i < 2; i++ {
-		embs, _, err := e.Embed(context.Background(), text)
+		embs, _, err := e.Embed(context.Background(), text, Call{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -43,7 +43,7 @@ func TestBreakerReloads(t *testing.T) {
 	if f.count() != 2 || closed.Load() != 1 {
 		t.Fatalf("after 2 errors: %d loads, %d closes; want the session dropped and reloaded", f.count(), closed.Load())
 	}
-	embs, _, _ := e.Embed(context.Background(), text)
+	embs, _, _ := e.Embed(context.Background(), text, Call{})
 	if embs[0].Err != nil {
 		t.Fatalf("after reload: %v", embs[0].Err)
 	}
@@ -70,14 +70,14 @@ func TestUnavailable(t *testing.T) {
 	if err := e.Health(context.Background()); err != nil {
 		t.Fatalf("health at start: %v", err)
 	}
-	embs, _, _ := e.Embed(context.Background(), []Text{{Text: "x"}})
+	embs, _, _ := e.Embed(context.Background(), []Text{{Text: "x"}}, Call{})
 	if embs[0].Err == nil || embs[0].Err.Code != schema.CodeEngineUnavailable {
 		t.Fatalf("failing run: %v", embs[0].Err)
 	}
 	if err := e.Health(context.Background()); !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("health with the only session dropped: %v, want ErrUnavailable", err)
 	}
-	embs, _, err := e.Embed(context.Background(), []Text{{Text: "x"}, {Text: "y z"}})
+	embs, _, err := e.Embed(context.Background(), []Text{{Text: "x"}, {Text: "y z"}}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestOverloaded(t *testing.T) {
 	e := newTestEngine(t, cfg, f)
 	first := make(chan error, 1)
 	go func() {
-		_, _, err := e.Embed(context.Background(), []Text{{Text: words(60, 0)}})
+		_, _, err := e.Embed(context.Background(), []Text{{Text: words(60, 0)}}, Call{})
 		first <- err
 	}()
 	testkit.CheckFor(t, 5*time.Second, time.Millisecond, func() error {
@@ -111,21 +111,21 @@ func TestOverloaded(t *testing.T) {
 		}
 		return nil
 	})
-	_, _, err := e.Embed(context.Background(), []Text{{Text: words(10, 0)}})
+	_, _, err := e.Embed(context.Background(), []Text{{Text: words(10, 0)}}, Call{NoWait: true})
 	if !errors.Is(err, &schema.Error{Code: schema.CodeOverloaded}) {
 		t.Fatalf("second call: %v, want overloaded", err)
 	}
 	waited := make(chan error, 1)
 	go func() {
-		embs, _, err := e.Embed(WithAdmissionWait(context.Background()), []Text{{Text: words(10, 0)}})
+		embs, _, err := e.Embed(context.Background(), []Text{{Text: words(10, 0)}}, Call{})
 		if err == nil && embs[0].Err != nil {
 			err = embs[0].Err
 		}
 		waited <- err
 	}()
-	ctx, cancel := context.WithTimeout(WithAdmissionWait(context.Background()), 10*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Millisecond)
 	defer cancel()
-	if _, _, err := e.Embed(ctx, []Text{{Text: "x"}}); !errors.Is(err, &schema.Error{Code: schema.CodeDeadlineExceeded}) {
+	if _, _, err := e.Embed(ctx, []Text{{Text: "x"}}, Call{}); !errors.Is(err, &schema.Error{Code: schema.CodeDeadlineExceeded}) {
 		t.Errorf("waiting call past its deadline: %v, want deadline_exceeded", err)
 	}
 	close(block)
@@ -151,7 +151,7 @@ func TestDeadline(t *testing.T) {
 	e := newTestEngine(t, cfg, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	embs, _, err := e.Embed(ctx, []Text{{Text: "a"}, {Text: words(20, 1)}})
+	embs, _, err := e.Embed(ctx, []Text{{Text: "a"}, {Text: words(20, 1)}}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestReloadRewarms(t *testing.T) {
 	cfg.Coverage.Raise(1, 8)
 	cfg.Coverage.Raise(2, 16)
 	e := newTestEngine(t, cfg, f)
-	embs, _, _ := e.Embed(context.Background(), []Text{{Text: "a b"}})
+	embs, _, _ := e.Embed(context.Background(), []Text{{Text: "a b"}}, Call{})
 	if embs[0].Err == nil {
 		t.Fatal("first runner should fail")
 	}
@@ -232,7 +232,7 @@ func TestReloadRewarms(t *testing.T) {
 	if want := []Shape{{1, 8}, {1, 8}, {2, 16}}; !slices.Equal(shapes, want) {
 		t.Errorf("runs %v, want %v", shapes, want)
 	}
-	embs, _, _ = e.Embed(context.Background(), []Text{{Text: "a b"}})
+	embs, _, _ = e.Embed(context.Background(), []Text{{Text: "a b"}}, Call{})
 	if embs[0].Err != nil {
 		t.Errorf("after reload: %v", embs[0].Err)
 	}

@@ -67,18 +67,18 @@ func TestFatalRunError(t *testing.T) {
 	}
 	defer e.Close()
 	short := []Text{{Text: words(3, 1), Outputs: Dense, Truncate: true}}
-	if embs, _, err := e.Embed(context.Background(), short); err != nil || embs[0].Err != nil {
+	if embs, _, err := e.Embed(context.Background(), short, Call{}); err != nil || embs[0].Err != nil {
 		t.Fatalf("short text: %v %v", err, embs[0].Err)
 	}
 	if e.FatalErr() != nil || e.Health(context.Background()) != nil {
 		t.Fatal("fatal before any fatal run")
 	}
 	long := []Text{{Text: words(50, 2), Outputs: Dense, Truncate: true}}
-	if _, _, err := e.Embed(context.Background(), long); !errors.Is(err, ErrFatal) {
+	if _, _, err := e.Embed(context.Background(), long, Call{}); !errors.Is(err, ErrFatal) {
 		t.Fatalf("long text: %v; want the call to fail with ErrFatal", err)
 	}
 	// Every later call too: the process must give its work back.
-	if _, _, err := e.Embed(context.Background(), short); !errors.Is(err, ErrFatal) {
+	if _, _, err := e.Embed(context.Background(), short, Call{}); !errors.Is(err, ErrFatal) {
 		t.Errorf("short text after the fatal error: %v; want ErrFatal", err)
 	}
 	select {
@@ -99,7 +99,7 @@ func TestFatalRunError(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e2.Close()
-	if embs, _, _ := e2.Embed(context.Background(), long); embs[0].Err == nil || e2.FatalErr() != nil {
+	if embs, _, _ := e2.Embed(context.Background(), long, Call{}); embs[0].Err == nil || e2.FatalErr() != nil {
 		t.Errorf("plain error: item %v, fatal %v; want a failed item, not fatal", embs[0].Err, e2.FatalErr())
 	}
 }

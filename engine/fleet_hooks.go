@@ -91,7 +91,7 @@ func (e *Engine) WarmedShapes() iter.Seq2[int, int] {
 // stayed idle in between, even if it missed short calls (they move runs).
 func (e *Engine) Activity() (busy bool, runs int64) {
 	queued, running := e.sched.busy()
-	busy = e.adm[bulk].inUse() > 0 || e.adm[interactive].inUse() > 0 || queued > 0 || running > 0
+	busy = e.adm.inUse() > 0 || e.adm.waiting() > 0 || queued > 0 || running > 0
 	for _, s := range e.pool.sessions {
 		runs += s.runs.Load()
 	}

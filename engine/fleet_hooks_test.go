@@ -30,7 +30,7 @@ func TestWarmShapeBetweenRuns(t *testing.T) {
 	}
 	embedDone := make(chan []Embedding, 1)
 	go func() {
-		embs, _, _ := e.Embed(context.Background(), []Text{{Text: "a b c", Outputs: Dense, Truncate: true}})
+		embs, _, _ := e.Embed(context.Background(), []Text{{Text: "a b c", Outputs: Dense, Truncate: true}}, Call{})
 		embedDone <- embs
 	}()
 	first := <-inRun // the Embed chunk is running and blocked
@@ -82,11 +82,11 @@ func TestWarmShapeBetweenRuns(t *testing.T) {
 	}()
 	defer close(inRun)
 	long := strings.Repeat("w ", 25) // 27 tokens: tier 32
-	embs, _, err := e.Embed(context.Background(), []Text{{Text: long, Outputs: Dense, Truncate: true}})
+	embs, _, err := e.Embed(context.Background(), []Text{{Text: long, Outputs: Dense, Truncate: true}}, Call{})
 	if err != nil || embs[0].Err != nil {
 		t.Fatalf("32-token tier after pre-warm: %v / %v", err, embs[0].Err)
 	}
-	embs, _, err = e.Embed(context.Background(), []Text{{Text: strings.Repeat("w ", 40), Outputs: Dense, Truncate: true}})
+	embs, _, err = e.Embed(context.Background(), []Text{{Text: strings.Repeat("w ", 40), Outputs: Dense, Truncate: true}}, Call{})
 	if err != nil || embs[0].Err == nil || embs[0].Err.Code != schema.CodeShapeNotWarmed {
 		t.Fatalf("64-token tier above the ceiling: err %v, item %v; want shape_not_warmed", err, embs[0].Err)
 	}

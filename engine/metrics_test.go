@@ -49,7 +49,7 @@ func TestMetricsFed(t *testing.T) {
 		{Text: words(12, 0), Outputs: Dense}, // seq 16
 	}
 	for range 4 {
-		if _, _, err := e.Embed(context.Background(), texts); err != nil {
+		if _, _, err := e.Embed(context.Background(), texts, Call{}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,28 +1,6 @@
 package engine
 
-import (
-	"context"
-
-	"github.com/jetembed/jetembed/schema"
-)
-
-type outputLimitKey struct{}
-
-// WithOutputLimit returns a context whose [Engine.Embed] calls are refused
-// with result_too_large when the vectors they would return take more than
-// limit bytes: the estimate ([Engine.OutputBytes]) is made from the token
-// counts right after tokenizing, before the call takes any admission
-// budget or runs a session, so a small job that asks for a huge result
-// (ColBERT is 4 KiB a token on BGE-M3) costs no compute. A limit of 0 or
-// less means none.
-func WithOutputLimit(ctx context.Context, limit int64) context.Context {
-	return context.WithValue(ctx, outputLimitKey{}, limit)
-}
-
-func outputLimit(ctx context.Context) int64 {
-	v, _ := ctx.Value(outputLimitKey{}).(int64)
-	return v
-}
+import "github.com/jetembed/jetembed/schema"
 
 // OutputBytes is the size of the dense and ColBERT vectors of one text of
 // tokens tokens (special tokens included, as run: a truncated text counts
@@ -54,11 +32,10 @@ func (e *Engine) colbertDim() int {
 	return e.model.Config.HiddenSize
 }
 
-// checkOutputLimit refuses a call whose vectors would exceed the context's
-// output limit; toks are the call's tokenized texts (the failed ones
-// skipped).
-func (e *Engine) checkOutputLimit(ctx context.Context, texts []Text, toks []tokenized) *schema.Error {
-	limit := outputLimit(ctx)
+// checkOutputLimit refuses a call whose vectors would exceed limit bytes
+// ([Call.OutputLimit]; 0 or less: none); toks are the call's tokenized
+// texts (the failed ones skipped).
+func (e *Engine) checkOutputLimit(limit int64, texts []Text, toks []tokenized) *schema.Error {
 	if limit <= 0 {
 		return nil
 	}

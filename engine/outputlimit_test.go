@@ -13,7 +13,7 @@ import (
 )
 
 // TestOutputLimit: OutputBytes is exactly the dense and ColBERT values an
-// Embed call returns, on both export layouts; under WithOutputLimit a call
+// Embed call returns, on both export layouts; under Call.OutputLimit a call
 // whose vectors fit runs, and one a byte over is refused result_too_large
 // before any session runs (the amplification of issue 21: a small job
 // asking for a huge ColBERT result costs no compute).
@@ -37,7 +37,7 @@ func TestOutputLimit(t *testing.T) {
 				{Text: sentence(3, 3)},                                            // dense, the default
 				{Text: sentence(5, 4), Outputs: engine.Sparse},
 			}
-			embs, _, err := e.Embed(context.Background(), texts)
+			embs, _, err := e.Embed(context.Background(), texts, engine.Call{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -54,14 +54,14 @@ func TestOutputLimit(t *testing.T) {
 				want += got
 			}
 			before := runs.Load()
-			if _, _, err := e.Embed(engine.WithOutputLimit(context.Background(), want), texts); err != nil {
+			if _, _, err := e.Embed(context.Background(), texts, engine.Call{OutputLimit: want}); err != nil {
 				t.Errorf("at the limit: %v", err)
 			}
 			if runs.Load() == before {
 				t.Error("no session ran at the limit")
 			}
 			before = runs.Load()
-			_, _, err = e.Embed(engine.WithOutputLimit(context.Background(), want-1), texts)
+			_, _, err = e.Embed(context.Background(), texts, engine.Call{OutputLimit: want - 1})
 			if !errors.Is(err, &schema.Error{Code: schema.CodeResultTooLarge}) {
 				t.Errorf("a byte over the limit: %v, want result_too_large", err)
 			}

@@ -51,7 +51,7 @@ func BenchmarkEngineWork(b *testing.B) {
 			}
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, _, err := e.Embed(context.Background(), texts); err != nil {
+				if _, _, err := e.Embed(context.Background(), texts, Call{}); err != nil {
 					b.Fatal(err)
 				}
 			}

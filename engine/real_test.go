@@ -121,11 +121,11 @@ func TestPaddingInvariance(t *testing.T) {
 			packed := openEngine(t, m, engine.Config{NoWarmup: true, Tiers: []int{256}, MaxBatch: 8, Cost: pack.Cost{A: 1e-12}})
 			short := []engine.Text{{Text: sentence(3, 1), Outputs: all}, {Text: sentence(17, 2), Outputs: all}}
 			mixed := []engine.Text{{Text: sentence(250, 3), Outputs: all}, short[0], {Text: sentence(120, 4), Outputs: all}, short[1]}
-			want, _, err := alone.Embed(context.Background(), short)
+			want, _, err := alone.Embed(context.Background(), short, engine.Call{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, rep, err := packed.Embed(context.Background(), mixed)
+			got, rep, err := packed.Embed(context.Background(), mixed, engine.Call{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -158,11 +158,11 @@ func TestHiddenMatchesHeads(t *testing.T) {
 	for i := 0; i < 12; i++ {
 		texts = append(texts, engine.Text{Text: sentence(1+i*13, i), Outputs: all})
 	}
-	a, _, err := hidden.Embed(context.Background(), texts)
+	a, _, err := hidden.Embed(context.Background(), texts, engine.Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _, err := heads.Embed(context.Background(), texts)
+	b, _, err := heads.Embed(context.Background(), texts, engine.Call{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,42 +9,6 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// class is a scheduling class. Interactive work goes first; bulk work is
-// capped by the chunk latency budget so an interactive text waits at most
-// about one chunk, and ages ahead of interactive work when it made no
-// progress for [Config.Aging].
-type class uint8
-
-const (
-	bulk class = iota
-	interactive
-	nClasses
-)
-
-type interactiveKey struct{}
-
-// WithInteractive returns a context under which [Engine.Embed] schedules
-// its texts in the interactive class: ahead of bulk work, under their own
-// admission budget ([Config.InteractiveTokens]), so a bulk backlog never
-// makes an interactive call wait behind it or fail overloaded.
-func WithInteractive(ctx context.Context) context.Context {
-	return context.WithValue(ctx, interactiveKey{}, true)
-}
-
-// IsInteractive reports whether ctx came from [WithInteractive], for
-// embedders that wrap or stand in for the engine.
-func IsInteractive(ctx context.Context) bool {
-	v, _ := ctx.Value(interactiveKey{}).(bool)
-	return v
-}
-
-func classOf(ctx context.Context) class {
-	if IsInteractive(ctx) {
-		return interactive
-	}
-	return bulk
-}
-
 // call is one Embed call as the scheduler sees it.
 type call struct {
 	ctx   context.Context

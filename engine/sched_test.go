@@ -58,10 +58,14 @@ func waitQueued(t *testing.T, e *Engine, n int) {
 }
 
 // embedAsync runs Embed in the background.
-func embedAsync(e *Engine, ctx context.Context, texts []Text) <-chan []Embedding {
+func embedAsync(e *Engine, ctx context.Context, texts []Text, call ...Call) <-chan []Embedding {
 	out := make(chan []Embedding, 1)
+	var c Call
+	if len(call) > 0 {
+		c = call[0]
+	}
 	go func() {
-		embs, _, err := e.Embed(ctx, texts)
+		embs, _, err := e.Embed(ctx, texts, c)
 		if err != nil {
 			embs = []Embedding{{Err: schema.Errorf(schema.CodeInternal, "%v", err)}}
 		}
@@ -147,8 +151,8 @@ func TestPriorityAndAging(t *testing.T) {
 		t.Fatalf("first run seq %d, want the first bulk text (32)", in.Seq)
 	}
 	waitQueued(t, e, 2)
-	i1 := embedAsync(e, WithInteractive(context.Background()), []Text{{Text: words(3, 5)}})
-	i2 := embedAsync(e, WithInteractive(context.Background()), []Text{{Text: words(4, 6)}})
+	i1 := embedAsync(e, context.Background(), []Text{{Text: words(3, 5)}}, Call{Class: Interactive})
+	i2 := embedAsync(e, context.Background(), []Text{{Text: words(4, 6)}}, Call{Class: Interactive})
 	waitQueued(t, e, 4)
 	g.release <- struct{}{}
 	if in := <-g.started; in.Seq != 5 && in.Seq != 6 {
@@ -227,7 +231,7 @@ func TestLatencyCap(t *testing.T) {
 	for range 8 {
 		g.release <- struct{}{}
 	}
-	_, rep, err := e.Embed(context.Background(), texts)
+	_, rep, err := e.Embed(context.Background(), texts, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +240,7 @@ func TestLatencyCap(t *testing.T) {
 			t.Errorf("bulk chunk %dx%d: modelled %.0f µs above the 500 µs cap", c.Batch, c.Seq, e.sched.seconds(c.Batch, c.Seq)*1e6)
 		}
 	}
-	_, rep, err = e.Embed(WithInteractive(context.Background()), texts)
+	_, rep, err = e.Embed(context.Background(), texts, Call{Class: Interactive})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +257,7 @@ func TestCostPerToken(t *testing.T) {
 	for range 8 {
 		g.release <- struct{}{}
 	}
-	_, rep, err := e.Embed(context.Background(), []Text{{Text: words(60, 0)}, {Text: words(5, 1)}, {Text: words(5, 2)}, {Text: words(5, 3)}})
+	_, rep, err := e.Embed(context.Background(), []Text{{Text: words(60, 0)}, {Text: words(5, 1)}, {Text: words(5, 2)}, {Text: words(5, 3)}}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +287,7 @@ func TestMemoryBudget(t *testing.T) {
 	long := words(50, 0)
 	embs, rep, err := e.Embed(context.Background(), []Text{
 		{Text: long, Truncate: true}, {Text: long}, {Text: words(25, 1)}, {Text: words(25, 2)}, {Text: words(25, 3)},
-	})
+	}, Call{})
 	if err != nil {
 		t.Fatal(err)
 	}

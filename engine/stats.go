@@ -14,8 +14,12 @@ type Stats struct {
 	Ceiling int
 	// AdmittedTokens are the real tokens of the Embed calls in progress
 	// (both classes); AdmissionBudget is the bulk class's budget
-	// ([Config.AdmissionTokens]).
-	AdmittedTokens, AdmissionBudget int
+	// ([Config.AdmissionTokens]) and InteractiveBudget the interactive
+	// class's ([Config.InteractiveTokens]): what the engine admits.
+	AdmittedTokens, AdmissionBudget, InteractiveBudget int
+	// Waiting counts the Embed calls waiting for room in the admission
+	// queue (both classes).
+	Waiting int
 	// Queued counts texts waiting in the scheduler, QueuedInteractive
 	// those of them in the interactive class.
 	Queued, QueuedInteractive int
@@ -41,10 +45,13 @@ func (e *Engine) Stats() Stats {
 	e.sched.mu.Lock()
 	queued, queuedI := len(e.sched.queue[bulk])+len(e.sched.queue[interactive]), len(e.sched.queue[interactive])
 	e.sched.mu.Unlock()
+	bulkBudget, interactiveBudget := e.adm.budgets()
 	st := Stats{
+		AdmissionBudget:   bulkBudget,
+		InteractiveBudget: interactiveBudget,
 		Ceiling:           e.cfg.Coverage.Ceiling(),
-		AdmittedTokens:    e.adm[bulk].inUse() + e.adm[interactive].inUse(),
-		AdmissionBudget:   e.cfg.AdmissionTokens,
+		AdmittedTokens:    e.adm.inUse(),
+		Waiting:           e.adm.waiting(),
 		Queued:            queued,
 		QueuedInteractive: queuedI,
 		Cost:              pack.Cost{A: a, Bq: bq},

@@ -61,7 +61,7 @@ func TestTorchReference(t *testing.T) {
 			for i, it := range ref {
 				texts[i] = engine.Text{Text: it.Text, Outputs: all}
 			}
-			got, _, err := e.Embed(context.Background(), texts)
+			got, _, err := e.Embed(context.Background(), texts, engine.Call{})
 			if err != nil {
 				t.Fatal(err)
 			}

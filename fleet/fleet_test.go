@@ -106,7 +106,7 @@ func shapeKey(model string, batch, seq int) fleet.ShapeKey {
 
 func refused(t *testing.T, e *engine.Engine, text string) bool {
 	t.Helper()
-	embs, _, err := e.Embed(context.Background(), []engine.Text{{Text: text, Outputs: engine.Dense, Truncate: true}})
+	embs, _, err := e.Embed(context.Background(), []engine.Text{{Text: text, Outputs: engine.Dense, Truncate: true}}, engine.Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func TestFleetPrewarmsPeersShapes(t *testing.T) {
 	}
 	// B's run of the text is an in-band first run of its chunk's shape:
 	// it reaches A and C too.
-	embs, rep, err := engs[1].Embed(ctx, []engine.Text{{Text: hundredTokens, Outputs: engine.Dense, Truncate: true}})
+	embs, rep, err := engs[1].Embed(ctx, []engine.Text{{Text: hundredTokens, Outputs: engine.Dense, Truncate: true}}, engine.Call{})
 	if err != nil || embs[0].Err != nil {
 		t.Fatalf("B's guard still refuses the 100-token text after pre-warming 2x128: %v %v", err, embs[0].Err)
 	}

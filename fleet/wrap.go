@@ -30,8 +30,8 @@ type wantingEmbedder struct {
 }
 
 // Embed implements [engine.Embedder].
-func (e *wantingEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
-	embs, rep, err := e.Embedder.Embed(ctx, texts)
+func (e *wantingEmbedder) Embed(ctx context.Context, texts []engine.Text, call engine.Call) ([]engine.Embedding, engine.CallReport, error) {
+	embs, rep, err := e.Embedder.Embed(ctx, texts, call)
 	if err != nil {
 		return embs, rep, err
 	}

@@ -20,7 +20,7 @@ type cannedEmbedder struct {
 	err  error
 }
 
-func (c cannedEmbedder) Embed(context.Context, []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
+func (c cannedEmbedder) Embed(context.Context, []engine.Text, engine.Call) ([]engine.Embedding, engine.CallReport, error) {
 	return c.embs, c.rep, c.err
 }
 func (cannedEmbedder) ModelID() string { return "m@0123456789ab" }
@@ -47,7 +47,7 @@ func TestWrap(t *testing.T) {
 	}
 	var w wantLog
 	emb := fleet.Wrap(inner, &w)
-	embs, rep, err := emb.Embed(context.Background(), make([]engine.Text, 5))
+	embs, rep, err := emb.Embed(context.Background(), make([]engine.Text, 5), engine.Call{})
 	if err != nil || len(embs) != 5 || len(rep.Chunks) != 5 {
 		t.Fatalf("Embed = %d embeddings, %d chunks, %v; want the inner results", len(embs), len(rep.Chunks), err)
 	}
@@ -65,7 +65,7 @@ func TestWrap(t *testing.T) {
 
 	w = nil
 	boom := errors.New("boom")
-	if _, _, err := fleet.Wrap(cannedEmbedder{err: boom, rep: inner.rep, embs: inner.embs}, &w).Embed(context.Background(), nil); !errors.Is(err, boom) || len(w) != 0 {
+	if _, _, err := fleet.Wrap(cannedEmbedder{err: boom, rep: inner.rep, embs: inner.embs}, &w).Embed(context.Background(), nil, engine.Call{}); !errors.Is(err, boom) || len(w) != 0 {
 		t.Errorf("failed call: err %v, wants %v; want the error and no wants", err, w)
 	}
 }

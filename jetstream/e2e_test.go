@@ -87,7 +87,7 @@ func checkResult(t *testing.T, e *engine.Engine, res *schema.Result, texts []str
 	if res.Model != e.ModelID() {
 		t.Errorf("job %s: model %q, want %q", res.ID, res.Model, e.ModelID())
 	}
-	want, _, err := e.Embed(context.Background(), engineText(texts, outs))
+	want, _, err := e.Embed(context.Background(), engineText(texts, outs), engine.Call{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -49,7 +49,7 @@ func ExampleStartWorker() {
 		log.Fatal(err)
 	}
 
-	emb := engine.EmbedderFunc(func(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
+	emb := engine.EmbedderFunc(func(ctx context.Context, texts []engine.Text, call engine.Call) ([]engine.Embedding, engine.CallReport, error) {
 		out := make([]engine.Embedding, len(texts))
 		for i, t := range texts {
 			out[i] = engine.Embedding{Dense: []float32{float32(len(t.Text)), 1}, Tokens: 2}
@@ -58,7 +58,7 @@ func ExampleStartWorker() {
 	})
 	w, err := jetstream.StartWorker(ctx, nc, jetstream.WorkerConfig{
 		Config:   cfg,
-		Consumer: consumer.Config{InFlightTokens: 1 << 16},
+		Consumer: consumer.Config{},
 		Embedder: emb,
 		Logger:   quiet,
 	})

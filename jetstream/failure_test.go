@@ -183,7 +183,7 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 		calls   int
 		blocked = make(chan struct{})
 	)
-	gate := engine.EmbedderFunc(func(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
+	gate := engine.EmbedderFunc(func(ctx context.Context, texts []engine.Text, call engine.Call) ([]engine.Embedding, engine.CallReport, error) {
 		mu.Lock()
 		calls++
 		k := calls
@@ -195,7 +195,7 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 			<-ctx.Done()
 			return nil, engine.CallReport{}, ctx.Err()
 		}
-		return e.Embed(ctx, texts)
+		return e.Embed(ctx, texts, engine.Call{})
 	})
 	a := startWorker(t, srv, gate, workerOptions{
 		cfg: consumer.Config{},

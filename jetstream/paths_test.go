@@ -97,7 +97,7 @@ func TestItemErrorsKeepTheRestOfTheJob(t *testing.T) {
 	if it := r.Items[2]; it.Error == nil || it.Error.Code != schema.CodeTextTooLong || it.Dense != nil {
 		t.Errorf("too long item with truncate=false: %+v", it)
 	}
-	want, _, err := e.Embed(context.Background(), engineText([]string{"fine text", "also fine"}, nil))
+	want, _, err := e.Embed(context.Background(), engineText([]string{"fine text", "also fine"}, nil), engine.Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,14 +254,18 @@ func TestMaxDeliveriesAdvisoryReachesDLQ(t *testing.T) {
 	}
 }
 
-// TestInFlightBudgetStopsPulling: with an in-flight budget of one job, the
-// process holds one job at a time and stops pulling meanwhile, so the
-// server sees no more jobs out than that one, the one waiting in Submit and
-// the prefetch; the rest stay in the stream for other processes.
+// TestInFlightBudgetStopsPulling: with an in-flight budget (the engine's,
+// the one budget) of one job, the process holds one job at a time and
+// stops pulling meanwhile, so the server sees no more jobs out than that
+// one, the one waiting in Submit and the prefetch; the rest stay in the
+// stream for other processes.
 func TestInFlightBudgetStopsPulling(t *testing.T) {
 	srv := newServer(t, nil)
-	w := startWorker(t, srv, &fakes.Embedder{Embedder: openEngine(t, engine.Config{}), Delay: 50 * time.Millisecond}, workerOptions{
-		cfg:  consumer.Config{InFlightTokens: 1},
+	// Every text is cut to 16 tokens, the whole budget: one job at a time.
+	e := openEngineWith(t, engine.Config{MaxTokens: 16, AdmissionTokens: 16}, func(r engine.Runner) engine.Runner {
+		return slowRunner{Runner: r, d: 50 * time.Millisecond}
+	})
+	w := startWorker(t, srv, e, workerOptions{
 		pull: []jetstream.PullOption{jetstream.PrefetchLimits(2, 2)},
 	})
 	c, err := client.New(srv.nc, client.WithRun("budget"))
@@ -269,7 +273,7 @@ func TestInFlightBudgetStopsPulling(t *testing.T) {
 		t.Fatal(err)
 	}
 	const n = 20
-	ids := submitJobs(t, c, n, "b%d", "budgeted text %d")
+	ids := submitJobs(t, c, n, "b%d", "budgeted text %d "+strings.Repeat("with words enough to fill the whole budget ", 4))
 	maxHeld, maxOut := 0, 0
 	natstest.CheckFor(t, 30*time.Second, 10*time.Millisecond, func() error {
 		maxHeld = max(maxHeld, w.cons.Stats().Held)
@@ -290,24 +294,28 @@ func TestInFlightBudgetStopsPulling(t *testing.T) {
 }
 
 // TestRequestOverBudgetWaitsThenOverloaded: a request that finds the
-// interactive budget full waits in the request queue without holding the
+// interactive budget full waits in the engine's queue without holding the
 // service's handler (its caller is waiting: it gets vectors once the
 // request ahead is done); one that finds the queue full too is answered
 // overloaded, retriable, at once, while the others complete.
 func TestRequestOverBudgetWaitsThenOverloaded(t *testing.T) {
 	srv := newServer(t, nil)
-	w := startWorker(t, srv, &fakes.Embedder{Embedder: openEngine(t, engine.Config{}), Delay: 2 * time.Second}, workerOptions{
-		cfg: consumer.Config{InteractiveTokens: 1, RequestQueueTokens: 1},
+	// Every text is cut to 16 tokens: the budget holds one request, the
+	// queue one more.
+	e := openEngineWith(t, engine.Config{MaxTokens: 16, InteractiveTokens: 16, QueueTokens: 16}, func(r engine.Runner) engine.Runner {
+		return slowRunner{Runner: r, d: 2 * time.Second}
 	})
+	w := startWorker(t, srv, e, workerOptions{})
 	c, err := client.New(srv.nc)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
+	long := strings.Repeat("with words enough to fill the whole budget ", 4)
 	first, second := make(chan error, 1), make(chan *schema.Result, 1)
 	go func() {
-		_, err := c.Embed(ctx, "holds the budget")
+		_, err := c.Embed(ctx, "holds the budget "+long)
 		first <- err
 	}()
 	natstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
@@ -317,7 +325,7 @@ func TestRequestOverBudgetWaitsThenOverloaded(t *testing.T) {
 		return nil
 	})
 	go func() {
-		res, _ := c.Embed(ctx, "waits its turn")
+		res, _ := c.Embed(ctx, "waits its turn "+long)
 		second <- res
 	}()
 	natstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
@@ -327,7 +335,7 @@ func TestRequestOverBudgetWaitsThenOverloaded(t *testing.T) {
 		return nil
 	})
 	start := time.Now()
-	res, err := c.Embed(ctx, "finds the queue full")
+	res, err := c.Embed(ctx, "finds the queue full "+long)
 	if res == nil || res.Error == nil || res.Error.Code != schema.CodeOverloaded || !res.Error.Retriable || time.Since(start) > time.Second {
 		t.Errorf("third request: %+v, %v after %s; want a retriable overloaded answer at once", res, err, time.Since(start))
 	}
@@ -337,4 +345,19 @@ func TestRequestOverBudgetWaitsThenOverloaded(t *testing.T) {
 	if res := <-second; res == nil || res.Error != nil || len(res.Items) != 1 || len(res.Items[0].Dense) == 0 {
 		t.Errorf("the waiting request: %+v, want vectors", res)
 	}
+}
+
+// slowRunner is a session whose every run takes d longer.
+type slowRunner struct {
+	engine.Runner
+	d time.Duration
+}
+
+func (r slowRunner) Run(ctx context.Context, in engine.RunInput) (engine.RunOutput, error) {
+	select {
+	case <-time.After(r.d):
+	case <-ctx.Done():
+		return engine.RunOutput{}, ctx.Err()
+	}
+	return r.Runner.Run(ctx, in)
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/client"
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/engine/fakes"
 	"github.com/jetembed/jetembed/internal/natstest"
@@ -44,7 +43,7 @@ func bulkText(i int) string {
 }
 
 // TestRequestUnderBacklog: with a bulk backlog queued in the engine and
-// the consumer's bulk budget full, a request is admitted (never answered
+// the bulk budget full, a request is admitted (never answered
 // overloaded) and runs after at most about one bulk chunk per session,
 // while most of the backlog is still waiting.
 func TestRequestUnderBacklog(t *testing.T) {
@@ -64,11 +63,11 @@ func TestRequestUnderBacklog(t *testing.T) {
 		}
 		ids[i] = j.ID
 	}
-	// The bulk budget holds about the whole backlog and no more.
-	w := startWorker(t, srv, e, workerOptions{cfg: consumer.Config{InFlightTokens: 2000}})
+	// The engine's bulk budget (the one budget) holds the whole backlog.
+	w := startWorker(t, srv, e, workerOptions{})
 	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
-		if st := w.cons.Stats(); st.Held < n/2 || st.Queued != 0 {
-			return fmt.Errorf("%d jobs held, %d queued in the consumer", st.Held, st.Queued)
+		if st := w.cons.Stats(); st.Held < n/2 || st.Waiting != 0 {
+			return fmt.Errorf("%d jobs held, %d waiting for room", st.Held, st.Waiting)
 		}
 		return nil
 	})

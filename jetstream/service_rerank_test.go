@@ -30,7 +30,7 @@ func TestRerankEndpoint(t *testing.T) {
 	for _, x := range texts {
 		in = append(in, engine.Text{Text: x, Outputs: engine.Dense | engine.Sparse | engine.ColBERT, Truncate: true})
 	}
-	embs, _, err := e.Embed(context.Background(), in)
+	embs, _, err := e.Embed(context.Background(), in, engine.Call{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,9 +78,15 @@ type Config struct {
 	// probes and shares them.
 	Open func(ctx context.Context) (Engine, error)
 
-	// Loop tunes the job loop: reply policy, in-flight and interactive
-	// budgets, patience. Its AckWait and MaxDeliver are the server's; its
-	// Blobs, MaxResultBytes, Metrics and Logger are set by the node.
+	// InFlightTokens and InteractiveTokens are the process's one token
+	// budget, bulk and interactive: the engine admits every Embed call of
+	// every job and request by them ([engine.Engine.SetBudgets]), and the
+	// service advertises the interactive one to gateways. 0 keeps the
+	// engine's own ([engine.DefaultBudgets] unless Open configured it).
+	InFlightTokens, InteractiveTokens int
+	// Loop tunes the job loop: reply policy, request wait, interactive
+	// tenants. Its AckWait and MaxDeliver are the server's; its Blobs,
+	// MaxResultBytes, Metrics and Logger are set by the node.
 	Loop consumer.Config
 	// Blobs stores results over the server's max payload in the blobs
 	// bucket and replies with a reference; false answers them

@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetembed/jetembed/client"
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/engine/model"
 	"github.com/jetembed/jetembed/engine/tokenizer"
@@ -99,12 +98,12 @@ func ExampleRun() {
 	done := make(chan error, 1)
 	go func() {
 		done <- node.Run(ctx, node.Config{
-			NATS:    jetstream.Options{URLs: []string{url}, Logger: quiet},
-			Objects: jetstream.DefaultConfig(), // what `jetembed provision` made
-			Open:    openEngine,
-			Loop:    consumer.Config{InteractiveTokens: 32768},
-			Grace:   10 * time.Second,
-			Logger:  quiet,
+			NATS:              jetstream.Options{URLs: []string{url}, Logger: quiet},
+			Objects:           jetstream.DefaultConfig(), // what `jetembed provision` made
+			Open:              openEngine,
+			InteractiveTokens: 32768,
+			Grace:             10 * time.Second,
+			Logger:            quiet,
 		})
 	}()
 
@@ -145,12 +144,12 @@ func ExampleNode() {
 	defer stop()
 
 	rt, err := node.New(node.Config{
-		NATS:    jetstream.Options{URLs: []string{url}, Logger: quiet},
-		Objects: jetstream.DefaultConfig(),
-		Open:    openEngine,
-		Loop:    consumer.Config{InteractiveTokens: 4096},
-		Version: "1.0.0",
-		Logger:  quiet,
+		NATS:              jetstream.Options{URLs: []string{url}, Logger: quiet},
+		Objects:           jetstream.DefaultConfig(),
+		Open:              openEngine,
+		InteractiveTokens: 4096,
+		Version:           "1.0.0",
+		Logger:            quiet,
 	})
 	if err != nil {
 		log.Fatal(err)

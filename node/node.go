@@ -128,6 +128,10 @@ func (r *Node) openEngine(ctx context.Context, js natsjs.JetStream) (Engine, err
 	if eng.Engine == nil {
 		return Engine{}, fmt.Errorf("%w: Open returned no engine", ErrConfig)
 	}
+	if _, _, err := eng.Engine.SetBudgets(r.cfg.InFlightTokens, r.cfg.InteractiveTokens); err != nil {
+		eng.Engine.Close()
+		return Engine{}, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	if f := r.cfg.Fleet; f.On && f.ShareProbe {
 		kv, err := jetstream.OpenKVStore(ctx, js, r.cfg.Objects.Engines.Name)
 		if err == nil {

@@ -15,7 +15,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/jetembed/jetembed/client"
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/engine/ort/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
@@ -84,10 +83,10 @@ func (r *rig) config(t *testing.T, ecfg engine.Config, log io.Writer) node.Confi
 		Open: func(context.Context) (node.Engine, error) {
 			return node.Engine{Engine: enginetest.Open(t, ecfg)}, nil
 		},
-		Loop:    consumer.Config{InteractiveTokens: 7777},
-		Grace:   5 * time.Second,
-		Version: "1.2.3",
-		Logger:  logger,
+		InteractiveTokens: 7777,
+		Grace:             5 * time.Second,
+		Version:           "1.2.3",
+		Logger:            logger,
 	}
 }
 
@@ -145,6 +144,60 @@ func TestNodeServesAndStops(t *testing.T) {
 	}
 	if _, err := r.client.Embed(ctx, "anyone?"); !errors.Is(err, client.ErrNoService) {
 		t.Errorf("Embed after Stop: %v, want ErrNoService", err)
+	}
+}
+
+// TestNodeAdvertisesWhatTheEngineAdmits: the interactive capacity the
+// service advertises to gateways is the budget the engine admits by, with
+// the budgets configured and with their defaults alike (the one default
+// of [engine.DefaultBudgets]).
+func TestNodeAdvertisesWhatTheEngineAdmits(t *testing.T) {
+	for _, tc := range []struct {
+		name                  string
+		inFlight, interactive int
+		wantBulk, wantInter   int
+	}{
+		{"configured", 20000, 9000, 20000, 9000},
+		{"defaults", 0, 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, true)
+			var log syncBuffer
+			cfg := r.config(t, engine.Config{}, &log)
+			cfg.InFlightTokens, cfg.InteractiveTokens = tc.inFlight, tc.interactive
+			var eng *engine.Engine
+			open := cfg.Open
+			cfg.Open = func(ctx context.Context) (node.Engine, error) {
+				e, err := open(ctx)
+				eng = e.Engine
+				return e, err
+			}
+			rt, err := node.New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := rt.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer rt.Stop(ctx)
+			m, err := r.client.PingService(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st := eng.Stats()
+			wantBulk, wantInter := tc.wantBulk, tc.wantInter
+			if wantBulk == 0 {
+				wantBulk, wantInter = engine.DefaultBudgets(0, 0, engine.DefaultMaxBatchTokens, 1)
+			}
+			if st.AdmissionBudget != wantBulk || st.InteractiveBudget != wantInter {
+				t.Errorf("the engine admits %d bulk and %d interactive tokens, want %d and %d", st.AdmissionBudget, st.InteractiveBudget, wantBulk, wantInter)
+			}
+			if m.InteractiveTokens != st.InteractiveBudget {
+				t.Errorf("the service advertises %d interactive tokens, the engine admits %d", m.InteractiveTokens, st.InteractiveBudget)
+			}
+		})
 	}
 }
 

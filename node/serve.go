@@ -95,7 +95,8 @@ func (r *Node) serveOn(ctx context.Context, nc *nats.Conn, js natsjs.JetStream, 
 func (r *Node) workerConfig(emb engine.Embedder, e *engine.Engine) jetstream.WorkerConfig {
 	lc := r.cfg.Loop
 	lc.Logger, lc.Metrics, lc.MaxResultBytes = r.log, r.metrics, r.cfg.resultLimit(e)
-	interactive := lc.WithDefaults().InteractiveTokens
+	// What the engine admits is what the service advertises.
+	_, interactive := e.Budgets()
 	return jetstream.WorkerConfig{
 		Config:   r.cfg.Objects,
 		Consumer: lc,

@@ -81,9 +81,9 @@ func embedStream(ctx context.Context, e *engine.Engine, in io.Reader, batch int,
 	defer p.end()
 	out := bufio.NewWriter(io.out)
 	defer out.Flush()
-	// Waiting for admission gives back-pressure instead of overloaded
-	// errors: this command is the only caller.
-	ectx := engine.WithAdmissionWait(ctx)
+	// Embed calls wait for admission (engine.Call's default): back-pressure
+	// instead of overloaded errors, this command being the only caller.
+	ectx := ctx
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
@@ -243,7 +243,7 @@ func embedLines(ctx context.Context, e *engine.Engine, lines []lineText, want en
 			texts = append(texts, engine.Text{Text: l.text, Outputs: want, Truncate: truncate})
 		}
 	}
-	embs, _, err := e.Embed(ctx, texts)
+	embs, _, err := e.Embed(ctx, texts, engine.Call{})
 	if err != nil {
 		return 0, err
 	}

@@ -121,18 +121,14 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 	if c.Engine, err = ef.config(); err != nil {
 		return c, err
 	}
-	runs := runTokens(c.Engine)
+	// One budget, owned by the node: the engine admits by it and the
+	// service advertises it; one default (engine.DefaultBudgets).
+	mbt, sessions := c.Engine.Engine.MaxBatchTokens, c.Engine.Engine.Sessions
 	inFlight := sf.inFlightTokens
 	if inFlight <= 0 {
-		inFlight = 4 * runs
+		inFlight = ef.admission
 	}
-	interactive := sf.interactive
-	if interactive <= 0 {
-		interactive = 2 * runs
-	}
-	// One interactive capacity: what the job loop takes in, the engine
-	// runs.
-	c.Engine.Engine.InteractiveTokens = interactive
+	inFlight, interactive := engine.DefaultBudgets(inFlight, sf.interactive, mbt, sessions)
 	replies, err := sf.replyPolicy(objects)
 	if err != nil {
 		return c, err
@@ -150,22 +146,23 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		api = &node.APIConfig{Listen: sf.api.listen, Gateway: sf.api.config()}
 	}
 	c.Runtime = node.Config{
-		Objects: objects,
-		Check:   check,
-		Loop: consumer.Config{Replies: replies, InFlightTokens: inFlight, InteractiveTokens: interactive,
-			InteractiveTenants: interactiveTenants(sf.interTenants)},
-		Blobs:          sf.blobs,
-		MaxResultBytes: int64(sf.maxResult),
-		PrefetchMax:    sf.prefetchMax,
-		PrefetchBytes:  sf.prefetchBytes,
-		Sample:         ff.poll,
-		Grace:          sf.grace,
-		Fleet:          fc,
-		API:            api,
-		HTTP:           sf.http,
-		Heartbeat:      sf.heartbeat,
-		Version:        version,
-		Notes:          []any{"memory_budget", c.Engine.BudgetNote, "malloc", mallocenv.Mode()},
+		Objects:           objects,
+		Check:             check,
+		InFlightTokens:    inFlight,
+		InteractiveTokens: interactive,
+		Loop:              consumer.Config{Replies: replies, InteractiveTenants: interactiveTenants(sf.interTenants)},
+		Blobs:             sf.blobs,
+		MaxResultBytes:    int64(sf.maxResult),
+		PrefetchMax:       sf.prefetchMax,
+		PrefetchBytes:     sf.prefetchBytes,
+		Sample:            ff.poll,
+		Grace:             sf.grace,
+		Fleet:             fc,
+		API:               api,
+		HTTP:              sf.http,
+		Heartbeat:         sf.heartbeat,
+		Version:           version,
+		Notes:             []any{"memory_budget", c.Engine.BudgetNote, "malloc", mallocenv.Mode()},
 	}
 	return c, nil
 }
@@ -183,17 +180,6 @@ func interactiveTenants(s string) []string {
 		}
 	}
 	return out
-}
-
-// runTokens is the padded tokens of one run of every session, which the
-// in-flight budgets default to multiples of: --max-batch-tokens (16384 by
-// default) x --sessions.
-func runTokens(ec engineConfig) int {
-	run := engine.DefaultMaxBatchTokens
-	if ec.Engine.MaxBatchTokens > 0 {
-		run = ec.Engine.MaxBatchTokens
-	}
-	return run * max(ec.Engine.Sessions, 1)
 }
 
 // printConfig prints every flag's effective value (flag, environment, or

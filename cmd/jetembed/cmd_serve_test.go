@@ -243,11 +243,8 @@ func TestServeBudgetFlags(t *testing.T) {
 		if err != nil || done {
 			t.Fatalf("parse: done %v, %v", done, err)
 		}
-		if got := c.Runtime.Loop; got.InteractiveTokens != tc.interactive || got.InFlightTokens != tc.inFlight {
-			t.Errorf("%q: job loop config %+v: want in flight %d, interactive %d", tc.args, got, tc.inFlight, tc.interactive)
-		}
-		if got := c.Engine.Engine.InteractiveTokens; got != tc.interactive {
-			t.Errorf("%q: engine interactive %d, want %d: the one knob", tc.args, got, tc.interactive)
+		if got := c.Runtime; got.InteractiveTokens != tc.interactive || got.InFlightTokens != tc.inFlight {
+			t.Errorf("%q: node budgets %d in flight, %d interactive: want %d, %d", tc.args, got.InFlightTokens, got.InteractiveTokens, tc.inFlight, tc.interactive)
 		}
 	}
 }

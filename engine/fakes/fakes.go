@@ -70,7 +70,7 @@ type Embedder struct {
 	reports []engine.CallReport
 }
 
-func (e *Embedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
+func (e *Embedder) Embed(ctx context.Context, texts []engine.Text, call engine.Call) ([]engine.Embedding, engine.CallReport, error) {
 	if e.Hold > 0 {
 		e.once.Do(func() { time.Sleep(e.Hold) })
 	}
@@ -80,7 +80,7 @@ func (e *Embedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Emb
 		case <-ctx.Done():
 		}
 	}
-	embs, rep, err := e.Embedder.Embed(ctx, texts)
+	embs, rep, err := e.Embedder.Embed(ctx, texts, call)
 	e.mu.Lock()
 	e.reports = append(e.reports, rep)
 	e.mu.Unlock()

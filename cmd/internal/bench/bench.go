@@ -99,8 +99,9 @@ type Report struct {
 	// Busy is the sessions' busy fraction (time in Run / wall time /
 	// sessions) during the best pipeline round.
 	Busy float64
-	// InFlightTokens and EngineAdmissionTokens are the consumer's and the
-	// engine's in-flight budgets (estimated and real tokens).
+	// InFlightTokens and EngineAdmissionTokens are both the engine's bulk
+	// in-flight budget (real tokens), the one budget since the job loop
+	// holds none of its own.
 	InFlightTokens, EngineAdmissionTokens int
 	// PeerEngine is jetembed's bare engine on the peer's texts.
 	Peer             *Peer
@@ -157,9 +158,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	u.corpus = Corpus(cfg.Texts, cfg.Seed)
 	u.jobs = Jobs(u.corpus, cfg.Seed)
 	u.r.Jobs = len(u.jobs)
-	// As serve sizes it: 4 and 2 runs of 16384 tokens on every session.
-	u.cc = consumer.Config{InFlightTokens: consumer.DefaultInFlightTokens * cfg.Sessions, InteractiveTokens: consumer.DefaultInteractiveTokens * cfg.Sessions}
-	u.r.InFlightTokens = u.cc.WithDefaults().InFlightTokens
+	// The budgets are the engine's, as serve sizes them
+	// (engine.DefaultBudgets): 4 and 2 runs of 16384 tokens on every
+	// session.
+	u.cc = consumer.Config{}
 	u.logf("corpus: %d texts in %d jobs; model %s; %d session(s) x %d thread(s)", len(u.corpus), len(u.jobs), s.m.ID, cfg.Sessions, cfg.Threads)
 
 	cost, err := u.engineRuns(ctx)
@@ -195,6 +197,7 @@ func (u *suite) engineRuns(ctx context.Context) (engine.Cost, error) {
 	r.DenseFLOPs = denseFLOPs(mc.Layers, mc.HiddenSize, mc.Intermediate)
 	st := e.Stats()
 	r.EngineAdmissionTokens = st.AdmissionBudget
+	r.InFlightTokens = st.AdmissionBudget
 	u.logf("engine ready (cost model a=%.3g bq=%.3g)", st.Cost.A, st.Cost.Bq)
 	if _, err := bareEngine(ctx, e, fixedCalls(u.corpus[:min(len(u.corpus), engineCallTexts)], engineCallTexts), 2); err != nil {
 		return engine.Cost{}, fmt.Errorf("warm pass: %w", err)

@@ -55,12 +55,12 @@ func TestNaiveMatchesEngine(t *testing.T) {
 	for i, x := range texts {
 		in[i] = engine.Text{Text: x, Outputs: engine.Dense, Truncate: true}
 	}
-	want, _, err := e.Embed(ctx, in)
+	want, _, err := e.Embed(ctx, in, engine.Call{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	naive := &naiveEmbedder{s: s, pool: pool}
-	got, rep, err := naive.Embed(ctx, in)
+	got, rep, err := naive.Embed(ctx, in, engine.Call{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -58,7 +58,7 @@ func engineOnce(ctx context.Context, e *engine.Engine) (time.Duration, error) {
 	start := time.Now()
 	// In the interactive class, as a request is: the bare call's time is
 	// the engine's own, not a wait behind the background bulk.
-	embs, _, err := e.Embed(engine.WithInteractive(ctx), in)
+	embs, _, err := e.Embed(ctx, in, engine.Call{Class: engine.Interactive})
 	if err != nil {
 		return 0, err
 	}

@@ -73,7 +73,6 @@ func bareEngine(ctx context.Context, e *engine.Engine, calls [][]string, callers
 		firstErr       error
 		wg             sync.WaitGroup
 	)
-	ctx = engine.WithAdmissionWait(ctx)
 	start := time.Now()
 	for range callers {
 		wg.Add(1)
@@ -84,7 +83,7 @@ func bareEngine(ctx context.Context, e *engine.Engine, calls [][]string, callers
 				if c >= len(in) {
 					return
 				}
-				embs, rep, err := e.Embed(ctx, in[c])
+				embs, rep, err := e.Embed(ctx, in[c], engine.Call{})
 				if err == nil {
 					for i := range embs {
 						if embs[i].Err != nil {

@@ -232,8 +232,8 @@ type counting struct {
 	tokens, padded  int
 }
 
-func (c *counting) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
-	embs, rep, err := c.Embedder.Embed(ctx, texts)
+func (c *counting) Embed(ctx context.Context, texts []engine.Text, call engine.Call) ([]engine.Embedding, engine.CallReport, error) {
+	embs, rep, err := c.Embedder.Embed(ctx, texts, call)
 	c.mu.Lock()
 	c.tokens += rep.Tokens
 	c.padded += rep.PaddedTokens

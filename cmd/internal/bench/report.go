@@ -153,7 +153,7 @@ func (r *Report) Markdown(w io.Writer) error {
 	}
 	p("\nLatency: %d sequential requests of %q each; engine p50 %s (bare Embed), request p50 %s / p99 %s idle, %s / %s at 50%% load, where the bare p50 was %s (the background producer queued %d jobs, of which %d were done when the requests ended).\n",
 		r.Idle.Requests, shortText, ms(r.Idle.Engine), ms(r.Idle.P50), ms(r.Idle.P99), ms(r.Loaded.P50), ms(r.Loaded.P99), ms(r.Loaded.Engine), r.Loaded.LoadJobs, r.Loaded.LoadDone)
-	p("\nMemory: peak RSS %d MiB during the bulk run, %d MiB just before it (the process also holds the embedded nats-server and the producer); in-flight budgets: consumer %d estimated tokens, engine %d tokens. The no-op run peaked at %d MiB, the naive run at %d MiB.\n",
+	p("\nMemory: peak RSS %d MiB during the bulk run, %d MiB just before it (the process also holds the embedded nats-server and the producer); in-flight budget (the engine's, the one budget): %d tokens (admission %d). The no-op run peaked at %d MiB, the naive run at %d MiB.\n",
 		r.Pipeline.PeakRSS>>20, r.Pipeline.BaseRSS>>20, r.InFlightTokens, r.EngineAdmissionTokens, r.Noop.PeakRSS>>20, r.Naive.PeakRSS>>20)
 	if r.DenseFLOPs > 0 {
 		p("\nArithmetic: a token costs %.3g MFLOP in the encoder's dense layers alone (attention scores, embeddings and heads not counted), so the bare engine sustained at least %.0f GFLOP/s per core on the corpus (padded tokens x that / seconds / %d cores)",

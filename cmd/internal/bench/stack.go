@@ -201,7 +201,7 @@ type naiveEmbedder struct {
 	tokens, padded int
 }
 
-func (n *naiveEmbedder) Embed(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
+func (n *naiveEmbedder) Embed(ctx context.Context, texts []engine.Text, call engine.Call) ([]engine.Embedding, engine.CallReport, error) {
 	maxTok := n.s.m.Config.MaxTokens
 	ids := make([][]int32, len(texts))
 	out := make([]engine.Embedding, len(texts))

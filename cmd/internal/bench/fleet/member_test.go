@@ -39,7 +39,7 @@ type memberEnv struct {
 	log    *slog.Logger
 	// prefetch caps each member's pull loop (0: the worker's default).
 	prefetch int
-	// inFlight is the job loop's bulk budget (0: the default).
+	// inFlight is the engine's bulk budget (0: the default).
 	inFlight int
 }
 
@@ -66,6 +66,11 @@ func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) 
 	if err != nil {
 		return fail(err)
 	}
+	// The one budget is the engine's, as node sets it from serve's
+	// --in-flight-tokens.
+	if _, _, err := m.eng.SetBudgets(env.inFlight, 0); err != nil {
+		return fail(err)
+	}
 	m.fl, err = jfleet.Join(ctx, kv, m.eng, jfleet.Config{
 		Model: env.mf.m.ID, SM: "8.9", Member: m.name,
 		MinSeq: env.cost.PlanSeq, IdleQuiet: time.Hour, Logger: env.log,
@@ -75,7 +80,7 @@ func startMember(ctx context.Context, env *memberEnv, idx int) (*member, error) 
 	}
 	m.w, err = jetstream.StartWorker(ctx, m.nc, jetstream.WorkerConfig{
 		Config:      env.cfg,
-		Consumer:    consumer.Config{Logger: env.log, InFlightTokens: env.inFlight},
+		Consumer:    consumer.Config{Logger: env.log},
 		Embedder:    jfleet.Wrap(m.eng, m.fl),
 		Sink:        func(c *consumer.Loop) jetstream.Sink { return tracedSink{c: c, l: env.ledger, member: idx} },
 		PrefetchMax: env.prefetch,

@@ -26,7 +26,7 @@ var (
 	ackWait     = flag.Duration("fleet.ack-wait", 0, "the consumer's AckWait: how soon a killed member's jobs come back (default 10s, 4s in the smoke run)")
 	maxAckPend  = flag.Int("fleet.max-ack-pending", 0, "the consumer's MaxAckPending (default 64 per member at the peak)")
 	prefetchMax = flag.Int("fleet.prefetch", 0, "each member's prefetch cap (0: the worker's default)")
-	inFlight    = flag.Int("fleet.inflight-tokens", 0, "each member's job loop InFlightTokens (serve --in-flight-tokens; 0: the default)")
+	inFlight    = flag.Int("fleet.inflight-tokens", 0, "each member engine's bulk budget (serve --in-flight-tokens; 0: the default)")
 	outFile     = flag.String("fleet.out", "", "also write the Markdown report to this file")
 )
 

@@ -1,0 +1,120 @@
+package engine
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/jetembed/jetembed/schema"
+)
+
+// admitAsync waits for n tokens as call says, in the background; the
+// returned channel receives its refusal (nil when admitted).
+func admitAsync(a *admission, call Call, n int) <-chan *schema.Error {
+	out := make(chan *schema.Error, 1)
+	go func() {
+		_, se := a.acquire(context.Background(), call, n)
+		out <- se
+	}()
+	return out
+}
+
+// TestAdmissionWeightedTurns: calls that wait are admitted tenant by
+// tenant, by deficit round robin over tokens: a tenant of weight 3 is
+// admitted three times the tokens of one of weight 1 in a round, and each
+// tenant's calls in arrival order.
+func TestAdmissionWeightedTurns(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAdmission(Config{AdmissionTokens: 100, InteractiveTokens: 10, MaxTokens: 2, QueueTokens: 100, TenantWeights: map[string]int{"heavy": 3}})
+		if _, se := a.acquire(context.Background(), Call{Class: Interactive, Tenant: "x"}, 10); se != nil {
+			t.Fatal(se)
+		}
+		var mu sync.Mutex
+		admitted := map[string]int{}
+		var all []<-chan *schema.Error
+		for i := range 12 {
+			tenant := "light"
+			if i%2 == 0 {
+				tenant = "heavy"
+			}
+			ch := make(chan *schema.Error, 1)
+			all = append(all, ch)
+			go func() {
+				_, se := a.acquire(context.Background(), Call{Class: Interactive, Tenant: tenant}, 2)
+				if se == nil {
+					mu.Lock()
+					admitted[tenant]++
+					mu.Unlock()
+				}
+				ch <- se
+			}()
+			synctest.Wait()
+		}
+		a.release(Interactive, 10) // room for 5 calls of 2 tokens
+		synctest.Wait()
+		mu.Lock()
+		heavy, light := admitted["heavy"], admitted["light"]
+		mu.Unlock()
+		if heavy != 3 || light != 2 {
+			t.Errorf("admitted heavy %d, light %d calls of 2 tokens into 10; want 3 and 2 (weight 3 against 1)", heavy, light)
+		}
+		a.release(Interactive, 10)
+		synctest.Wait()
+		a.release(Interactive, 4)
+		for _, ch := range all {
+			if se := <-ch; se != nil {
+				t.Errorf("refused: %v", se)
+			}
+		}
+	})
+}
+
+// TestAdmissionFloodAndDeadline: one tenant's flood fills the interactive
+// queue; another tenant's call still gets in (it pushes out the flood's
+// newest call, answered overloaded), a tenant at its share is refused at
+// once, and a call that gets no room before its deadline fails
+// deadline_exceeded then, past MaxWait overloaded.
+func TestAdmissionFloodAndDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAdmission(Config{AdmissionTokens: 100, InteractiveTokens: 10, MaxTokens: 2, QueueTokens: 10})
+		if _, se := a.acquire(context.Background(), Call{Class: Interactive, Tenant: "x"}, 10); se != nil {
+			t.Fatal(se)
+		}
+		var flood []<-chan *schema.Error
+		for range 5 {
+			flood = append(flood, admitAsync(a, Call{Class: Interactive, Tenant: "flood"}, 2))
+			synctest.Wait()
+		}
+		if _, se := a.acquire(context.Background(), Call{Class: Interactive, Tenant: "flood"}, 2); se == nil || se.Code != schema.CodeOverloaded {
+			t.Errorf("the flood's call over a full queue: %v, want overloaded at once", se)
+		}
+		other := admitAsync(a, Call{Class: Interactive, Tenant: "other"}, 2)
+		synctest.Wait()
+		if se := <-flood[4]; se == nil || se.Code != schema.CodeOverloaded {
+			t.Errorf("the flood's newest call: %v, want pushed out overloaded", se)
+		}
+		if _, se := a.acquire(context.Background(), Call{}, 100); se != nil {
+			t.Fatal(se)
+		}
+		start := time.Now()
+		late := admitAsync(a, Call{Class: Bulk, Deadline: start.Add(2 * time.Second)}, 200)
+		_, se := a.acquire(context.Background(), Call{Class: Bulk, MaxWait: time.Second}, 200)
+		if se == nil || se.Code != schema.CodeOverloaded || time.Since(start) != time.Second {
+			t.Errorf("a call past its MaxWait: %v after %s, want overloaded after 1s", se, time.Since(start))
+		}
+		if se := <-late; se == nil || se.Code != schema.CodeDeadlineExceeded || time.Since(start) != 2*time.Second {
+			t.Errorf("a call past its deadline: %v after %s, want deadline_exceeded after 2s", se, time.Since(start))
+		}
+		a.release(Interactive, 10)
+		if se := <-other; se != nil {
+			t.Errorf("the other tenant's call: %v, want admitted", se)
+		}
+		for _, ch := range flood[:4] {
+			if se := <-ch; se != nil {
+				t.Errorf("the flood's queued call: %v, want admitted", se)
+			}
+		}
+	})
+}
