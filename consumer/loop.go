@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/drain"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -47,7 +48,7 @@ type Loop struct {
 	// room, per tenant in arrival order (see requests.go); meter measures
 	// the interactive drain rate.
 	waitReq waitQueue
-	meter   drainMeter
+	meter   drain.Meter
 	// stopped is set once the queue was given back: nothing joins it
 	// after that.
 	stopped    bool
@@ -205,7 +206,7 @@ func (c *Loop) Submit(ctx context.Context, d Delivery) error {
 // Embed call. c.mu is held.
 func (c *Loop) hold(j *job, now time.Time) {
 	if j.interactive {
-		c.meter.tick(now, c.heldTokens[1] > 0, 0)
+		c.meter.Tick(now, c.heldTokens[1] > 0, 0)
 	}
 	c.heldTokens[j.class()] += j.cost
 	c.held[j] = struct{}{}
@@ -270,7 +271,7 @@ func (c *Loop) release(j *job) {
 	delete(c.held, j)
 	if j.interactive {
 		now := c.cfg.Now()
-		c.meter.tick(now, true, j.cost)
+		c.meter.Tick(now, true, j.cost)
 		c.heldTokens[1] -= j.cost
 		if !c.stopped && !c.isDraining() {
 			c.admitWaiting(now)

@@ -203,9 +203,9 @@ func (c *Loop) queueRequest(j *job, now time.Time) (evicted []*job, refusal *sch
 	if !j.deadline.IsZero() {
 		limit = minTime(j.deadline, now.Add(MaxRequestWait))
 	}
-	if wait, ok := c.meter.wait(c.heldTokens[1] + q.ahead(j) - budget); ok && now.Add(wait).After(limit) {
+	if wait, ok := c.meter.Wait(c.heldTokens[1]+q.ahead(j)-budget, now); ok && now.Add(wait).After(limit) {
 		return evicted, schema.Errorf(schema.CodeOverloaded, "interactive budget full: at the measured %.0f tokens/s this request would start in about %s, after its deadline%s",
-			c.meter.rate, wait.Round(time.Millisecond), c.retryHint(c.heldTokens[1]+q.ahead(j)-budget))
+			c.meter.Rate(), wait.Round(time.Millisecond), c.retryHint(c.heldTokens[1]+q.ahead(j)-budget))
 	}
 	q.push(j)
 	j.expiry = time.AfterFunc(max(limit.Sub(now), 0), func() { c.expireRequest(j) })
@@ -232,7 +232,7 @@ func (c *Loop) retryHintLocked() string {
 // retryHint tells a refused caller when the backlog of excess tokens will
 // have drained at the measured rate.
 func (c *Loop) retryHint(excess int) string {
-	wait, ok := c.meter.wait(excess)
+	wait, ok := c.meter.Wait(excess, c.cfg.Now())
 	if !ok {
 		return ""
 	}
@@ -285,51 +285,6 @@ func (c *Loop) failWaiting(ctx context.Context) {
 		j.expiry.Stop()
 		c.settle(ctx, j, c.decide(j, nil, errShutdown))
 	}
-}
-
-// drainMeter measures how fast held interactive tokens are released,
-// counting only the time the class held any: an idle spell does not make
-// the rate look slow.
-type drainMeter struct {
-	last    time.Time
-	busy    time.Duration
-	drained int
-	rate    float64 // tokens a second, 0 until measured
-}
-
-// meterWindow is the busy time of one rate sample.
-const meterWindow = 500 * time.Millisecond
-
-// tick accounts the time since the last tick, busy when tokens were held,
-// and drained tokens released now.
-func (m *drainMeter) tick(now time.Time, wasBusy bool, drained int) {
-	if wasBusy && !m.last.IsZero() && now.After(m.last) {
-		m.busy += now.Sub(m.last)
-	}
-	m.last = now
-	m.drained += drained
-	if m.busy >= meterWindow {
-		sample := float64(m.drained) / m.busy.Seconds()
-		if m.rate == 0 {
-			m.rate = sample
-		} else {
-			m.rate = 0.7*m.rate + 0.3*sample
-		}
-		m.busy, m.drained = 0, 0
-	}
-}
-
-// wait is how long excess tokens take to drain at the measured rate; ok is
-// false before anything was measured.
-func (m *drainMeter) wait(excess int) (time.Duration, bool) {
-	rate := m.rate
-	if rate == 0 && m.busy >= meterWindow/5 && m.drained > 0 {
-		rate = float64(m.drained) / m.busy.Seconds()
-	}
-	if rate <= 0 {
-		return 0, false
-	}
-	return time.Duration(float64(max(excess, 0)) / rate * float64(time.Second)), true
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -27,6 +27,7 @@ var mayImport = map[string][]string{
 	"internal/tracehdr":         {},
 	"internal/natstest":         {"internal/testkit"},
 	"internal/testkit":          {},
+	"internal/drain":            {},
 	"internal/importrules":      {},
 	"client":                    {"schema", "internal/tracehdr"},
 	"engine/internal/pack":      {},
@@ -45,12 +46,12 @@ var mayImport = map[string][]string{
 	"internal/mallocenv":        {},
 	"internal/telemetry":        {"schema", "internal/tracehdr"},
 	"internal/telemetry/export": {"internal/telemetry", "internal/tracehdr"},
-	"consumer":                  {"engine", "schema", "internal/telemetry"},
+	"consumer":                  {"engine", "schema", "internal/drain", "internal/telemetry"},
 	"fleet":                     {"engine", "schema"},
 	"jetstream":                 {"client", "consumer", "engine", "fleet", "schema", "internal/telemetry"},
 	"jetstream/devserver":       {},
 	"jetstream/jstest":          {"jetstream", "internal/natstest"},
-	"gateway":                   {"schema"},
+	"gateway":                   {"schema", "internal/drain"},
 	"node":                      {"jetstream", "consumer", "engine", "fleet", "gateway", "client", "schema", "internal/telemetry"},
 	"cmd/internal/bench":        {anyPkg},
 	"cmd/internal/bench/fleet":  {},
@@ -69,7 +70,7 @@ var floor = map[string]int{
 	// 0: the foundation: wire types, file formats, the tokenizer, test kits
 	// that import nothing of the project.
 	"schema": 0, "internal/tracehdr": 0, "internal/testkit": 0, "internal/importrules": 0,
-	"internal/safetensors": 0, "internal/torchpt": 0, "internal/mallocenv": 0,
+	"internal/safetensors": 0, "internal/torchpt": 0, "internal/mallocenv": 0, "internal/drain": 0,
 	"engine/internal/pack": 0, "engine/internal/heads": 0, "engine/tokenizer": 0,
 	"engine/ort/internal/ctrim": 0, "faults": 0, "deploy": 0,
 	// 1: over the foundation.
