@@ -165,10 +165,10 @@ func (c *Loop) Submit(ctx context.Context, d Delivery) error {
 		budget := c.budget(j)
 		j.cost = min(max(j.tokens, 1), budget)
 		// No request passes one waiting.
-		if c.heldTokens[j.class()]+j.cost <= budget && (d.Respond == nil || c.waitReq.len() == 0) {
+		if c.heldTokens[j.class()]+j.cost <= budget && (j.req == nil || c.waitReq.len() == 0) {
 			break
 		}
-		if d.Respond != nil {
+		if j.req != nil {
 			evicted, se := c.queueRequest(j, now)
 			c.mu.Unlock()
 			c.evict(ctx, evicted)
@@ -239,13 +239,14 @@ func (j *job) class() int {
 func (c *Loop) safeAdmit(d Delivery, now time.Time) (j *job, jobErr error) {
 	defer func() {
 		if p := recover(); p != nil {
-			c.cfg.Logger.Error("decoding a job panicked", "panic", fmt.Sprint(p), "delivered", d.NumDelivered)
-			j = &job{d: d, id: header(d.Header, schema.HeaderMsgID), queued: now, lastTouch: now}
+			j = newJob(d, now)
+			c.cfg.Logger.Error("decoding a job panicked", "panic", fmt.Sprint(p), "delivered", j.delivered)
+			j.id = header(j.a.Header, schema.HeaderMsgID)
 			jobErr = schema.Errorf(schema.CodeInternal, "internal error decoding the job")
 			// The reply is checked here too: a request whose reply is
 			// outside its tenant's space gets no answer, panic or not.
 			var tenantErr *schema.Error
-			if j.tenant, tenantErr = c.tenantOf(d); tenantErr != nil {
+			if j.tenant, tenantErr = c.tenantOf(j); tenantErr != nil {
 				jobErr = tenantErr
 			} else if reply, replyErr := c.replyOf(j); replyErr != nil {
 				jobErr = replyErr

@@ -15,7 +15,7 @@ import (
 
 // request is a request-reply delivery whose answer is kept.
 type request struct {
-	d      Delivery
+	d      *Request
 	m      *fakeMsg
 	answer chan []byte
 }
@@ -24,9 +24,8 @@ func newRequest(t *testing.T, id string, texts ...string) *request {
 	t.Helper()
 	j := schema.NewJob(id, texts...)
 	d, m := delivery(t, j, schema.EncodingJSON, 1)
-	r := &request{d: d, m: m, answer: make(chan []byte, 1)}
-	d.Respond = func(_ map[string][]string, data []byte) error { r.answer <- data; return nil }
-	r.d = d
+	r := &request{m: m, answer: make(chan []byte, 1)}
+	r.d = asRequest(d, func(_ map[string][]string, data []byte) error { r.answer <- data; return nil })
 	return r
 }
 
@@ -77,8 +76,8 @@ func TestRequestQueueOrderAndExpiry(t *testing.T) {
 		j := schema.NewJob("late", small)
 		j.Deadline = time.Now().Add(2 * time.Second).UTC().Format(time.RFC3339Nano)
 		d, m := delivery(t, j, schema.EncodingJSON, 1)
-		late := &request{d: d, m: m, answer: make(chan []byte, 1)}
-		late.d.Respond = func(_ map[string][]string, data []byte) error { late.answer <- data; return nil }
+		late := &request{m: m, answer: make(chan []byte, 1)}
+		late.d = asRequest(d, func(_ map[string][]string, data []byte) error { late.answer <- data; return nil })
 		start := time.Now()
 		if err := c.Submit(context.Background(), late.d); err != nil {
 			t.Fatal(err)
@@ -159,8 +158,8 @@ func TestRequestRefusedByDrainRate(t *testing.T) {
 			j := schema.NewJob(id, text)
 			j.Deadline = time.Now().Add(d).UTC().Format(time.RFC3339Nano)
 			dl, m := delivery(t, j, schema.EncodingJSON, 1)
-			r := &request{d: dl, m: m, answer: make(chan []byte, 1)}
-			r.d.Respond = func(_ map[string][]string, data []byte) error { r.answer <- data; return nil }
+			r := &request{m: m, answer: make(chan []byte, 1)}
+			r.d = asRequest(dl, func(_ map[string][]string, data []byte) error { r.answer <- data; return nil })
 			return r
 		}
 		var warm []*request
@@ -282,8 +281,8 @@ func TestRequestDeadlineOutlastsRequestWait(t *testing.T) {
 		j := schema.NewJob("patient", big)
 		j.Deadline = time.Now().Add(60 * time.Second).UTC().Format(time.RFC3339Nano)
 		d, m := delivery(t, j, schema.EncodingJSON, 1)
-		patient := &request{d: d, m: m, answer: make(chan []byte, 1)}
-		patient.d.Respond = func(_ map[string][]string, data []byte) error { patient.answer <- data; return nil }
+		patient := &request{m: m, answer: make(chan []byte, 1)}
+		patient.d = asRequest(d, func(_ map[string][]string, data []byte) error { patient.answer <- data; return nil })
 		if err := c.Submit(context.Background(), patient.d); err != nil {
 			t.Fatal(err)
 		}
