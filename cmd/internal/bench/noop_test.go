@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"runtime"
 	"runtime/pprof"
 	"testing"
 
@@ -79,7 +78,6 @@ func TestNoopRatio(t *testing.T) {
 		}
 		sumBare += bare.PerSecond()
 		sumNATS += nats.PerSecond()
-		t.Logf("goroutines %d", runtime.NumGoroutine())
 		t.Logf("round %d: bare %.0f texts/s, NATS %.0f texts/s, ratio %.2f", round, bare.PerSecond(), nats.PerSecond(), nats.PerSecond()/bare.PerSecond())
 	}
 	t.Logf("mean of 3: bare %.0f texts/s, NATS %.0f texts/s, ratio %.2f", sumBare/3, sumNATS/3, sumNATS/sumBare)
