@@ -40,7 +40,8 @@ type Loop struct {
 	mu      sync.Mutex
 	queue   []*job // admitted, not yet handed to the engine
 	held    map[*job]struct{}
-	waiting map[*job]struct{} // blocked in Submit for budget
+	waiting map[*job]struct{}  // blocked in Submit for budget
+	kept    map[*kept]struct{} // a fetch loop's buffered messages (keep.go)
 	// heldTokens are the estimated tokens held, bulk [0] and interactive
 	// [1], each against its own budget.
 	heldTokens [2]int
@@ -387,7 +388,10 @@ func (c *Loop) heartbeats(ctx context.Context) {
 	}
 	t := time.NewTicker(period(every))
 	defer t.Stop()
-	var due []*job
+	var (
+		due  []*job
+		keep []*kept
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -408,9 +412,16 @@ func (c *Loop) heartbeats(ctx context.Context) {
 		for j := range c.waiting {
 			due = append(due, j)
 		}
+		keep = keep[:0]
+		for k := range c.kept {
+			keep = append(keep, k)
+		}
 		c.mu.Unlock()
 		for _, j := range due {
 			j.heartbeat(now, every)
+		}
+		for _, k := range keep {
+			k.heartbeat(now, every)
 		}
 	}
 }

@@ -57,6 +57,15 @@ type PullLoop struct {
 	nak      bool // Stop: give buffered messages back instead of submitting
 
 	rate rateMeter
+	// keep, when the sink keeps messages alive ([consumer.Loop.Keep]),
+	// hands it the buffered messages: one heartbeat owner per process.
+	keep func(m consumer.Message, since time.Time) (release func() time.Time)
+}
+
+// keeper is the optional ability of a [Sink] to keep the messages the
+// loop buffered alive (InProgress) until they are submitted.
+type keeper interface {
+	Keep(m consumer.Message, since time.Time) (release func() time.Time)
 }
 
 // Pull starts the fetch loop of the durable pull consumer cons: it pulls
@@ -110,7 +119,11 @@ func Pull(ctx context.Context, cons natsjs.Consumer, sink Sink, opts ...PullOpti
 	st, _ := p.stats()
 	p.rate.start(o.now(), st)
 	go p.fetcher()
-	go p.heartbeater(ctx)
+	if k, ok := sink.(keeper); ok {
+		p.keep = k.Keep
+	} else {
+		go p.heartbeater(ctx)
+	}
 	go p.submitter(ctx)
 	context.AfterFunc(ctx, p.Stop)
 	return p, nil
@@ -251,6 +264,9 @@ func (p *PullLoop) fetchOnce(n int) error {
 	}
 	for m := range mb.Messages() {
 		b := &buffered{m: m, size: msgSize(m), touched: p.o.now()}
+		if p.keep != nil {
+			b.release = p.keep(m, b.touched)
+		}
 		p.mu.Lock()
 		p.buf = append(p.buf, b)
 		p.bufBytes += b.size
@@ -294,6 +310,12 @@ func (p *PullLoop) submitter(ctx context.Context) {
 				}
 				continue
 			}
+		}
+		if head.release != nil {
+			t := head.release()
+			p.mu.Lock()
+			head.touched = t
+			p.mu.Unlock()
 		}
 		if nak {
 			if err := head.m.Nak(); err != nil {
