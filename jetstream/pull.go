@@ -30,10 +30,12 @@ type statser interface {
 // ConsumeContext it is stopped with [PullLoop.Stop] or [PullLoop.Drain] and
 // reports the end through [PullLoop.Done].
 //
-// Three goroutines share the prefetch buffer: the fetcher issues one pull
+// Two goroutines share the prefetch buffer: the fetcher issues one pull
 // request at a time and appends what it brings; the submitter hands the
-// buffer's head to the sink; the heartbeater sends InProgress for buffered
-// messages, so that none waits here unattended past half of AckWait.
+// buffer's head to the sink. Buffered messages are kept alive (InProgress)
+// by the sink when it can ([consumer.Loop.Keep]: one heartbeat owner),
+// else by a heartbeater of the loop's own, so that none waits here
+// unattended past half of AckWait.
 type PullLoop struct {
 	cons   natsjs.Consumer
 	sink   Sink
@@ -81,8 +83,8 @@ type keeper interface {
 // request is issued only after the last one ended at the server (its batch
 // filled, or it expired), so no request of this loop can take a message
 // for an inbox that nobody reads. Buffered messages are not yet held by
-// the consumer, so the loop itself sends InProgress for any that waited a
-// quarter of AckWait. The prefetch starts at [PrefetchLimits]' minimum and
+// the consumer, so they are handed to the sink's keeping (or the loop
+// itself sends InProgress for any that waited a quarter of AckWait). The prefetch starts at [PrefetchLimits]' minimum and
 // follows the measured throughput: the target is jobs/s x AckWait/4,
 // measured over intervals in which the sink was busy, clamped to the
 // limits, so a member does not hoard jobs its peers could start.
