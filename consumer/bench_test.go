@@ -92,7 +92,7 @@ func BenchmarkLoop(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {
-				if err := c.Submit(ctx, Delivery{Msg: msg, Data: data, Header: header, NumDelivered: 1}); err != nil {
+				if err := c.Submit(ctx, &Stored{Arrival: Arrival{Data: data, Header: header}, Msg: msg, NumDelivered: 1}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -25,13 +25,13 @@ func deadLetterID(code string, j *job) string {
 	}
 	field(code)
 	field(j.tenant)
-	field(j.d.Subject)
+	field(j.a.Subject)
 	field(j.id)
-	field(j.d.Reply)
-	field(header(j.d.Header, schema.HeaderReply))
+	field(j.inbox)
+	field(header(j.a.Header, schema.HeaderReply))
 	// A replayed job that fails again is a new letter.
-	field(header(j.d.Header, schema.HeaderReplay))
-	h.Write(j.d.Data)
+	field(header(j.a.Header, schema.HeaderReplay))
+	h.Write(j.a.Data)
 	return "dlq-" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
@@ -100,9 +100,9 @@ func excerptOnly(code string) bool {
 // code the first DLQExcerptBytes of the body and of the headers (the
 // subject the job came on first, then the others by name).
 func (c *Loop) letterBody(dl *DeadLetter, j *job) (map[string][]string, []byte) {
-	sum := sha256.Sum256(j.d.Data)
-	dl.BodySize, dl.BodySHA256 = len(j.d.Data), hex.EncodeToString(sum[:])
-	h, data := c.boundHeader(j.d.Header), j.d.Data
+	sum := sha256.Sum256(j.a.Data)
+	dl.BodySize, dl.BodySHA256 = len(j.a.Data), hex.EncodeToString(sum[:])
+	h, data := c.boundHeader(j.a.Header), j.a.Data
 	if !excerptOnly(dl.Code) {
 		return h, data
 	}

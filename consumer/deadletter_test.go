@@ -37,10 +37,10 @@ func TestDeadLetterExcerpt(t *testing.T) {
 			r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 5}, Limits: schema.Limits{MaxJobBytes: 300 << 10}}, emb, nil)
 			body := tc.body(t)
 			m := newMsg()
-			d := Delivery{Msg: m, Data: body, NumDelivered: tc.n, Subject: "embed.jobs." + testTenant, Header: map[string][]string{
+			d := &Stored{Msg: m, NumDelivered: tc.n, Arrival: Arrival{Data: body, Subject: "embed.jobs." + testTenant, Header: map[string][]string{
 				schema.HeaderContentType: {"application/json"},
 				"Embed-Subject":          {"embed.jobs." + testTenant}, // as jetstream's adapter sets it
-			}}
+			}}}
 			if tc.huge {
 				d.Header["X-Huge"] = []string{big}
 			}
@@ -129,9 +129,9 @@ func TestReplayIdentity(t *testing.T) {
 	if len(res) != 1 || res[0].msgID == plain || !strings.HasPrefix(res[0].msgID, plain+"-") || res[0].header[schema.HeaderMsgID][0] != res[0].msgID {
 		t.Errorf("replayed result msg id %q (header %v), want %s-<replay hash>", res[0].msgID, res[0].header[schema.HeaderMsgID], plain)
 	}
-	jj := &job{id: "x", d: Delivery{Data: []byte("body")}}
+	jj := &job{id: "x", a: &Arrival{Data: []byte("body")}}
 	first := deadLetterID("bad_payload", jj)
-	jj.d.Header = map[string][]string{schema.HeaderReplay: {"dlq-1"}}
+	jj.a.Header = map[string][]string{schema.HeaderReplay: {"dlq-1"}}
 	if deadLetterID("bad_payload", jj) == first {
 		t.Error("a replayed job's dead letter has the first run's id: it would be dropped as a duplicate")
 	}

@@ -59,9 +59,9 @@ func TestDecide(t *testing.T) {
 		{"shutdown rr", errShutdown, 1, true, want{verdictAck, 0, false, true, schema.CodeEngineUnavailable}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			j := &job{id: "j", d: Delivery{NumDelivered: tt.delivered}}
+			j := &job{id: "j", a: &Arrival{}, delivered: tt.delivered}
 			if tt.rr {
-				j.d.Respond = func(map[string][]string, []byte) error { return nil }
+				j.req = &Request{Respond: func(map[string][]string, []byte) error { return nil }}
 			}
 			var res *schema.Result
 			if tt.err == nil {

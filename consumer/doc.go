@@ -9,7 +9,8 @@
 // [Metrics]), takes an [engine.Embedder], and is tested with fakes; package
 // jetstream adapts nats.go to it (jetstream.StartWorker runs one on a
 // connection). It may import engine (the Embedder, Text and Embedding
-// types, never the sessions), schema, internal/telemetry (span names, trace
+// types, never the sessions), schema, internal/drain (the drain-rate
+// meter), internal/telemetry (span names, trace
 // propagation and [NewMetrics]) and the OpenTelemetry trace and metric APIs.
 //
 // The outcome of every delivery is decided in one place (decide, in

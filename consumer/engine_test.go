@@ -104,7 +104,7 @@ func TestRealEngine(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := ackMsg{done: make(chan string, 1)}
-		d := consumer.Delivery{Msg: m, Data: data, NumDelivered: 1, Subject: "embed.jobs.real", Header: map[string][]string{schema.HeaderContentType: {enc.ContentType()}}}
+		d := &consumer.Stored{Msg: m, NumDelivered: 1, Arrival: consumer.Arrival{Data: data, Subject: "embed.jobs.real", Header: map[string][]string{schema.HeaderContentType: {enc.ContentType()}}}}
 		if err := c.Submit(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}

@@ -378,21 +378,29 @@ func newRigWith(tb testing.TB, cfg Config, emb engine.Embedder, pub *fakePub) *r
 const testTenant = "t"
 
 // delivery encodes j as a delivery with a recording message.
-func delivery(tb testing.TB, j *schema.Job, enc schema.Encoding, n uint64) (Delivery, *fakeMsg) {
+func delivery(tb testing.TB, j *schema.Job, enc schema.Encoding, n uint64) (*Stored, *fakeMsg) {
 	tb.Helper()
 	data, err := schema.EncodeJob(j, enc)
 	if err != nil {
 		tb.Fatal(err)
 	}
 	m := newMsg()
-	return Delivery{
+	return &Stored{
+		Arrival: Arrival{
+			Data:     data,
+			Subject:  "embed.jobs." + testTenant,
+			Header:   map[string][]string{schema.HeaderContentType: {enc.ContentType()}, schema.HeaderMsgID: {j.ID}},
+			Received: time.Now(),
+		},
 		Msg:          m,
-		Data:         data,
-		Subject:      "embed.jobs." + testTenant,
-		Header:       map[string][]string{schema.HeaderContentType: {enc.ContentType()}, schema.HeaderMsgID: {j.ID}},
 		NumDelivered: n,
-		Received:     time.Now(),
 	}, m
+}
+
+// asRequest is the request-reply twin of the stored delivery d, answered
+// through respond.
+func asRequest(d *Stored, respond func(map[string][]string, []byte) error) *Request {
+	return &Request{Arrival: d.Arrival, Reply: d.Reply, Respond: respond, witness: d.Msg}
 }
 
 // submit delivers j (first delivery) and waits for its settlement.

@@ -18,8 +18,17 @@ import (
 
 // job is one held delivery, from Submit until it is settled.
 type job struct {
-	d   Delivery
-	enc schema.Encoding
+	a *Arrival
+	// req is the request of a request-reply delivery, nil for a stored
+	// job; msg (nil for a request) is a stored job's message, delivered
+	// its delivery count (1 for a request), storedAt when the stream
+	// stored it, inbox the core reply inbox it came with.
+	req       *Request
+	msg       Message
+	delivered uint64
+	storedAt  time.Time
+	inbox     string
+	enc       schema.Encoding
 	// wire is the decoded wire job; nil when the payload did not decode
 	// far enough to have one.
 	wire *schema.Job
@@ -74,44 +83,66 @@ func header(h map[string][]string, key string) string {
 	return ""
 }
 
+// newJob is the job of delivery d, arrived at now, not yet decoded.
+func newJob(d Delivery, now time.Time) *job {
+	j := &job{a: d.arrival(), delivered: 1, queued: now, lastTouch: now}
+	switch d := d.(type) {
+	case *Stored:
+		j.msg, j.storedAt, j.inbox = d.Msg, d.StoredAt, d.Reply
+		j.delivered = max(d.NumDelivered, 1)
+	case *Request:
+		j.req, j.inbox = d, d.Reply
+	}
+	j.enc = schema.EncodingFor(header(j.a.Header, schema.HeaderContentType))
+	if !j.a.Received.IsZero() {
+		j.lastTouch = j.a.Received
+	}
+	return j
+}
+
+// local reports whether the job is a request made inside this process.
+func (j *job) local() bool { return j.req != nil && j.req.Local }
+
 // admit decodes and validates a delivery. It returns the job, and the
 // job-level error that refuses it (the job is still returned, to address
 // the error result).
 func (c *Loop) admit(d Delivery, now time.Time) (*job, *schema.Error) {
-	j := &job{d: d, enc: schema.EncodingFor(header(d.Header, schema.HeaderContentType)), queued: now, lastTouch: now}
-	if !d.Received.IsZero() {
-		j.lastTouch = d.Received
-	}
+	j := newJob(d, now)
 	var (
 		sj     *schema.Job
 		items  []*schema.Error
 		jobErr *schema.Error
 	)
-	if d.Refusal != nil {
-		jobErr = d.Refusal
+	switch r := j.req; {
+	case r != nil && r.Refusal != nil:
+		jobErr = r.Refusal
 		// Refused before it was read (a reply the door refused, a bad
 		// rerank request): its id, if it names one, still names its
 		// dead letter.
-		if rj, _, _ := c.cfg.Limits.DecodeJob(d.Data, j.enc); rj != nil {
+		if rj, _, _ := c.cfg.Limits.DecodeJob(j.a.Data, j.enc); rj != nil {
 			j.id = rj.ID
 		}
-	} else {
-		sj, items, jobErr = c.cfg.Limits.DecodeJob(d.Data, j.enc)
+	case r != nil && r.Job != nil:
+		// Decoded in this process: checked as a decoded body would be.
+		sj = r.Job
+		jobErr, items = c.cfg.Limits.Validate(sj)
+	default:
+		sj, items, jobErr = c.cfg.Limits.DecodeJob(j.a.Data, j.enc)
 	}
 	j.wire, j.items = sj, items
 	if sj != nil {
 		j.id = sj.ID
 	}
 	if j.id == "" {
-		j.id = header(d.Header, schema.HeaderMsgID)
+		j.id = header(j.a.Header, schema.HeaderMsgID)
 	}
-	j.interactive = d.Respond != nil || sj != nil && sj.Interactive()
+	j.interactive = j.req != nil || sj != nil && sj.Interactive()
 	// A refused reply wins over any other refusal: it decides that no
 	// result goes anywhere. A job whose subject names no tenant has no
 	// space to be answered in.
-	tenant, tenantErr := c.tenantOf(d)
+	tenant, tenantErr := c.tenantOf(j)
 	j.tenant = tenant
-	if j.interactive && d.Respond == nil && tenantErr == nil && !c.mayInteract(tenant) {
+	if j.interactive && j.req == nil && tenantErr == nil && !c.mayInteract(tenant) {
 		j.interactive = false
 	}
 	if tenantErr != nil {
@@ -127,7 +158,7 @@ func (c *Loop) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 	}
 	if t, ok, _ := sj.DeadlineTime(); ok {
 		j.deadline = given(t)
-	} else if h := header(d.Header, schema.HeaderDeadline); h != "" {
+	} else if h := header(j.a.Header, schema.HeaderDeadline); h != "" {
 		t, err := time.Parse(time.RFC3339, h)
 		if err != nil {
 			return j, schema.Errorf(schema.CodeBadPayload, "%s header is not RFC 3339", schema.HeaderDeadline)
@@ -176,20 +207,20 @@ func given(t time.Time) time.Time {
 // subject it was published on, a request's as its subject named it. Both
 // come from the server, which lets a producer publish only under its own
 // tenant; the body and the headers are never consulted.
-func (c *Loop) tenantOf(d Delivery) (string, *schema.Error) {
+func (c *Loop) tenantOf(j *job) (string, *schema.Error) {
 	t := c.cfg.Replies.Tenancy
-	if d.Respond != nil {
+	if r := j.req; r != nil {
 		if t.Off {
 			return "", nil
 		}
-		if d.Tenant != "" && !schema.ValidTenant(d.Tenant) {
+		if r.Tenant != "" && !schema.ValidTenant(r.Tenant) {
 			return "", schema.Errorf(schema.CodeBadReply, "request subject names no valid tenant")
 		}
-		return d.Tenant, nil
+		return r.Tenant, nil
 	}
-	tenant, ok := t.JobTenant(d.Subject)
+	tenant, ok := t.JobTenant(j.a.Subject)
 	if !ok {
-		return "", schema.Errorf(schema.CodeBadReply, "job subject %s has no tenant at token %d", quoteSubject(d.Subject), t.WithDefaults().Token)
+		return "", schema.Errorf(schema.CodeBadReply, "job subject %s has no tenant at token %d", quoteSubject(j.a.Subject), t.WithDefaults().Token)
 	}
 	return tenant, nil
 }
@@ -210,18 +241,18 @@ func quoteSubject(s string) string {
 // gets no answer at all), and the reply returned is "". A refused reply
 // returns "" and the bad_reply error.
 func (c *Loop) replyOf(j *job) (string, *schema.Error) {
-	reply := j.d.Reply
-	if j.d.Respond == nil {
+	reply := j.inbox
+	if j.req == nil {
 		if j.wire != nil && j.wire.Reply != "" {
 			reply = j.wire.Reply
-		} else if h := header(j.d.Header, schema.HeaderReply); h != "" {
+		} else if h := header(j.a.Header, schema.HeaderReply); h != "" {
 			reply = h
 		}
 	}
 	switch {
 	case reply == "":
 		return "", nil
-	case j.d.Respond != nil:
+	case j.req != nil:
 		return "", c.cfg.Replies.Check(j.tenant, reply)
 	}
 	if err := c.cfg.Replies.Check(j.tenant, reply); err != nil {
@@ -235,10 +266,10 @@ func (c *Loop) replyOf(j *job) (string, *schema.Error) {
 // else queued here.
 func (j *job) since() time.Time {
 	switch {
-	case !j.d.Stored.IsZero():
-		return j.d.Stored
-	case !j.d.Received.IsZero():
-		return j.d.Received
+	case !j.storedAt.IsZero():
+		return j.storedAt
+	case !j.a.Received.IsZero():
+		return j.a.Received
 	}
 	return j.queued
 }
@@ -256,11 +287,11 @@ func (j *job) outputs() engine.Output { return engine.OutputsOf(j.wire.Outputs) 
 func (j *job) heartbeat(now time.Time, every time.Duration) bool {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if j.settled || j.d.Msg == nil || j.d.Respond != nil || now.Sub(j.lastTouch) < every {
+	if j.settled || j.msg == nil || now.Sub(j.lastTouch) < every {
 		return false
 	}
 	j.lastTouch = now
-	return j.d.Msg.InProgress() == nil
+	return j.msg.InProgress() == nil
 }
 
 // resultMsgID is the Nats-Msg-Id and blob name of the job's result:
@@ -270,7 +301,7 @@ func (j *job) heartbeat(now time.Time, every time.Duration) bool {
 // stored (within the duplicate window it would be dropped).
 func (j *job) resultMsgID() string {
 	id := schema.ResultMsgID(j.tenant, j.replySubject(), j.id)
-	if r := header(j.d.Header, schema.HeaderReplay); r != "" && id != "" {
+	if r := header(j.a.Header, schema.HeaderReplay); r != "" && id != "" {
 		sum := sha256.Sum256([]byte(r))
 		id += "-" + hex.EncodeToString(sum[:8])
 	}
@@ -280,8 +311,8 @@ func (j *job) resultMsgID() string {
 // replySubject is where the job's result goes: the resolved reply, or a
 // request's own inbox.
 func (j *job) replySubject() string {
-	if j.d.Respond != nil {
-		return j.d.Reply
+	if j.req != nil {
+		return j.inbox
 	}
 	return j.reply
 }

@@ -68,8 +68,7 @@ func TestInProgressQueued(t *testing.T) {
 			t.Fatalf("%d Embed calls, want the second job still waiting for room", n)
 		}
 		d3, m3 := delivery(t, schema.NewJob("request", "c"), schema.EncodingJSON, 1)
-		d3.Respond = func(map[string][]string, []byte) error { return nil }
-		if err := r.c.Submit(context.Background(), d3); err != nil {
+		if err := r.c.Submit(context.Background(), asRequest(d3, func(map[string][]string, []byte) error { return nil })); err != nil {
 			t.Fatal(err)
 		}
 		close(emb.block)
@@ -243,8 +242,7 @@ func TestBudget(t *testing.T) {
 
 		first, firstMsg := delivery(t, schema.NewJob("first-req", text), schema.EncodingJSON, 1)
 		var firstAnswer []byte
-		first.Respond = func(_ map[string][]string, data []byte) error { firstAnswer = data; return nil }
-		if err := r.c.Submit(context.Background(), first); err != nil {
+		if err := r.c.Submit(context.Background(), asRequest(first, func(_ map[string][]string, data []byte) error { firstAnswer = data; return nil })); err != nil {
 			t.Errorf("request Submit with the engine full: %v, want it queued", err)
 		}
 		synctest.Wait()
@@ -253,8 +251,7 @@ func TestBudget(t *testing.T) {
 		}
 		req, reqMsg := delivery(t, schema.NewJob("req", "refused"), schema.EncodingJSON, 1)
 		var answer []byte
-		req.Respond = func(_ map[string][]string, data []byte) error { answer = data; return nil }
-		if err := r.c.Submit(context.Background(), req); err != nil {
+		if err := r.c.Submit(context.Background(), asRequest(req, func(_ map[string][]string, data []byte) error { answer = data; return nil })); err != nil {
 			t.Errorf("request Submit: %v, want nil (answered by the loop)", err)
 		}
 		reqMsg.wait(t)
@@ -361,10 +358,11 @@ func TestStress(t *testing.T) {
 					j.Reply = "broken"
 				}
 				d, m := delivery(t, j, schema.Encoding(i%2), 1)
+				var del Delivery = d
 				if i%6 == 5 {
-					d.Respond = func(map[string][]string, []byte) error { return nil }
+					del = asRequest(d, func(map[string][]string, []byte) error { return nil })
 				}
-				_ = r.c.Submit(context.Background(), d) // ErrOverloaded is settled too
+				_ = r.c.Submit(context.Background(), del) // ErrOverloaded is settled too
 				msgs[w] = append(msgs[w], m)
 			}
 		})

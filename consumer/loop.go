@@ -36,6 +36,7 @@ type Loop struct {
 
 	mu   sync.Mutex
 	held map[*job]struct{}
+	kept map[*kept]struct{} // a fetch loop's buffered messages (keep.go)
 	// stopped is set once Run stopped taking work (a hard stop): nothing
 	// is started after that.
 	stopped  bool
@@ -86,6 +87,7 @@ func New(cfg Config, emb engine.Embedder, pub Publisher) (*Loop, error) {
 		pub:      pub,
 		model:    cfg.Model,
 		held:     make(map[*job]struct{}),
+		kept:     make(map[*kept]struct{}),
 		draining: make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -129,7 +131,7 @@ func (c *Loop) isDraining() bool {
 //
 // Submit starts the job's Embed call, which waits for room in the
 // engine's one admission queue ([engine.Call]: its class, tenant and
-// deadline). A request-reply delivery (Respond set) never blocks Submit:
+// deadline). A request-reply delivery ([*Request]) never blocks Submit:
 // it waits there, fair by tenant, and is answered overloaded only when the
 // engine refuses it (its tenant at its share of a full queue, pushed out
 // by a tenant under its share, or unable to start before its deadline at
@@ -163,7 +165,7 @@ func (c *Loop) Submit(ctx context.Context, d Delivery) error {
 		defer j.cancel()
 		c.runJob(jobCtx, j)
 	}()
-	if d.Respond != nil {
+	if j.req != nil {
 		return nil
 	}
 	select {
@@ -246,7 +248,7 @@ func (c *Loop) call(j *job) engine.Call {
 	if j.interactive {
 		call.Class = engine.Interactive
 	}
-	if j.d.Respond != nil {
+	if j.req != nil {
 		call.MaxWait = c.cfg.RequestWait
 		if !j.deadline.IsZero() {
 			call.MaxWait = MaxRequestWait
@@ -260,13 +262,14 @@ func (c *Loop) call(j *job) engine.Call {
 func (c *Loop) safeAdmit(d Delivery, now time.Time) (j *job, jobErr error) {
 	defer func() {
 		if p := recover(); p != nil {
-			c.cfg.Logger.Error("decoding a job panicked", "panic", fmt.Sprint(p), "delivered", d.NumDelivered)
-			j = &job{d: d, id: header(d.Header, schema.HeaderMsgID), queued: now, lastTouch: now}
+			j = newJob(d, now)
+			c.cfg.Logger.Error("decoding a job panicked", "panic", fmt.Sprint(p), "delivered", j.delivered)
+			j.id = header(j.a.Header, schema.HeaderMsgID)
 			jobErr = schema.Errorf(schema.CodeInternal, "internal error decoding the job")
 			// The reply is checked here too: a request whose reply is
 			// outside its tenant's space gets no answer, panic or not.
 			var tenantErr *schema.Error
-			if j.tenant, tenantErr = c.tenantOf(d); tenantErr != nil {
+			if j.tenant, tenantErr = c.tenantOf(j); tenantErr != nil {
 				jobErr = tenantErr
 			} else if reply, replyErr := c.replyOf(j); replyErr != nil {
 				jobErr = replyErr
@@ -385,7 +388,10 @@ func (c *Loop) heartbeats(ctx context.Context) {
 	}
 	t := time.NewTicker(period(every))
 	defer t.Stop()
-	var due []*job
+	var (
+		due  []*job
+		keep []*kept
+	)
 	for {
 		select {
 		case <-ctx.Done():
@@ -403,9 +409,16 @@ func (c *Loop) heartbeats(ctx context.Context) {
 		for j := range c.held {
 			due = append(due, j)
 		}
+		keep = keep[:0]
+		for k := range c.kept {
+			keep = append(keep, k)
+		}
 		c.mu.Unlock()
 		for _, j := range due {
 			j.heartbeat(now, every)
+		}
+		for _, k := range keep {
+			k.heartbeat(now, every)
 		}
 	}
 }

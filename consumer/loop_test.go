@@ -274,7 +274,7 @@ func TestPublishFailure(t *testing.T) {
 func TestQueueWait(t *testing.T) {
 	r := newRig(t, Config{}, nil, nil)
 	d, m := delivery(t, schema.NewJob("j", "text"), schema.EncodingJSON, 1)
-	d.Stored = time.Now().Add(-time.Hour)
+	d.StoredAt = time.Now().Add(-time.Hour)
 	if err := r.c.Submit(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +285,7 @@ func TestQueueWait(t *testing.T) {
 
 	// A stream clock an hour ahead of this host's counts as no wait.
 	d, m = delivery(t, schema.NewJob("k", "text"), schema.EncodingJSON, 1)
-	d.Stored = time.Now().Add(time.Hour)
+	d.StoredAt = time.Now().Add(time.Hour)
 	if err := r.c.Submit(context.Background(), d); err != nil {
 		t.Fatal(err)
 	}
@@ -417,10 +417,12 @@ func TestCallOptions(t *testing.T) {
 			if tc.deadline {
 				j.Deadline = deadline.Format(time.RFC3339Nano)
 			}
-			d, m := delivery(t, j, schema.EncodingJSON, 1)
+			s, m := delivery(t, j, schema.EncodingJSON, 1)
+			var d Delivery = s
 			if tc.request {
-				d.Respond = func(map[string][]string, []byte) error { return nil }
-				d.Tenant = testTenant
+				req := asRequest(s, func(map[string][]string, []byte) error { return nil })
+				req.Tenant = testTenant
+				d = req
 			}
 			if err := r.c.Submit(context.Background(), d); err != nil {
 				t.Fatal(err)

@@ -97,7 +97,7 @@ func (c *Loop) decide(j *job, res *schema.Result, err error) outcome {
 		return outcome{verdict: verdictAck, result: res}
 	}
 	if shutdown, fatal := errors.Is(err, errShutdown), errors.Is(err, errFatal); shutdown || fatal {
-		if j.d.Respond != nil {
+		if j.req != nil {
 			se := schema.Errorf(schema.CodeEngineUnavailable, "consumer is shutting down")
 			return outcome{verdict: verdictAck, result: schema.ErrorResult(j.id, se), code: se.Code, err: se}
 		}
@@ -123,17 +123,17 @@ func (c *Loop) decide(j *job, res *schema.Result, err error) outcome {
 	case se.Code == schema.CodeDeadlineExceeded:
 		out.verdict = verdictAck
 		out.result = schema.ErrorResult(j.id, se)
-	case j.d.Respond != nil:
+	case j.req != nil:
 		out.verdict = verdictAck
 		out.result = schema.ErrorResult(j.id, se)
-	case c.finalDelivery(j.d.NumDelivered):
+	case c.finalDelivery(j.delivered):
 		final := *se
 		final.Retriable = se.Code.Retriable()
 		out.verdict, out.dlq = verdictTerm, true
 		out.result = schema.ErrorResult(j.id, &final)
 	default:
 		out.verdict = verdictNak
-		out.delay = c.cfg.NakBackoff.Delay(j.d.NumDelivered)
+		out.delay = c.cfg.NakBackoff.Delay(j.delivered)
 	}
 	return out
 }

@@ -34,13 +34,13 @@ func TestRequestReply(t *testing.T) {
 		j := schema.NewJob(id, id)
 		j.Reply = "ignored.for.requests"
 		d, m := delivery(t, j, schema.EncodingJSON, 1)
-		d.Respond = func(h map[string][]string, data []byte) error {
+		rq := asRequest(d, func(h map[string][]string, data []byte) error {
 			mu.Lock()
 			defer mu.Unlock()
 			answers[id] = answer{h, data}
 			return nil
-		}
-		if err := r.c.Submit(context.Background(), d); err != nil {
+		})
+		if err := r.c.Submit(context.Background(), rq); err != nil {
 			t.Fatal(err)
 		}
 		msgs = append(msgs, m)
@@ -158,8 +158,7 @@ func TestRequestAnswerLost(t *testing.T) {
 	r := newRig(t, Config{Delivery: DeliveryLimits{MaxDeliver: 1}}, nil, nil)
 	j := schema.NewJob("lost", "text")
 	d, m := delivery(t, j, schema.EncodingJSON, 1)
-	d.Respond = func(map[string][]string, []byte) error { return errInjected }
-	if err := r.c.Submit(context.Background(), d); err != nil {
+	if err := r.c.Submit(context.Background(), asRequest(d, func(map[string][]string, []byte) error { return errInjected })); err != nil {
 		t.Fatal(err)
 	}
 	m.wait(t)

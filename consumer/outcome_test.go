@@ -18,21 +18,21 @@ func ptr[T any](v T) *T { return &v }
 func TestBadInput(t *testing.T) {
 	cases := []struct {
 		name string
-		edit func(j *schema.Job, d *Delivery)
+		edit func(j *schema.Job, d *Stored)
 		code schema.Code
 	}{
-		{"bad_version", func(j *schema.Job, _ *Delivery) { j.V = 2 }, schema.CodeBadVersion},
-		{"missing_id", func(j *schema.Job, _ *Delivery) { j.ID = "" }, schema.CodeMissingID},
-		{"long id", func(j *schema.Job, _ *Delivery) { j.ID = strings.Repeat("i", 300) }, schema.CodeBadPayload},
-		{"bad deadline", func(j *schema.Job, _ *Delivery) { j.Deadline = "tomorrow" }, schema.CodeBadPayload},
-		{"bad deadline header", func(_ *schema.Job, d *Delivery) { d.Header[schema.HeaderDeadline] = []string{"soon"} }, schema.CodeBadPayload},
-		{"empty_job", func(j *schema.Job, _ *Delivery) { j.Texts = nil }, schema.CodeEmptyJob},
-		{"too_many_texts", func(j *schema.Job, _ *Delivery) { j.Texts = []string{"a", "b", "c", "d"} }, schema.CodeTooManyTexts},
-		{"job_too_large text", func(j *schema.Job, _ *Delivery) { j.Texts = []string{strings.Repeat("x", 200)} }, schema.CodeJobTooLarge},
-		{"job_too_large payload", func(j *schema.Job, _ *Delivery) {
+		{"bad_version", func(j *schema.Job, _ *Stored) { j.V = 2 }, schema.CodeBadVersion},
+		{"missing_id", func(j *schema.Job, _ *Stored) { j.ID = "" }, schema.CodeMissingID},
+		{"long id", func(j *schema.Job, _ *Stored) { j.ID = strings.Repeat("i", 300) }, schema.CodeBadPayload},
+		{"bad deadline", func(j *schema.Job, _ *Stored) { j.Deadline = "tomorrow" }, schema.CodeBadPayload},
+		{"bad deadline header", func(_ *schema.Job, d *Stored) { d.Header[schema.HeaderDeadline] = []string{"soon"} }, schema.CodeBadPayload},
+		{"empty_job", func(j *schema.Job, _ *Stored) { j.Texts = nil }, schema.CodeEmptyJob},
+		{"too_many_texts", func(j *schema.Job, _ *Stored) { j.Texts = []string{"a", "b", "c", "d"} }, schema.CodeTooManyTexts},
+		{"job_too_large text", func(j *schema.Job, _ *Stored) { j.Texts = []string{strings.Repeat("x", 200)} }, schema.CodeJobTooLarge},
+		{"job_too_large payload", func(j *schema.Job, _ *Stored) {
 			j.Meta = map[string]any{"pad": strings.Repeat("m", 2000)}
 		}, schema.CodeJobTooLarge},
-		{"unknown_output", func(j *schema.Job, _ *Delivery) { j.Outputs = []schema.Output{"fancy"} }, schema.CodeUnknownOutput},
+		{"unknown_output", func(j *schema.Job, _ *Stored) { j.Outputs = []schema.Output{"fancy"} }, schema.CodeUnknownOutput},
 	}
 	limits := schema.Limits{MaxTexts: 3, MaxTextBytes: 100, MaxJobBytes: 1000}
 	for _, enc := range []schema.Encoding{schema.EncodingJSON, schema.EncodingMsgpack} {
@@ -42,9 +42,9 @@ func TestBadInput(t *testing.T) {
 				j := schema.NewJob("bad-1", "hello")
 				j.Reply = "r.bad"
 				j.Meta = map[string]any{"k": "v"}
-				tc.edit(j, &Delivery{Header: map[string][]string{}})
+				tc.edit(j, &Stored{Arrival: Arrival{Header: map[string][]string{}}})
 				d, m := delivery(t, j, enc, 2)
-				tc.edit(&schema.Job{}, &d)
+				tc.edit(&schema.Job{}, d)
 				if err := r.c.Submit(context.Background(), d); err != nil {
 					t.Fatal(err)
 				}
@@ -95,14 +95,15 @@ func TestUndecodable(t *testing.T) {
 			t.Run(tc.name+"/"+enc.String(), func(t *testing.T) {
 				r := newRig(t, Config{}, nil, nil)
 				m := newMsg()
-				d := Delivery{Msg: m, Data: []byte("\xc1{not a job"), NumDelivered: 1, Reply: tc.inbox, Subject: "embed.jobs." + testTenant,
-					Header: map[string][]string{schema.HeaderContentType: {enc.ContentType()}, schema.HeaderMsgID: {"hdr-id"}}}
+				st := &Stored{Msg: m, NumDelivered: 1, Reply: tc.inbox, Arrival: Arrival{Data: []byte("\xc1{not a job"), Subject: "embed.jobs." + testTenant,
+					Header: map[string][]string{schema.HeaderContentType: {enc.ContentType()}, schema.HeaderMsgID: {"hdr-id"}}}}
+				var d Delivery = st
 				if tc.header != "" {
-					d.Header[schema.HeaderReply] = []string{tc.header}
+					st.Header[schema.HeaderReply] = []string{tc.header}
 				}
 				var answered []byte
 				if tc.respond {
-					d.Respond = func(_ map[string][]string, data []byte) error { answered = data; return nil }
+					d = asRequest(st, func(_ map[string][]string, data []byte) error { answered = data; return nil })
 				}
 				if err := r.c.Submit(context.Background(), d); err != nil {
 					t.Fatal(err)
@@ -270,10 +271,11 @@ func TestDLQFailure(t *testing.T) {
 		j := &schema.Job{V: 1, ID: "j", Reply: "r"}
 		d, m := delivery(t, j, schema.EncodingJSON, tc.n)
 		var answered bool
+		var del Delivery = d
 		if tc.respond {
-			d.Respond = func(map[string][]string, []byte) error { answered = true; return nil }
+			del = asRequest(d, func(map[string][]string, []byte) error { answered = true; return nil })
 		}
-		if err := r.c.Submit(context.Background(), d); err != nil {
+		if err := r.c.Submit(context.Background(), del); err != nil {
 			t.Fatal(err)
 		}
 		if got := m.wait(t); !slices.Equal(got, []string{tc.want}) {

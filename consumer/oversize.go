@@ -105,7 +105,7 @@ func (c *Loop) oversized(ctx context.Context, j *job, out outcome, res *schema.R
 		n := len(data)
 		blob, err := c.putSealed(ctx, j, h, data)
 		if err != nil {
-			c.cfg.Logger.Warn("result blob not stored", "job", j.id, "bytes", n, "delivered", j.d.NumDelivered, "err", err)
+			c.cfg.Logger.Warn("result blob not stored", "job", j.id, "bytes", n, "delivered", j.delivered, "err", err)
 			return c.publishFailed(j, out, err), nil, false
 		}
 		small := &schema.Result{V: res.V, ID: res.ID, Model: res.Model, Usage: res.Usage, Meta: res.Meta, Blob: &blob}
@@ -160,16 +160,16 @@ func (c *Loop) publishFailed(j *job, out outcome, err error) outcome {
 	case errors.Is(err, ErrPublishDenied):
 		out.reason = ReasonPublishDenied
 		out.verdict, out.dlq = verdictTerm, true
-	case j.d.Respond != nil:
+	case j.req != nil:
 		// A request has no message to give back and no redelivery: the
 		// requester, unanswered, asks again. Nothing to dead-letter.
 		out.verdict = verdictNak
-	case c.finalDelivery(j.d.NumDelivered):
+	case c.finalDelivery(j.delivered):
 		// No redelivery follows: keep the job in the DLQ rather than lose it.
 		out.verdict, out.dlq = verdictTerm, true
 	default:
 		out.verdict = verdictNak
-		out.delay = c.cfg.NakBackoff.Delay(j.d.NumDelivered)
+		out.delay = c.cfg.NakBackoff.Delay(j.delivered)
 	}
 	return out
 }

@@ -46,11 +46,12 @@ func TestBadReply(t *testing.T) {
 			}
 			d.Reply = tc.inbox
 			responded := false
+			var del Delivery = d
 			if tc.respond {
 				d.Msg = nil
-				d.Respond = func(map[string][]string, []byte) error { responded = true; return nil }
+				del = asRequest(d, func(map[string][]string, []byte) error { responded = true; return nil })
 			}
-			if err := r.c.Submit(context.Background(), d); err != nil {
+			if err := r.c.Submit(context.Background(), del); err != nil {
 				t.Fatal(err)
 			}
 			if !tc.respond {
@@ -106,10 +107,11 @@ func TestRequestInboxTenancy(t *testing.T) {
 		t.Run(c.tenant+"/"+c.inbox, func(t *testing.T) {
 			r := newRig(t, Config{Replies: schema.ReplyPolicy{}.WithDefaults()}, nil, nil)
 			d, _ := delivery(t, schema.NewJob("j", "x"), schema.EncodingJSON, 1)
-			d.Msg, d.Reply, d.Tenant, d.Subject = nil, c.inbox, c.tenant, "embed.v1.embed."+c.tenant
+			d.Msg, d.Reply, d.Subject = nil, c.inbox, "embed.v1.embed."+c.tenant
 			answered := make(chan []byte, 1)
-			d.Respond = func(_ map[string][]string, data []byte) error { answered <- data; return nil }
-			if err := r.c.Submit(context.Background(), d); err != nil {
+			rq := asRequest(d, func(_ map[string][]string, data []byte) error { answered <- data; return nil })
+			rq.Tenant = c.tenant
+			if err := r.c.Submit(context.Background(), rq); err != nil {
 				t.Fatal(err)
 			}
 			if c.answered {
@@ -212,7 +214,7 @@ func TestDeadLetterIDs(t *testing.T) {
 		j.Reply = reply
 		d, _ := delivery(t, j, schema.EncodingJSON, 1)
 		d.Subject = "embed.jobs." + tenant
-		return &job{d: d, id: "doc-1", tenant: tenant}
+		return &job{a: &d.Arrival, inbox: d.Reply, id: "doc-1", tenant: tenant}
 	}
 	a, a2, b := mk("pa", "embed.results.pa.doc-1"), mk("pa", "embed.results.pa.doc-1"), mk("pa", "embed.results.pb.doc-1")
 	if deadLetterID("bad_payload", a) != deadLetterID("bad_payload", a2) {

@@ -84,7 +84,7 @@ func (c *Loop) runJob(ctx context.Context, j *job) {
 func (c *Loop) safeAssemble(j *job, embs []engine.Embedding, seq, idx []int) (res *schema.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			c.cfg.Logger.Error("assembling a result panicked", "job", j.id, "panic", fmt.Sprint(p), "delivered", j.d.NumDelivered)
+			c.cfg.Logger.Error("assembling a result panicked", "job", j.id, "panic", fmt.Sprint(p), "delivered", j.delivered)
 			res, err = nil, schema.Errorf(schema.CodeInternal, "internal error")
 		}
 	}()

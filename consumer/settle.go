@@ -26,8 +26,8 @@ func (c *Loop) settle(ctx context.Context, j *job, out outcome) {
 			// A bug while sending: give the message back rather than leave
 			// it to expire; at the final delivery JetStream's own
 			// max-deliveries advisory records it.
-			c.cfg.Logger.Error("settling a job panicked", "job", j.id, "panic", fmt.Sprint(p), "delivered", j.d.NumDelivered)
-			c.ackMessage(j, outcome{verdict: verdictNak, delay: c.cfg.NakBackoff.Delay(j.d.NumDelivered)})
+			c.cfg.Logger.Error("settling a job panicked", "job", j.id, "panic", fmt.Sprint(p), "delivered", j.delivered)
+			c.ackMessage(j, outcome{verdict: verdictNak, delay: c.cfg.NakBackoff.Delay(j.delivered)})
 		}
 	}()
 	out = c.deadLetter(ctx, j, out)
@@ -51,7 +51,7 @@ func (c *Loop) deadLetter(ctx context.Context, j *job, out outcome) outcome {
 		return out
 	}
 	out.dlqTried = true
-	dl := DeadLetter{JobID: j.id, Tenant: j.tenant, Code: string(out.code), NumDelivered: j.d.NumDelivered}
+	dl := DeadLetter{JobID: j.id, Tenant: j.tenant, Code: string(out.code), NumDelivered: j.delivered}
 	if out.err != nil {
 		dl.Message = out.err.Message
 	}
@@ -67,12 +67,12 @@ func (c *Loop) deadLetter(ctx context.Context, j *job, out outcome) outcome {
 	if err == nil {
 		return out
 	}
-	c.cfg.Logger.Error("dead letter not stored", "job", j.id, "code", dl.Code, "delivered", j.d.NumDelivered, "err", err)
-	if c.finalDelivery(j.d.NumDelivered) || j.d.Respond != nil {
+	c.cfg.Logger.Error("dead letter not stored", "job", j.id, "code", dl.Code, "delivered", j.delivered, "err", err)
+	if c.finalDelivery(j.delivered) || j.req != nil {
 		return out
 	}
 	out.verdict, out.reason, out.result = verdictNak, ReasonDLQFailed, nil
-	out.delay = c.cfg.NakBackoff.Delay(j.d.NumDelivered)
+	out.delay = c.cfg.NakBackoff.Delay(j.delivered)
 	return out
 }
 
@@ -84,9 +84,12 @@ func (c *Loop) sendResult(ctx context.Context, j *job, out outcome) outcome {
 	if res.Model == "" {
 		res.Model = c.model
 	}
-	if j.d.Answer != nil && j.d.Respond != nil {
-		h, data := j.d.Answer(res)
-		if limit := c.payloadLimit(); limit > 0 && !j.d.Local && msgSize(h, data)+headerRoom > limit {
+	if res.Meta == nil {
+		res.EchoMeta(j.wire)
+	}
+	if r := j.req; r != nil && r.Answer != nil {
+		h, data := r.Answer(res)
+		if limit := c.payloadLimit(); limit > 0 && !r.Local && msgSize(h, data)+headerRoom > limit {
 			// An answer the server would refuse is never sent to be lost:
 			// the caller hears result_too_large (and splits its request).
 			size := msgSize(h, data) + headerRoom
@@ -95,16 +98,16 @@ func (c *Loop) sendResult(ctx context.Context, j *job, out outcome) outcome {
 			if out, _, _ = c.refuseResult(ctx, j, res, h, se, 0); out.result == nil {
 				return out
 			}
-			h, data = j.d.Answer(out.result)
+			h, data = r.Answer(out.result)
 		}
-		if err := j.d.Respond(h, data); err != nil {
+		if r.Respond == nil {
+			return out // answered in this process
+		}
+		if err := r.Respond(h, data); err != nil {
 			c.cfg.Logger.Warn("answer not sent", "job", j.id, "err", err)
 			return c.publishFailed(j, out, err)
 		}
 		return out
-	}
-	if res.Meta == nil {
-		res.EchoMeta(j.wire)
 	}
 	data, err := schema.EncodeResult(res, j.enc)
 	if err != nil {
@@ -139,7 +142,7 @@ func (c *Loop) sendResult(ctx context.Context, j *job, out outcome) outcome {
 		}
 		h[schema.HeaderErrorCode] = []string{string(out.code)}
 	}
-	if limit := c.payloadLimit(); limit > 0 && !j.d.Local && msgSize(h, data)+headerRoom > limit {
+	if limit := c.payloadLimit(); limit > 0 && !j.local() && msgSize(h, data)+headerRoom > limit {
 		var send bool
 		if out, data, send = c.oversized(ctx, j, out, res, h, data, limit); !send {
 			return out
@@ -150,8 +153,10 @@ func (c *Loop) sendResult(ctx context.Context, j *job, out outcome) outcome {
 	}
 	start := c.cfg.Now()
 	switch {
-	case j.d.Respond != nil:
-		err = j.d.Respond(h, data)
+	case j.req != nil && j.req.Respond != nil:
+		err = j.req.Respond(h, data)
+	case j.req != nil:
+		return out
 	case j.reply != "":
 		err = c.pub.PublishResult(ctx, j.reply, j.resultMsgID(), h, data)
 	default:
@@ -167,7 +172,7 @@ func (c *Loop) sendResult(ctx context.Context, j *job, out outcome) outcome {
 		if errors.Is(err, ErrPublishDenied) {
 			level = slog.LevelError
 		}
-		c.cfg.Logger.Log(ctx, level, "result not published", "job", j.id, "reply", j.replySubject(), "delivered", j.d.NumDelivered, "err", err)
+		c.cfg.Logger.Log(ctx, level, "result not published", "job", j.id, "reply", j.replySubject(), "delivered", j.delivered, "err", err)
 		return c.publishFailed(j, out, err)
 	}
 	c.cfg.Metrics.Publish(ctx, c.cfg.Now().Sub(start))
@@ -182,7 +187,10 @@ func (c *Loop) ackMessage(j *job, out outcome) {
 		return
 	}
 	j.settled = true
-	m := j.d.Msg
+	m := j.msg
+	if j.req != nil {
+		m = j.req.witness
+	}
 	if m == nil {
 		return
 	}
@@ -239,7 +247,7 @@ func (c *Loop) record(ctx context.Context, j *job, out outcome) {
 	if !c.cfg.Logger.Enabled(ctx, level) {
 		return // the debug line per job costs nothing when off
 	}
-	attrs := []any{"job", j.id, "verdict", out.verdict.String(), "delivered", j.d.NumDelivered, "texts", texts}
+	attrs := []any{"job", j.id, "verdict", out.verdict.String(), "delivered", j.delivered, "texts", texts}
 	if out.code != "" {
 		attrs = append(attrs, "code", out.code)
 	}

@@ -24,7 +24,7 @@ const verdictKey = attribute.Key("jetembed.verdict")
 
 // producer returns ctx carrying the trace context of the job's producer.
 func (j *job) producer(ctx context.Context) context.Context {
-	return telemetry.ExtractHeaders(ctx, j.d.Header)
+	return telemetry.ExtractHeaders(ctx, j.a.Header)
 }
 
 // startRun starts the span of one Embed call, linked to the trace of every

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jetembed/jetembed/internal/drain"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -30,7 +31,7 @@ type admission struct {
 	boundSet bool
 	quantum  int
 	weights  map[string]int
-	meter    drainMeter // interactive tokens released
+	meter    drain.Meter // interactive tokens released
 	now      func() time.Time
 }
 
@@ -190,9 +191,9 @@ func (a *admission) room(w *waiter, lim, now time.Time) (evicted []*waiter, refu
 	}
 	if cl == interactive && !lim.IsZero() {
 		ahead := a.used[cl] + q.ahead(w.tenant, w.n) - a.budget[cl]
-		if wait, ok := a.meter.wait(ahead); ok && now.Add(wait).After(lim) {
+		if wait, ok := a.meter.Wait(ahead, now); ok && now.Add(wait).After(lim) {
 			return evicted, schema.Errorf(schema.CodeOverloaded, "%s budget full: at the measured %.0f tokens/s this call would start in about %s, after its deadline%s",
-				cl, a.meter.rate, wait.Round(time.Millisecond), a.retryHintFor(cl, ahead+a.budget[cl]))
+				cl, a.meter.Rate(), wait.Round(time.Millisecond), a.retryHintFor(cl, ahead+a.budget[cl]))
 		}
 	}
 	return evicted, nil
@@ -201,7 +202,7 @@ func (a *admission) room(w *waiter, lim, now time.Time) (evicted []*waiter, refu
 // take charges n tokens to class cl. a.mu is held.
 func (a *admission) take(cl class, n int) {
 	if cl == interactive {
-		a.meter.tick(a.now(), a.used[cl] > 0, 0)
+		a.meter.Tick(a.now(), a.used[cl] > 0, 0)
 	}
 	a.used[cl] += n
 }
@@ -214,7 +215,7 @@ func (a *admission) release(cl class, n int) {
 
 func (a *admission) releaseLocked(cl class, n int) {
 	if cl == interactive {
-		a.meter.tick(a.now(), true, n)
+		a.meter.Tick(a.now(), true, n)
 	}
 	a.used[cl] -= n
 	a.grant()
@@ -260,7 +261,7 @@ func (a *admission) retryHintFor(cl class, waiting int) string {
 	if cl != interactive {
 		return ""
 	}
-	wait, ok := a.meter.wait(a.used[cl] + waiting - a.budget[cl])
+	wait, ok := a.meter.Wait(a.used[cl]+waiting-a.budget[cl], a.now())
 	if !ok {
 		return ""
 	}
@@ -426,49 +427,4 @@ func (a *admission) failAll(se *schema.Error) {
 	for _, w := range all {
 		close(w.ready)
 	}
-}
-
-// drainMeter measures how fast admitted interactive tokens are released,
-// counting only the time the class held any: an idle spell does not make
-// the rate look slow.
-type drainMeter struct {
-	last    time.Time
-	busy    time.Duration
-	drained int
-	rate    float64 // tokens a second, 0 until measured
-}
-
-// meterWindow is the busy time of one rate sample.
-const meterWindow = 500 * time.Millisecond
-
-// tick accounts the time since the last tick, busy when tokens were held,
-// and drained tokens released now.
-func (m *drainMeter) tick(now time.Time, wasBusy bool, drained int) {
-	if wasBusy && !m.last.IsZero() && now.After(m.last) {
-		m.busy += now.Sub(m.last)
-	}
-	m.last = now
-	m.drained += drained
-	if m.busy >= meterWindow {
-		sample := float64(m.drained) / m.busy.Seconds()
-		if m.rate == 0 {
-			m.rate = sample
-		} else {
-			m.rate = 0.7*m.rate + 0.3*sample
-		}
-		m.busy, m.drained = 0, 0
-	}
-}
-
-// wait is how long excess tokens take to drain at the measured rate; ok is
-// false before anything was measured.
-func (m *drainMeter) wait(excess int) (time.Duration, bool) {
-	rate := m.rate
-	if rate == 0 && m.busy >= meterWindow/5 && m.drained > 0 {
-		rate = float64(m.drained) / m.busy.Seconds()
-	}
-	if rate <= 0 {
-		return 0, false
-	}
-	return time.Duration(float64(max(excess, 0)) / rate * float64(time.Second)), true
 }

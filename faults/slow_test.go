@@ -59,7 +59,11 @@ func runSlow(t *testing.T, heartbeats bool) (uint64, *bulk) {
 	e := openTiny(t)
 	log := &deliveryLog{max: map[string]uint64{}}
 	sink := func(cons *consumer.Loop) jetstream.Sink {
-		return sinkFunc(func(ctx context.Context, d consumer.Delivery) error {
+		return sinkFunc(func(ctx context.Context, dl consumer.Delivery) error {
+			d, ok := dl.(*consumer.Stored)
+			if !ok {
+				return cons.Submit(ctx, dl)
+			}
 			// Every job has a subject of its own.
 			if id := d.Subject; id != "" {
 				log.mu.Lock()

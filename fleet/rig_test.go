@@ -91,7 +91,11 @@ func (f sinkFunc) Submit(ctx context.Context, d consumer.Delivery) error { retur
 
 func (d *deliveries) wrap(c *consumer.Loop) jetstream.Sink {
 	d.max = map[string]uint64{}
-	return sinkFunc(func(ctx context.Context, dl consumer.Delivery) error {
+	return sinkFunc(func(ctx context.Context, in consumer.Delivery) error {
+		dl, ok := in.(*consumer.Stored)
+		if !ok {
+			return c.Submit(ctx, in)
+		}
 		var ct string
 		if h := dl.Header[schema.HeaderContentType]; len(h) > 0 {
 			ct = h[0]

@@ -2,9 +2,10 @@ package gateway
 
 import (
 	"context"
-	"math"
 	"sync"
 	"time"
+
+	"github.com/jetembed/jetembed/internal/drain"
 )
 
 // window is the gateway's admission: the estimated tokens of fleet jobs
@@ -20,7 +21,7 @@ type window struct {
 	used    int // tokens of parts in flight
 	queued  int // tokens of admitted calls' parts not yet in flight
 	waiters []*partWaiter
-	meter   drainMeter
+	meter   drain.Meter
 }
 
 type partWaiter struct {
@@ -51,7 +52,7 @@ func (w *window) admit(tokens int, now, deadline time.Time) (retry time.Duration
 	ahead := w.used + w.queued
 	excess := ahead + tokens - w.cap
 	if excess > 0 {
-		if wait, measured := w.meter.wait(excess, now); measured && now.Add(wait).After(deadline) {
+		if wait, measured := w.meter.Wait(excess, now); measured && now.Add(wait).After(deadline) {
 			// Come back when the backlog ahead would let this call
 			// start in time.
 			over := wait - deadline.Sub(now)
@@ -116,7 +117,7 @@ func (w *window) release(n int, done bool) {
 }
 
 func (w *window) take(n int, now time.Time) {
-	w.meter.tick(now, w.used > 0, 0)
+	w.meter.Tick(now, w.used > 0, 0)
 	w.used += n
 }
 
@@ -125,7 +126,7 @@ func (w *window) releaseLocked(n int, done bool) {
 	if done {
 		drained = n
 	}
-	w.meter.tick(time.Now(), w.used > 0, drained)
+	w.meter.Tick(time.Now(), w.used > 0, drained)
 	w.used -= n
 	w.grantLocked()
 }
@@ -148,58 +149,8 @@ func (w *window) grantLocked() {
 func (w *window) retryAfter(fallback time.Duration) time.Duration {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if wait, ok := w.meter.wait(w.used+w.queued, time.Now()); ok {
+	if wait, ok := w.meter.Wait(w.used+w.queued, time.Now()); ok {
 		return max(wait, time.Second)
 	}
 	return fallback
-}
-
-// drainMeter measures how fast the fleet answers the gateway's tokens,
-// counting only the time some were in flight: an idle spell does not make
-// the rate look slow.
-type drainMeter struct {
-	last    time.Time
-	busy    time.Duration
-	drained int
-	rate    float64 // tokens a second, 0 until measured
-	sampled time.Time
-}
-
-// meterWindow is the busy time of one rate sample.
-const meterWindow = 500 * time.Millisecond
-
-// tick accounts the time since the last tick, busy when tokens were in
-// flight, and drained tokens answered now.
-func (m *drainMeter) tick(now time.Time, wasBusy bool, drained int) {
-	if wasBusy && !m.last.IsZero() && now.After(m.last) {
-		m.busy += now.Sub(m.last)
-	}
-	m.last = now
-	m.drained += drained
-	if m.busy >= meterWindow {
-		sample := float64(m.drained) / m.busy.Seconds()
-		if m.rate == 0 {
-			m.rate = sample
-		} else {
-			m.rate = 0.7*m.rate + 0.3*sample
-		}
-		m.busy, m.drained, m.sampled = 0, 0, now
-	}
-}
-
-// wait is how long excess tokens take to drain at the measured rate; ok is
-// false before anything was measured. A rate not refreshed for a minute
-// (a quiet gateway) is not trusted.
-func (m *drainMeter) wait(excess int, now time.Time) (time.Duration, bool) {
-	rate := m.rate
-	if rate > 0 && now.Sub(m.sampled) > time.Minute && m.busy < meterWindow/5 {
-		rate = 0
-	}
-	if rate == 0 && m.busy >= meterWindow/5 && m.drained > 0 {
-		rate = float64(m.drained) / m.busy.Seconds()
-	}
-	if rate <= 0 {
-		return 0, false
-	}
-	return time.Duration(math.Min(float64(max(excess, 0))/rate, 3600) * float64(time.Second)), true
 }

@@ -12,43 +12,8 @@ import (
 // tokens ahead of it could not drain before its deadline, with the
 // Retry-After at which they would.
 func TestWindowAdmission(t *testing.T) {
-	w := &window{cap: 100}
-	now := time.Now()
-	// Nothing measured yet: every call is admitted, whatever waits.
-	if _, ok := w.admit(1000, now, now.Add(time.Second)); !ok {
-		t.Fatal("refused before any rate was measured")
-	}
-	w.forfeit(1000)
-
-	// Measure: 100 tokens drained over 1 s busy = 100 tokens/s.
-	n, err := w.acquire(context.Background(), 100)
-	if err != nil || n != 100 {
-		t.Fatal(n, err)
-	}
-	w.meter.last = w.meter.last.Add(-time.Second)
-	w.release(100, true)
-	if w.meter.rate < 90 || w.meter.rate > 110 {
-		t.Fatalf("rate %v, want about 100 tokens/s", w.meter.rate)
-	}
-
-	// The window is full (100 in flight) and 300 are queued: a call of
-	// 100 more must wait for 400 - 100 = 400 tokens... about 4 s.
-	if _, err := w.acquire(context.Background(), 100); err != nil {
-		t.Fatal(err)
-	}
-	if _, ok := w.admit(300, now, now.Add(time.Minute)); !ok {
-		t.Fatal("a call that can start in time was refused")
-	}
-	retry, ok := w.admit(100, now, now.Add(2*time.Second))
-	if ok {
-		t.Fatal("a call that cannot start before its deadline was admitted")
-	}
-	if retry < time.Second || retry > 3*time.Second {
-		t.Errorf("Retry-After %s, want about 4 s - 2 s = 2 s", retry)
-	}
-	if _, ok := w.admit(100, now, now.Add(10*time.Second)); !ok {
-		t.Error("a call with time enough was refused")
-	}
+	// In a synctest bubble the clock moves only by the test's sleeps.
+	synctest.Test(t, func(t *testing.T) { windowAdmission(t) })
 
 	// Parts are granted in arrival order, a large one before small ones. In
 	// a synctest bubble, Wait is "every part is waiting": no guessed sleep.
@@ -92,5 +57,46 @@ func TestWindowAdmission(t *testing.T) {
 	w3.release(1, false)
 	if w3.used != 0 || len(w3.waiters) != 0 {
 		t.Errorf("window left with %d used, %d waiters", w3.used, len(w3.waiters))
+	}
+}
+
+// windowAdmission is TestWindowAdmission's measured part, in a bubble.
+func windowAdmission(t *testing.T) {
+	w := &window{cap: 100}
+	now := time.Now()
+	// Nothing measured yet: every call is admitted, whatever waits.
+	if _, ok := w.admit(1000, now, now.Add(time.Second)); !ok {
+		t.Fatal("refused before any rate was measured")
+	}
+	w.forfeit(1000)
+
+	// Measure: 100 tokens drained over 1 s busy = 100 tokens/s.
+	n, err := w.acquire(context.Background(), 100)
+	if err != nil || n != 100 {
+		t.Fatal(n, err)
+	}
+	time.Sleep(time.Second)
+	w.release(100, true)
+	if rate := w.meter.Rate(); rate < 90 || rate > 110 {
+		t.Fatalf("rate %v, want about 100 tokens/s", rate)
+	}
+
+	// The window is full (100 in flight) and 300 are queued: a call of
+	// 100 more must wait for 400 - 100 = 400 tokens... about 4 s.
+	if _, err := w.acquire(context.Background(), 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := w.admit(300, now, now.Add(time.Minute)); !ok {
+		t.Fatal("a call that can start in time was refused")
+	}
+	retry, ok := w.admit(100, now, now.Add(2*time.Second))
+	if ok {
+		t.Fatal("a call that cannot start before its deadline was admitted")
+	}
+	if retry < time.Second || retry > 3*time.Second {
+		t.Errorf("Retry-After %s, want about 4 s - 2 s = 2 s", retry)
+	}
+	if _, ok := w.admit(100, now, now.Add(10*time.Second)); !ok {
+		t.Error("a call with time enough was refused")
 	}
 }

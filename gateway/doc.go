@@ -21,6 +21,7 @@
 // The fleet is reached through the small [Requester] and [Pinger]
 // interfaces (with the optional [Reranker], [Tokenizer] and
 // [MemberLister]), so this package imports neither nats.go nor the
-// engine: only schema (the wire types and error codes) and the Prometheus
+// engine: only schema (the wire types and error codes), internal/drain
+// (the drain-rate meter of its admission window) and the Prometheus
 // client.
 package gateway

@@ -24,7 +24,7 @@ const HeaderSubject = "Embed-Subject"
 // is the [consumer.Message]: nats.go's Msg has Ack, Nak, NakWithDelay,
 // InProgress and Term already; on a consumer with BackOff it is wrapped so
 // that a NAK delay means what it says (see [backoffMsg]).
-func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) consumer.Delivery {
+func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) *consumer.Stored {
 	var delivered uint64 = 1
 	var stored time.Time
 	if md, err := m.Metadata(); err == nil {
@@ -42,16 +42,13 @@ func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) consumer.Delivery
 	if t.skewed() {
 		msg = backoffMsg{Msg: m, t: t, delivered: delivered}
 	}
-	return consumer.Delivery{
+	// m.Reply() is the ack subject, not an inbox: a stored job names its
+	// reply in the body or the Embed-Reply header.
+	return &consumer.Stored{
+		Arrival:      consumer.Arrival{Data: m.Data(), Header: h, Subject: m.Subject(), Received: received},
 		Msg:          msg,
-		Data:         m.Data(),
-		Header:       h,
-		Subject:      m.Subject(),
 		NumDelivered: delivered,
-		// m.Reply() is the ack subject, not an inbox: a stored job names
-		// its reply in the body or the Embed-Reply header.
-		Received: received,
-		Stored:   stored,
+		StoredAt:     stored,
 	}
 }
 
@@ -107,8 +104,8 @@ func (m backoffMsg) NakWithDelay(delay time.Duration) error {
 }
 
 // requestDelivery adapts a micro request. It has no JetStream message to
-// acknowledge (Msg is nil): the caller waits for the answer instead, which
-// goes back through Respond. A result carrying a job-level error is sent as
+// acknowledge: the caller waits for the answer instead, which goes back
+// through Respond. A result carrying a job-level error is sent as
 // a micro error (the Nats-Service-Error headers), with the same body.
 //
 // The answer is flushed and checked against the connection's permission
@@ -126,21 +123,17 @@ func (m backoffMsg) NakWithDelay(delay time.Duration) error {
 // tenant is the token the request's subject has after the endpoint's
 // (embed.v1.embed.<tenant>), "" on the bare endpoint: the server's
 // permissions let a tenant publish only to its own.
-func requestDelivery(nc *nats.Conn, req micro.Request, tenant string, received time.Time) consumer.Delivery {
+func requestDelivery(nc *nats.Conn, req micro.Request, tenant string, received time.Time) *consumer.Request {
 	h := map[string][]string(req.Headers())
 	if h == nil {
 		h = make(map[string][]string, 1)
 	}
 	setSubject(h, req.Subject())
 	epoch, stale := nc.Stats().Reconnects, deniedTracker(nc).mayBeStale(nc)
-	return consumer.Delivery{
-		Data:         req.Data(),
-		Header:       h,
-		Subject:      req.Subject(),
-		Tenant:       tenant,
-		NumDelivered: 1,
-		Reply:        req.Reply(),
-		Received:     received,
+	return &consumer.Request{
+		Arrival: consumer.Arrival{Data: req.Data(), Header: h, Subject: req.Subject(), Received: received},
+		Tenant:  tenant,
+		Reply:   req.Reply(),
 		Respond: func(header map[string][]string, data []byte) error {
 			opt := micro.WithHeaders(micro.Headers(header))
 			if code := first(header, schema.HeaderErrorCode); code == string(schema.CodeOverloaded) {

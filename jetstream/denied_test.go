@@ -147,7 +147,7 @@ func TestRequestAnswerDeniedOrLost(t *testing.T) {
 					return nil
 				})
 			}
-			err = d.Respond(nil, []byte("answer"))
+			err = d.(*consumer.Request).Respond(nil, []byte("answer"))
 			if tc.name == "denied-after-reconnect" {
 				if !errors.Is(err, tc.want) {
 					t.Fatalf("answer right after the reconnect: %v, want %v", err, tc.want)
@@ -158,7 +158,7 @@ func TestRequestAnswerDeniedOrLost(t *testing.T) {
 				if err := rc.PublishRequest("svc.req", inbox, []byte(`{}`)); err != nil {
 					t.Fatal(err)
 				}
-				err = (<-sink).Respond(nil, []byte("answer"))
+				err = (<-sink).(*consumer.Request).Respond(nil, []byte("answer"))
 				tc.want, tc.notWant = consumer.ErrPublishDenied, ErrReplyLost
 			}
 			if tc.want == nil {

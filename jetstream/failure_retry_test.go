@@ -104,7 +104,8 @@ type nakSink struct {
 	at    []time.Time
 }
 
-func (s *nakSink) Submit(_ context.Context, d consumer.Delivery) error {
+func (s *nakSink) Submit(_ context.Context, dl consumer.Delivery) error {
+	d := dl.(*consumer.Stored)
 	s.mu.Lock()
 	s.at = append(s.at, d.Received)
 	s.mu.Unlock()

@@ -43,7 +43,11 @@ type deliveries struct {
 
 func (d *deliveries) wrap(c *consumer.Loop) jetstream.Sink {
 	d.max = map[string]uint64{}
-	return sinkFunc(func(ctx context.Context, dl consumer.Delivery) error {
+	return sinkFunc(func(ctx context.Context, del consumer.Delivery) error {
+		dl, ok := del.(*consumer.Stored)
+		if !ok {
+			return c.Submit(ctx, del)
+		}
 		id := ""
 		if h := dl.Header[schema.HeaderMsgID]; len(h) > 0 {
 			id = h[0]
@@ -201,7 +205,9 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 		cfg: consumer.Config{},
 		sink: func(cons *consumer.Loop) jetstream.Sink {
 			return sinkFunc(func(ctx context.Context, d consumer.Delivery) error {
-				d.Msg = lostAcks{d.Msg}
+				if st, ok := d.(*consumer.Stored); ok {
+					st.Msg = lostAcks{st.Msg}
+				}
 				return cons.Submit(ctx, d)
 			})
 		},

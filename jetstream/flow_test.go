@@ -36,6 +36,12 @@ type withStats struct {
 
 func (w withStats) Stats() consumer.Stats { return w.c.Stats() }
 
+// Keep lets the job loop keep the buffered messages alive, as it does
+// for a worker's unwrapped sink.
+func (w withStats) Keep(m consumer.Message, since time.Time) func() time.Time {
+	return w.c.Keep(m, since)
+}
+
 // TestLongJobsAfterShortBurst is the long-after-short workload of issue 11:
 // a burst of small jobs grows the prefetch to what the process finishes in
 // a quarter of AckWait at their pace, then 250 long jobs arrive and fill

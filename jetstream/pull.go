@@ -30,10 +30,12 @@ type statser interface {
 // ConsumeContext it is stopped with [PullLoop.Stop] or [PullLoop.Drain] and
 // reports the end through [PullLoop.Done].
 //
-// Three goroutines share the prefetch buffer: the fetcher issues one pull
+// Two goroutines share the prefetch buffer: the fetcher issues one pull
 // request at a time and appends what it brings; the submitter hands the
-// buffer's head to the sink; the heartbeater sends InProgress for buffered
-// messages, so that none waits here unattended past half of AckWait.
+// buffer's head to the sink. Buffered messages are kept alive (InProgress)
+// by the sink when it can ([consumer.Loop.Keep]: one heartbeat owner),
+// else by a heartbeater of the loop's own, so that none waits here
+// unattended past half of AckWait.
 type PullLoop struct {
 	cons   natsjs.Consumer
 	sink   Sink
@@ -57,6 +59,15 @@ type PullLoop struct {
 	nak      bool // Stop: give buffered messages back instead of submitting
 
 	rate rateMeter
+	// keep, when the sink keeps messages alive ([consumer.Loop.Keep]),
+	// hands it the buffered messages: one heartbeat owner per process.
+	keep func(m consumer.Message, since time.Time) (release func() time.Time)
+}
+
+// keeper is the optional ability of a [Sink] to keep the messages the
+// loop buffered alive (InProgress) until they are submitted.
+type keeper interface {
+	Keep(m consumer.Message, since time.Time) (release func() time.Time)
 }
 
 // Pull starts the fetch loop of the durable pull consumer cons: it pulls
@@ -72,8 +83,8 @@ type PullLoop struct {
 // request is issued only after the last one ended at the server (its batch
 // filled, or it expired), so no request of this loop can take a message
 // for an inbox that nobody reads. Buffered messages are not yet held by
-// the consumer, so the loop itself sends InProgress for any that waited a
-// quarter of AckWait. The prefetch starts at [PrefetchLimits]' minimum and
+// the consumer, so they are handed to the sink's keeping (or the loop
+// itself sends InProgress for any that waited a quarter of AckWait). The prefetch starts at [PrefetchLimits]' minimum and
 // follows the measured throughput: the target is jobs/s x AckWait/4,
 // measured over intervals in which the sink was busy, clamped to the
 // limits, so a member does not hoard jobs its peers could start.
@@ -110,7 +121,11 @@ func Pull(ctx context.Context, cons natsjs.Consumer, sink Sink, opts ...PullOpti
 	st, _ := p.stats()
 	p.rate.start(o.now(), st)
 	go p.fetcher()
-	go p.heartbeater(ctx)
+	if k, ok := sink.(keeper); ok {
+		p.keep = k.Keep
+	} else {
+		go p.heartbeater(ctx)
+	}
 	go p.submitter(ctx)
 	context.AfterFunc(ctx, p.Stop)
 	return p, nil
@@ -251,6 +266,9 @@ func (p *PullLoop) fetchOnce(n int) error {
 	}
 	for m := range mb.Messages() {
 		b := &buffered{m: m, size: msgSize(m), touched: p.o.now()}
+		if p.keep != nil {
+			b.release = p.keep(m, b.touched)
+		}
 		p.mu.Lock()
 		p.buf = append(p.buf, b)
 		p.bufBytes += b.size
@@ -294,6 +312,12 @@ func (p *PullLoop) submitter(ctx context.Context) {
 				}
 				continue
 			}
+		}
+		if head.release != nil {
+			t := head.release()
+			p.mu.Lock()
+			head.touched = t
+			p.mu.Unlock()
 		}
 		if nak {
 			if err := head.m.Nak(); err != nil {

@@ -12,10 +12,14 @@ type buffered struct {
 	m       natsjs.Msg
 	size    int
 	touched time.Time // received, or last InProgress
+	// release ends the sink's keeping of m (nil when this loop's own
+	// heartbeater keeps it).
+	release func() time.Time
 }
 
 // heartbeater sends InProgress for every buffered message that waited a
-// quarter of AckWait since it arrived or since its last InProgress.
+// quarter of AckWait since it arrived or since its last InProgress, for a
+// sink that does not keep them itself (the job loop does: [keeper]).
 func (p *PullLoop) heartbeater(ctx context.Context) {
 	every := max(p.o.ackWait/4, time.Millisecond)
 	t := time.NewTicker(every)

@@ -47,7 +47,8 @@ func TestPullBigJobsNoSlowConsumer(t *testing.T) {
 	}
 	var mu sync.Mutex
 	seen := map[string]uint64{}
-	sink := sinkOf(func(_ context.Context, d consumer.Delivery) error {
+	sink := sinkOf(func(_ context.Context, dl consumer.Delivery) error {
+		d := dl.(*consumer.Stored)
 		mu.Lock()
 		seen[string(d.Data[:7])] = max(seen[string(d.Data[:7])], d.NumDelivered)
 		mu.Unlock()

@@ -24,8 +24,9 @@ func TestPullAfterSilence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var requests atomic.Int32
-	got := make(chan consumer.Delivery, 1)
-	sink := sinkOf(func(_ context.Context, d consumer.Delivery) error {
+	got := make(chan *consumer.Stored, 1)
+	sink := sinkOf(func(_ context.Context, dl consumer.Delivery) error {
+		d := dl.(*consumer.Stored)
 		got <- d
 		return d.Msg.Ack()
 	})
@@ -69,8 +70,9 @@ func TestPullIdleReopenLosesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const rounds = 8
-	got := make(chan consumer.Delivery, 4*rounds)
-	sink := sinkOf(func(_ context.Context, d consumer.Delivery) error {
+	got := make(chan *consumer.Stored, 4*rounds)
+	sink := sinkOf(func(_ context.Context, dl consumer.Delivery) error {
+		d := dl.(*consumer.Stored)
 		got <- d
 		return d.Msg.Ack()
 	})
@@ -177,7 +179,8 @@ func TestPullClusteredConsumer(t *testing.T) {
 	}
 	var mu sync.Mutex
 	seen := map[string]uint64{}
-	sink := sinkOf(func(_ context.Context, d consumer.Delivery) error {
+	sink := sinkOf(func(_ context.Context, dl consumer.Delivery) error {
+		d := dl.(*consumer.Stored)
 		mu.Lock()
 		seen[string(d.Data)] = max(seen[string(d.Data)], d.NumDelivered)
 		mu.Unlock()

@@ -33,14 +33,15 @@ func (s *ackSink) unique() int {
 	return len(s.seen)
 }
 
-func (s *ackSink) Submit(ctx context.Context, d consumer.Delivery) error {
+func (s *ackSink) Submit(ctx context.Context, dl consumer.Delivery) error {
+	d := dl.(*consumer.Stored)
 	s.mu.Lock()
 	if s.delivered == nil {
 		s.delivered, s.seen = map[uint64]int{}, map[string]bool{}
 	}
 	s.delivered[d.NumDelivered]++
 	s.seen[string(d.Data)] = true
-	if d.Stored.IsZero() || d.Stored.After(d.Received) || d.Msg == nil || len(d.Data) == 0 {
+	if d.StoredAt.IsZero() || d.StoredAt.After(d.Received) || d.Msg == nil || len(d.Data) == 0 {
 		s.badTimes++
 	}
 	s.mu.Unlock()
@@ -173,7 +174,8 @@ type blockSink struct {
 	once    sync.Once
 }
 
-func (s *blockSink) Submit(ctx context.Context, d consumer.Delivery) error {
+func (s *blockSink) Submit(ctx context.Context, dl consumer.Delivery) error {
+	d := dl.(*consumer.Stored)
 	if s.took.Add(1) == 1 {
 		return d.Msg.Ack()
 	}
@@ -243,7 +245,7 @@ func (s *gateSink) Submit(ctx context.Context, d consumer.Delivery) error {
 		close(s.entered)
 		<-s.open
 	}
-	return d.Msg.Ack()
+	return d.(*consumer.Stored).Msg.Ack()
 }
 
 func TestPullDrainHandsOverBufferedMessages(t *testing.T) {

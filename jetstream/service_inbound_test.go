@@ -289,7 +289,8 @@ func TestServiceDoorShedsAndTakesTurns(t *testing.T) {
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	var order []string
-	for _, d := range sink.order[workers:] {
+	for _, dl := range sink.order[workers:] {
+		d := dl.(*consumer.Request)
 		who := d.Tenant
 		if d.Refusal != nil {
 			who += "!" + string(d.Refusal.Code)

@@ -84,14 +84,28 @@ func decodeRerank(limits schema.Limits, data []byte, enc schema.Encoding, maxByt
 	if se != nil {
 		return rr, se
 	}
+	return rr, rerankBytes(rr, maxBytes)
+}
+
+// checkRerank checks a rerank request made inside the process as
+// decodeRerank checks a decoded one.
+func checkRerank(limits schema.Limits, rr *schema.RerankRequest, maxBytes int) *schema.Error {
+	if se := limits.CheckRerankRequest(rr); se != nil {
+		return se
+	}
+	return rerankBytes(rr, maxBytes)
+}
+
+// rerankBytes refuses a rerank request whose text is over maxBytes.
+func rerankBytes(rr *schema.RerankRequest, maxBytes int) *schema.Error {
 	n := len(rr.Query)
 	for _, t := range rr.Texts {
 		n += len(t)
 	}
 	if n > maxBytes {
-		return rr, schema.Errorf(schema.CodeJobTooLarge, "the query and texts are %d bytes, over the rerank limit of %d: send fewer texts a request", n, maxBytes)
+		return schema.Errorf(schema.CodeJobTooLarge, "the query and texts are %d bytes, over the rerank limit of %d: send fewer texts a request", n, maxBytes)
 	}
-	return rr, nil
+	return nil
 }
 
 // rerankJob is the interactive job of a rerank: the query first, then the

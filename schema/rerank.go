@@ -217,26 +217,34 @@ func (l Limits) DecodeRerankRequest(data []byte, enc Encoding) (*RerankRequest, 
 	if err := decodeRequest(data, enc, set); err != nil {
 		return r, Errorf(CodeBadPayload, "decode %s rerank request: %v", enc, err)
 	}
+	return r, l.CheckRerankRequest(r)
+}
+
+// CheckRerankRequest checks a rerank request as [Limits.DecodeRerankRequest]
+// does once it is decoded (a request made inside the process is never
+// encoded).
+func (l Limits) CheckRerankRequest(r *RerankRequest) *Error {
+	l = l.WithDefaults()
 	switch {
 	case r.V != Version:
-		return r, Errorf(CodeBadVersion, "version %d (want %d)", r.V, Version)
+		return Errorf(CodeBadVersion, "version %d (want %d)", r.V, Version)
 	case r.ID == "":
-		return r, Errorf(CodeMissingID, "id is required")
+		return Errorf(CodeMissingID, "id is required")
 	case len(r.ID) > l.MaxIDBytes || !utf8.ValidString(r.ID):
-		return r, Errorf(CodeBadPayload, "id is over %d bytes or not UTF-8", l.MaxIDBytes)
+		return Errorf(CodeBadPayload, "id is over %d bytes or not UTF-8", l.MaxIDBytes)
 	case r.Query == "":
-		return r, Errorf(CodeEmptyJob, "query is required")
+		return Errorf(CodeEmptyJob, "query is required")
 	case len(r.Texts) == 0:
-		return r, Errorf(CodeEmptyJob, "texts is required: 1 to %d texts to score", l.MaxTexts)
+		return Errorf(CodeEmptyJob, "texts is required: 1 to %d texts to score", l.MaxTexts)
 	case len(r.Texts)+1 > l.MaxTexts:
-		return r, Errorf(CodeTooManyTexts, "%d texts and the query, over the limit of %d", len(r.Texts), l.MaxTexts)
+		return Errorf(CodeTooManyTexts, "%d texts and the query, over the limit of %d", len(r.Texts), l.MaxTexts)
 	}
 	if r.Weights != nil {
 		if err := r.Weights.Check(); err != nil {
-			return r, Errorf(CodeBadPayload, "%v", err)
+			return Errorf(CodeBadPayload, "%v", err)
 		}
 	}
-	return r, nil
+	return nil
 }
 
 // decodeRequest decodes a request map field by field: set is called for

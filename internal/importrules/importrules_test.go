@@ -27,6 +27,7 @@ var mayImport = map[string][]string{
 	"internal/tracehdr":         {},
 	"internal/natstest":         {"internal/testkit"},
 	"internal/testkit":          {},
+	"internal/drain":            {},
 	"internal/importrules":      {},
 	"client":                    {"schema", "internal/tracehdr"},
 	"engine/internal/pack":      {},
@@ -37,7 +38,7 @@ var mayImport = map[string][]string{
 	"engine/model":              {"internal/safetensors", "internal/torchpt"},
 	"engine/model/modeltest":    {"engine/model", "internal/safetensors"},
 	"internal/onnxgen":          {"internal/safetensors"},
-	"engine":                    {"schema", "engine/internal/heads", "engine/model", "engine/internal/pack", "internal/safetensors", "engine/tokenizer"},
+	"engine":                    {"schema", "engine/internal/heads", "engine/model", "engine/internal/pack", "internal/safetensors", "engine/tokenizer", "internal/drain"},
 	"engine/fakes":              {"engine"},
 	"engine/ort":                {"engine", "engine/model", "engine/ort/internal/ctrim"},
 	"engine/ort/internal/ctrim": {},
@@ -50,7 +51,7 @@ var mayImport = map[string][]string{
 	"jetstream":                 {"client", "consumer", "engine", "fleet", "schema", "internal/telemetry"},
 	"jetstream/devserver":       {},
 	"jetstream/jstest":          {"jetstream", "internal/natstest"},
-	"gateway":                   {"schema"},
+	"gateway":                   {"schema", "internal/drain"},
 	"node":                      {"jetstream", "consumer", "engine", "fleet", "gateway", "client", "schema", "internal/telemetry"},
 	"cmd/internal/bench":        {anyPkg},
 	"cmd/internal/bench/fleet":  {},
@@ -69,7 +70,7 @@ var floor = map[string]int{
 	// 0: the foundation: wire types, file formats, the tokenizer, test kits
 	// that import nothing of the project.
 	"schema": 0, "internal/tracehdr": 0, "internal/testkit": 0, "internal/importrules": 0,
-	"internal/safetensors": 0, "internal/torchpt": 0, "internal/mallocenv": 0,
+	"internal/safetensors": 0, "internal/torchpt": 0, "internal/mallocenv": 0, "internal/drain": 0,
 	"engine/internal/pack": 0, "engine/internal/heads": 0, "engine/tokenizer": 0,
 	"engine/ort/internal/ctrim": 0, "faults": 0, "deploy": 0,
 	// 1: over the foundation.

@@ -215,7 +215,11 @@ type tracedSink struct {
 	member int
 }
 
-func (s tracedSink) Submit(ctx context.Context, d consumer.Delivery) error {
+func (s tracedSink) Submit(ctx context.Context, dl consumer.Delivery) error {
+	d, ok := dl.(*consumer.Stored)
+	if !ok {
+		return s.c.Submit(ctx, dl)
+	}
 	// Every job has a subject of its own (the client's per-job subject).
 	id := d.Subject
 	if id != "" && d.Msg != nil {
