@@ -161,6 +161,19 @@ func replaySuffix(s string) bool {
 	return true
 }
 
+// deliverSubject is where a results consumer of the client delivers: with
+// a tenant, embed.deliver.<tenant>.<unique> ([schema.SubjectDeliver]): the
+// consumer lives in the account of the streams, and when tenants are
+// accounts of their own that space is what the fleet's account exports
+// to the tenant (its inbox is in its own account); without one, the
+// connection's inbox.
+func (c *Client) deliverSubject() string {
+	if c.o.tenant == "" {
+		return c.nc.NewInbox()
+	}
+	return schema.SubjectDeliver + "." + c.o.tenant + "." + nuid.Next()
+}
+
 // resultsHeartbeat is the push consumer's idle heartbeat: two missed ones
 // and it is created again.
 const resultsHeartbeat = 2 * time.Second
@@ -188,7 +201,7 @@ func (r *pushReader) open(ctx context.Context) (uint64, error) {
 	cfg := natsjs.ConsumerConfig{
 		Name:              nuid.Next(),
 		FilterSubject:     r.filter,
-		DeliverSubject:    r.c.nc.NewInbox(),
+		DeliverSubject:    r.c.deliverSubject(),
 		DeliverPolicy:     natsjs.DeliverAllPolicy,
 		AckPolicy:         natsjs.AckNonePolicy,
 		FlowControl:       true,
