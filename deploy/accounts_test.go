@@ -353,11 +353,11 @@ func TestPermissionModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	emb.denied(t, "publish", "$JS.API.STREAM.PURGE.EMBED_JOBS")
-	// Dead letters go to embed.dlq.<code>: one token, nothing deeper.
-	if err := emb.Publish("embed.dlq.a.b", nil); err != nil {
+	// Dead letters go to embed.dlq.<code>[.<tenant>], nothing deeper.
+	if err := emb.Publish("embed.dlq.a.b.c", nil); err != nil {
 		t.Fatal(err)
 	}
-	emb.denied(t, "publish", "embed.dlq.a.b")
+	emb.denied(t, "publish", "embed.dlq.a.b.c")
 
 	// The embedder shares engine shapes through the KV bucket.
 	kv, err := ejs.KeyValue(ctx, "EMBED_ENGINES")
