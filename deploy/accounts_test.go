@@ -395,7 +395,7 @@ func TestPermissionModel(t *testing.T) {
 	// which EMBED exports to producer-a alone.
 	inbox := "embed.deliver.producer-a.mine"
 	pc, err := ajs.CreatePushConsumer(ctx, "EMBED_RESULTS", natsjs.ConsumerConfig{
-		Name: "mine", FilterSubject: "embed.results.producer-a.>", DeliverSubject: inbox, AckPolicy: natsjs.AckNonePolicy,
+		Name: "producer-a_r0", FilterSubject: "embed.results.producer-a.>", DeliverSubject: inbox, AckPolicy: natsjs.AckNonePolicy,
 		FlowControl: true, IdleHeartbeat: time.Second,
 	})
 	if err != nil {

@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -139,6 +140,21 @@ func (t Tenancy) Space(tenant string) []string {
 		return []string{t.ResultsPrefix + ".>", SharedInbox + ".>"}
 	}
 	return []string{SharedInbox + ".>"}
+}
+
+// DefaultResultsConsumers is how many results consumers a tenant may have
+// at once in the shipped deploy configuration: the names
+// [ResultsConsumerName](tenant, 0..n-1) its account imports (or its user
+// is granted), each one reader of its stored results.
+const DefaultResultsConsumers = 4
+
+// ResultsConsumerName is the name of a tenant's k-th results consumer:
+// <tenant>_r<k>. The names of the results stream's consumers are one
+// namespace for every tenant; the server grants each tenant creating
+// (and deleting) only its own, so their number is the tenant's cap, and
+// no tenant can take another's.
+func ResultsConsumerName(tenant string, k int) string {
+	return tenant + "_r" + strconv.Itoa(k)
 }
 
 // ValidTenant reports whether s can be a tenant: one subject token as

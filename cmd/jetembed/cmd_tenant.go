@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+
+	"github.com/jetembed/jetembed/schema"
 )
 
 func init() {
@@ -19,9 +21,10 @@ func init() {
 
 // tenantFlags are the flags of `tenant add`.
 type tenantFlags struct {
-	write string
-	jwt   bool
-	fleet string
+	write     string
+	jwt       bool
+	fleet     string
+	consumers int
 }
 
 func runTenant(_ context.Context, args []string, io stdio) error {
@@ -37,6 +40,7 @@ func runTenant(_ context.Context, args []string, io stdio) error {
 	fset.StringVar(&f.write, "write", "", "write the account block to this file (created; an existing file is left alone) instead of printing it; include it inside the accounts block of accounts.conf")
 	fset.BoolVar(&f.jwt, "jwt", false, "print the nsc commands that make the tenant an account of an operator (decentralized JWT auth, no server restart) instead of a config block")
 	fset.StringVar(&f.fleet, "fleet-account", DefaultFleetAccount, "the account that holds the streams and exports to tenants (in JWT mode its name in nsc)")
+	fset.IntVar(&f.consumers, "results-consumers", schema.DefaultResultsConsumers, "results consumers the tenant may have at once (readers of its stored results: jetembed results, the client's Results), named <tenant>_r0 ..; the server refuses more")
 	// NAME may come before or after the flags.
 	rest := args[1:]
 	var name string
@@ -54,12 +58,15 @@ func runTenant(_ context.Context, args []string, io stdio) error {
 	if err := checkTenantName(name); err != nil {
 		return err
 	}
+	if f.consumers < 1 || f.consumers > 64 {
+		return fmt.Errorf("%w: --results-consumers %d: want 1 to 64", errUsage, f.consumers)
+	}
 	if f.fleet == "" || strings.ContainsAny(f.fleet, ". \t\r\n") {
 		return fmt.Errorf("%w: --fleet-account %q is not an account name", errUsage, f.fleet)
 	}
-	out := tenantAccountBlock(name, f.fleet)
+	out := tenantAccountBlock(name, f.fleet, f.consumers)
 	if f.jwt {
-		out = tenantNscCommands(name, f.fleet)
+		out = tenantNscCommands(name, f.fleet, f.consumers)
 	}
 	if f.write == "" {
 		_, err := fmt.Fprint(io.out, out)

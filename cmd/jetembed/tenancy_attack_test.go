@@ -128,17 +128,17 @@ func attackerReview(t *testing.T, conf string) {
 		}
 		// The create subject names its own results, the body another
 		// filter: the server refuses the mismatch.
-		req, _ := json.Marshal(map[string]any{"stream_name": "EMBED_RESULTS", "config": map[string]any{"name": "c6",
+		req, _ := json.Marshal(map[string]any{"stream_name": "EMBED_RESULTS", "config": map[string]any{"name": "producer-a_r0",
 			"filter_subjects": []string{"embed.results.producer-b.>"}, "deliver_subject": a.NewInbox()}})
-		resp, err := a.Request("$JS.API.CONSUMER.CREATE.EMBED_RESULTS.c6.embed.results.producer-a.>", req, 5*time.Second)
+		resp, err := a.Request("$JS.API.CONSUMER.CREATE.EMBED_RESULTS.producer-a_r0.embed.results.producer-a.>", req, 5*time.Second)
 		if err != nil || !strings.Contains(string(resp.Data), `"error"`) {
-			t.Errorf("create with a body filter of producer-b: %v %s", err, resp.Data)
+			t.Errorf("create with a body filter of producer-b: %v %v", err, resp)
 		}
-		req, _ = json.Marshal(map[string]any{"stream_name": "EMBED_RESULTS", "config": map[string]any{"name": "c7",
+		req, _ = json.Marshal(map[string]any{"stream_name": "EMBED_RESULTS", "config": map[string]any{"name": "producer-a_r1",
 			"filter_subject": "embed.results.producer-b.>", "deliver_subject": a.NewInbox()}})
-		resp, err = a.Request("$JS.API.CONSUMER.CREATE.EMBED_RESULTS.c7.embed.results.producer-a.>", req, 5*time.Second)
+		resp, err = a.Request("$JS.API.CONSUMER.CREATE.EMBED_RESULTS.producer-a_r1.embed.results.producer-a.>", req, 5*time.Second)
 		if err != nil || !strings.Contains(string(resp.Data), `"error"`) {
-			t.Errorf("create with a filter mismatch: %v %s", err, resp.Data)
+			t.Errorf("create with a filter mismatch: %v %v", err, resp)
 		}
 	})
 

@@ -42,7 +42,12 @@ func passwordVariable(name string) string {
 // consumers and the sealed blobs, which name no tenant. Streams carry
 // messages to the tenant; services carry its publishes to the fleet, and
 // the server routes their answers back.
-func tenantImports(name string) (services, streams []string) {
+//
+// Its results consumers are named: the server lets it create and delete
+// only consumers <tenant>_r0 .. <tenant>_r<consumers-1>
+// ([schema.ResultsConsumerName]) on the results stream, so that is how
+// many it may have at once, and no tenant can take another's names.
+func tenantImports(name string, consumers int) (services, streams []string) {
 	services = []string{
 		"embed.jobs." + name,
 		"embed.jobs." + name + ".>",
@@ -50,10 +55,17 @@ func tenantImports(name string) (services, streams []string) {
 		schema.SubjectRerank + "." + name,
 		schema.SubjectTokenize + "." + name,
 		schema.SubjectInfo + "." + name,
-		"$JS.API.CONSUMER.CREATE." + schema.StreamResults + ".*." + schema.DefaultTenantResultsPrefix + "." + name + ".>",
-		"$JS.FC." + schema.StreamResults + ".>",
-		"$JS.API.DIRECT.GET.OBJ_" + schema.BucketBlobs,
 	}
+	for k := range consumers {
+		c := schema.ResultsConsumerName(name, k)
+		services = append(services,
+			"$JS.API.CONSUMER.CREATE."+schema.StreamResults+"."+c+"."+schema.DefaultTenantResultsPrefix+"."+name+".>",
+			"$JS.API.CONSUMER.DELETE."+schema.StreamResults+"."+c)
+	}
+	services = append(services,
+		"$JS.FC."+schema.StreamResults+".>",
+		"$JS.API.DIRECT.GET.OBJ_"+schema.BucketBlobs,
+	)
 	streams = []string{
 		schema.DefaultTenantResultsPrefix + "." + name + ".>",
 		schema.SubjectDeliver + "." + name + ".>",
@@ -67,22 +79,22 @@ func tenantImports(name string) (services, streams []string) {
 // producers' permissions (deny list $PRODUCER_DENY of accounts.conf): in
 // its own account they change nothing the imports do not already bound,
 // and they keep refusing, loudly, what a tenant may not do.
-func tenantAccountBlock(name, fleet string) string {
+func tenantAccountBlock(name, fleet string, consumers int) string {
 	q := func(s string) string { return `"` + s + `"` }
 	var b strings.Builder
-	services, streams := tenantImports(name)
+	services, streams := tenantImports(name, consumers)
 	fmt.Fprintf(&b, "  # Tenant %s (jetembed tenant add %s): an account importing the fleet's\n", name, name)
 	fmt.Fprintf(&b, "  # subjects of its own name; its user's password is $%s.\n", passwordVariable(name))
 	fmt.Fprintf(&b, "  %s: {\n", name)
 	fmt.Fprintf(&b, "    users: [\n")
 	fmt.Fprintf(&b, "      {user: %s, password: $%s, permissions: {\n", q(name), passwordVariable(name))
 	fmt.Fprintf(&b, "        publish: {\n          deny: $PRODUCER_DENY\n          allow: [\n")
-	for _, s := range services[:len(services)-3] {
+	for _, s := range services[:6] {
 		fmt.Fprintf(&b, "            %s,\n", q(s))
 	}
-	fmt.Fprintf(&b, "            # Its results consumers (push, filtered on its results, delivering to\n")
-	fmt.Fprintf(&b, "            # %s.%s.<id>) and their flow control; blobs by direct get.\n", schema.SubjectDeliver, name)
-	for _, s := range services[len(services)-3:] {
+	fmt.Fprintf(&b, "            # Its results consumers, %d at most (push, filtered on its results,\n", consumers)
+	fmt.Fprintf(&b, "            # delivering to %s.%s.<id>), their flow control; blobs by direct get.\n", schema.SubjectDeliver, name)
+	for _, s := range services[6:] {
 		fmt.Fprintf(&b, "            %s,\n", q(s))
 	}
 	fmt.Fprintf(&b, "          ]\n        }\n")
@@ -119,6 +131,7 @@ var fleetExports = []struct {
 	{schema.SubjectTokenize + ".*", true, 4, false},
 	{schema.SubjectInfo + ".*", true, 4, true},
 	{"$JS.API.CONSUMER.CREATE." + schema.StreamResults + ".*." + schema.DefaultTenantResultsPrefix + ".*.>", true, 9, false},
+	{"$JS.API.CONSUMER.DELETE." + schema.StreamResults + ".*", true, 0, false},
 	{"$JS.FC." + schema.StreamResults + ".>", true, 0, false},
 	{"$JS.API.DIRECT.GET.OBJ_" + schema.BucketBlobs, true, 0, false},
 	{schema.DefaultTenantResultsPrefix + ".*.>", false, 3, false},
@@ -132,7 +145,7 @@ var fleetExports = []struct {
 // subjects carry the key, its tools run with --tenant <key>, and the last
 // command records key -> name in tenants.tsv for whoever reports per
 // tenant (metering, quotas).
-func tenantNscCommands(name, fleet string) string {
+func tenantNscCommands(name, fleet string, consumers int) string {
 	// In double quotes the shell expands $JS and $O: only the key is a
 	// variable.
 	dq := func(s string) string {
@@ -159,7 +172,7 @@ func tenantNscCommands(name, fleet string) string {
 	}
 	fmt.Fprintf(&b, "nsc add account --name %s\n", name)
 	fmt.Fprintf(&b, "TENANT_KEY=$(nsc describe account %s --field sub | tr -d '\"')\n", name)
-	services, streams := tenantImports(key)
+	services, streams := tenantImports(key, consumers)
 	for i, s := range services {
 		fmt.Fprintf(&b, "nsc add import --account %s --src-account \"$FLEET_KEY\" --service --name svc%d --remote-subject %s --local-subject %s\n", name, i, dq(s), dq(s))
 	}
