@@ -73,12 +73,38 @@ func tenantImports(name string, consumers int) (services, streams []string) {
 	return services, streams
 }
 
+// tenantDeny is what no tenant's user may ever do, whatever its allow list
+// says later (deny wins in NATS): forge dead letters, results or
+// deliveries, write the fleet's buckets, settle jobs, pull, inspect or
+// delete the fleet's consumers, read stored results but through its own
+// results consumers, administer streams, use the bare endpoints or the
+// shared inbox, or $SRV (micro's discovery answers any reply subject).
+// Lines of at most four subjects, as the block prints them.
+var tenantDeny = [][]string{
+	{"embed.dlq.>", "embed.results.>", "embed.deliver.>", "$KV.>"},
+	{"$O.>", "$JS.ACK.>", "$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.CONSUMER.INFO.>"},
+	{"$JS.API.CONSUMER.DELETE.EMBED_JOBS.>", "$JS.API.CONSUMER.DELETE.EMBED_DLQ.>"},
+	{"$JS.API.CONSUMER.DELETE.KV_EMBED_ENGINES.>", "$JS.API.CONSUMER.DELETE.OBJ_EMBED_BLOBS.>"},
+	{"$JS.API.CONSUMER.LIST.>", "$JS.API.CONSUMER.NAMES.>", "$JS.API.CONSUMER.DURABLE.>"},
+	{"$JS.API.CONSUMER.PAUSE.>", "$JS.API.CONSUMER.UNPIN.>", "$JS.API.CONSUMER.LEADER.>"},
+	{"$JS.API.CONSUMER.CREATE.EMBED_JOBS.>", "$JS.API.CONSUMER.CREATE.EMBED_DLQ.>"},
+	{"$JS.API.CONSUMER.CREATE.OBJ_EMBED_BLOBS.>", "$JS.API.CONSUMER.CREATE.KV_EMBED_ENGINES.>"},
+	{"$JS.API.DIRECT.GET.EMBED_RESULTS", "$JS.API.DIRECT.GET.EMBED_RESULTS.>", "$JS.API.STREAM.MSG.GET.>"},
+	{"$JS.API.STREAM.INFO.>", "$JS.API.STREAM.LIST", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.CREATE.>"},
+	{"$JS.API.STREAM.UPDATE.>", "$JS.API.STREAM.DELETE.>", "$JS.API.STREAM.PURGE.>"},
+	{"$JS.API.STREAM.MSG.DELETE.>", "$JS.API.STREAM.SNAPSHOT.>", "$JS.API.STREAM.RESTORE.>"},
+	{"$JS.API.STREAM.PEER.>", "$JS.API.STREAM.LEADER.>", "$SRV.>", "_INBOX.>"},
+	{schema.SubjectEmbed, schema.SubjectRerank, schema.SubjectTokenize, schema.SubjectInfo},
+}
+
 // tenantAccountBlock is the account of tenant name for a server
 // configuration: to go inside the accounts block of accounts.conf (or in a
-// file included there), beside the fleet's account. Its user has the
-// producers' permissions (deny list $PRODUCER_DENY of accounts.conf): in
-// its own account they change nothing the imports do not already bound,
-// and they keep refusing, loudly, what a tenant may not do.
+// file included there: the block is self-contained, since an included
+// file sees none of the including file's variables), beside the fleet's
+// account. Its user has the producers' permissions ([tenantDeny] and an
+// allow list of its own subjects): in its own account they bound nothing
+// the imports do not already bound, and they keep refusing, loudly, what
+// a tenant may not do.
 func tenantAccountBlock(name, fleet string, consumers int) string {
 	q := func(s string) string { return `"` + s + `"` }
 	var b strings.Builder
@@ -88,7 +114,15 @@ func tenantAccountBlock(name, fleet string, consumers int) string {
 	fmt.Fprintf(&b, "  %s: {\n", name)
 	fmt.Fprintf(&b, "    users: [\n")
 	fmt.Fprintf(&b, "      {user: %s, password: $%s, permissions: {\n", q(name), passwordVariable(name))
-	fmt.Fprintf(&b, "        publish: {\n          deny: $PRODUCER_DENY\n          allow: [\n")
+	fmt.Fprintf(&b, "        publish: {\n          # What no tenant may ever do, whatever the allow list says (deny wins).\n          deny: [\n")
+	for _, line := range tenantDeny {
+		qs := make([]string, len(line))
+		for i, d := range line {
+			qs[i] = q(d)
+		}
+		fmt.Fprintf(&b, "            %s,\n", strings.Join(qs, ", "))
+	}
+	fmt.Fprintf(&b, "          ]\n          allow: [\n")
 	for _, s := range services[:6] {
 		fmt.Fprintf(&b, "            %s,\n", q(s))
 	}
