@@ -42,13 +42,13 @@ test-short: deps
 bench: deps build
 	./scripts/bench.sh
 
-# The fleet-at-scale run (internal/bench/fleet): 3 nats-server processes, 64 members,
+# The fleet-at-scale run (cmd/internal/bench/fleet): 3 nats-server processes, 64 members,
 # 200k jobs, churn; prints the figures and writes them to bin/bench-fleet.md.
 # FLEET_ARGS passes more of its flags (go test -args), e.g.
 # FLEET_ARGS='-fleet.members 32 -fleet.prefetch 64'.
 bench-fleet: deps
 	@mkdir -p bin
-	$(GO) test -count=1 -timeout 20m -run '^TestFleet$$' -v ./internal/bench/fleet/ -args -fleet.full -fleet.out $(CURDIR)/bin/bench-fleet.md $(FLEET_ARGS)
+	$(GO) test -count=1 -timeout 20m -run '^TestFleet$$' -v ./cmd/internal/bench/fleet/ -args -fleet.full -fleet.out $(CURDIR)/bin/bench-fleet.md $(FLEET_ARGS)
 
 fuzz:
 	./scripts/fuzz.sh $(FUZZTIME)

@@ -3,7 +3,7 @@ package engine
 import "context"
 
 // Embedder is what embeds texts for the layers above the engine: the job
-// loop (package jobloop), the fleet's wrapper and the bench take one.
+// loop (package consumer), the fleet's wrapper and the bench take one.
 // [*Engine] is one; [EmbedderFunc] makes one of a function. A wrapper that
 // changes Embed embeds the Embedder it wraps, so the model id and the
 // token limit pass through.

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/fakes"
 	"github.com/jetembed/jetembed/engine/ort"
-	"github.com/jetembed/jetembed/internal/fakes"
 	"github.com/jetembed/jetembed/schema"
 )
 

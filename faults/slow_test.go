@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/enginetest"
-	"github.com/jetembed/jetembed/internal/fakes"
+	"github.com/jetembed/jetembed/engine/fakes"
+	"github.com/jetembed/jetembed/engine/ort/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/jobloop"
 )
 
 // The slow-consumer test runs the consumer in process, like serve wires it,
@@ -27,7 +27,7 @@ func openTiny(t testing.TB) *engine.Engine {
 }
 
 // silent drops InProgress heartbeats, for the control run.
-type silent struct{ jobloop.Message }
+type silent struct{ consumer.Message }
 
 func (silent) InProgress() error { return nil }
 
@@ -58,8 +58,8 @@ func runSlow(t *testing.T, heartbeats bool) (uint64, *bulk) {
 
 	e := openTiny(t)
 	log := &deliveryLog{max: map[string]uint64{}}
-	sink := func(cons *jobloop.Loop) jetstream.Sink {
-		return sinkFunc(func(ctx context.Context, d jobloop.Delivery) error {
+	sink := func(cons *consumer.Loop) jetstream.Sink {
+		return sinkFunc(func(ctx context.Context, d consumer.Delivery) error {
 			// Every job has a subject of its own.
 			if id := d.Subject; id != "" {
 				log.mu.Lock()
@@ -74,7 +74,7 @@ func runSlow(t *testing.T, heartbeats bool) (uint64, *bulk) {
 	}
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	w, err := jetstream.StartWorker(context.Background(), b.nc, jetstream.WorkerConfig{
-		Config: cfg, Consumer: jobloop.Config{}, Embedder: &fakes.Embedder{Embedder: e, Delay: 5 * ackWait / 2}, // work longer than AckWait
+		Config: cfg, Consumer: consumer.Config{}, Embedder: &fakes.Embedder{Embedder: e, Delay: 5 * ackWait / 2}, // work longer than AckWait
 		Sink: sink, Logger: quiet,
 	})
 	if err != nil {
@@ -117,6 +117,6 @@ func TestSlowWorkKeptByInProgress(t *testing.T) {
 }
 
 // sinkFunc turns a function into a jetstream.Sink.
-type sinkFunc func(ctx context.Context, d jobloop.Delivery) error
+type sinkFunc func(ctx context.Context, d consumer.Delivery) error
 
-func (f sinkFunc) Submit(ctx context.Context, d jobloop.Delivery) error { return f(ctx, d) }
+func (f sinkFunc) Submit(ctx context.Context, d consumer.Delivery) error { return f(ctx, d) }

@@ -11,9 +11,9 @@ import (
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/fleet"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -86,7 +86,7 @@ func TestFleetHealsRefusedJob(t *testing.T) {
 
 	var seen deliveries
 	startWorker(t, srv, fleet.Wrap(serving, fs),
-		jobloop.Config{NakBackoff: jobloop.Backoff{Base: 200 * time.Millisecond, Max: 400 * time.Millisecond, Jitter: -1}},
+		consumer.Config{NakBackoff: consumer.Backoff{Base: 200 * time.Millisecond, Max: 400 * time.Millisecond, Jitter: -1}},
 		seen.wrap)
 	c, err := client.New(srv.NC, client.WithRun("heal"))
 	if err != nil {

@@ -14,13 +14,13 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/ort/enginetest"
 	"github.com/jetembed/jetembed/fleet"
-	"github.com/jetembed/jetembed/internal/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/jetstream/jstest"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -60,7 +60,7 @@ func store(t testing.TB, js natsjs.JetStream, srv *server) *jetstream.KVStore {
 }
 
 // startWorker runs a consumer on emb against srv, like serve does.
-func startWorker(t testing.TB, srv *server, emb engine.Embedder, cfg jobloop.Config, sink func(*jobloop.Loop) jetstream.Sink) {
+func startWorker(t testing.TB, srv *server, emb engine.Embedder, cfg consumer.Config, sink func(*consumer.Loop) jetstream.Sink) {
 	t.Helper()
 	nc := connect(t, srv.URL)
 	cfg.Logger = testLogger(t)
@@ -85,13 +85,13 @@ type deliveries struct {
 	max map[string]uint64
 }
 
-type sinkFunc func(ctx context.Context, d jobloop.Delivery) error
+type sinkFunc func(ctx context.Context, d consumer.Delivery) error
 
-func (f sinkFunc) Submit(ctx context.Context, d jobloop.Delivery) error { return f(ctx, d) }
+func (f sinkFunc) Submit(ctx context.Context, d consumer.Delivery) error { return f(ctx, d) }
 
-func (d *deliveries) wrap(c *jobloop.Loop) jetstream.Sink {
+func (d *deliveries) wrap(c *consumer.Loop) jetstream.Sink {
 	d.max = map[string]uint64{}
-	return sinkFunc(func(ctx context.Context, dl jobloop.Delivery) error {
+	return sinkFunc(func(ctx context.Context, dl consumer.Delivery) error {
 		var ct string
 		if h := dl.Header[schema.HeaderContentType]; len(h) > 0 {
 			ct = h[0]

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -19,7 +19,7 @@ import (
 func BenchmarkPipeline(b *testing.B) {
 	srv := newServer(b, nil)
 	e := openEngine(b, engine.Config{})
-	startWorker(b, srv, e, workerOptions{cfg: jobloop.Config{Logger: quiet}})
+	startWorker(b, srv, e, workerOptions{cfg: consumer.Config{Logger: quiet}})
 	c, err := client.New(srv.nc, client.WithRun("bench"))
 	if err != nil {
 		b.Fatal(err)

@@ -10,7 +10,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jobloop"
+	"github.com/jetembed/jetembed/consumer"
 )
 
 // TestDeadLettersCappedPerTenant: the dead-letter stream caps letters per
@@ -41,7 +41,7 @@ func TestDeadLettersCappedPerTenant(t *testing.T) {
 	}
 	letter := func(tenant, id string) {
 		t.Helper()
-		dl := jobloop.DeadLetter{JobID: id, Tenant: tenant, Code: "bad_payload", Message: "junk", NumDelivered: 1, MsgID: "dlq-" + tenant + "-" + id}
+		dl := consumer.DeadLetter{JobID: id, Tenant: tenant, Code: "bad_payload", Message: "junk", NumDelivered: 1, MsgID: "dlq-" + tenant + "-" + id}
 		h := map[string][]string{HeaderSubject: {"embed.jobs." + tenant + ".run." + id}}
 		if err := p.PublishDLQ(ctx, dl, h, []byte("junk of "+tenant)); err != nil {
 			t.Fatal(err)

@@ -11,7 +11,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
-	"github.com/jetembed/jetembed/jobloop"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -21,10 +21,10 @@ import (
 const HeaderSubject = "Embed-Subject"
 
 // jsDelivery adapts a JetStream message to the consumer. The message itself
-// is the [jobloop.Message]: nats.go's Msg has Ack, Nak, NakWithDelay,
+// is the [consumer.Message]: nats.go's Msg has Ack, Nak, NakWithDelay,
 // InProgress and Term already; on a consumer with BackOff it is wrapped so
 // that a NAK delay means what it says (see [backoffMsg]).
-func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) jobloop.Delivery {
+func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) consumer.Delivery {
 	var delivered uint64 = 1
 	var stored time.Time
 	if md, err := m.Metadata(); err == nil {
@@ -38,11 +38,11 @@ func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) jobloop.Delivery 
 		h = make(map[string][]string, 1)
 	}
 	setSubject(h, m.Subject())
-	var msg jobloop.Message = m
+	var msg consumer.Message = m
 	if t.skewed() {
 		msg = backoffMsg{Msg: m, t: t, delivered: delivered}
 	}
-	return jobloop.Delivery{
+	return consumer.Delivery{
 		Msg:          msg,
 		Data:         m.Data(),
 		Header:       h,
@@ -126,14 +126,14 @@ func (m backoffMsg) NakWithDelay(delay time.Duration) error {
 // tenant is the token the request's subject has after the endpoint's
 // (embed.v1.embed.<tenant>), "" on the bare endpoint: the server's
 // permissions let a tenant publish only to its own.
-func requestDelivery(nc *nats.Conn, req micro.Request, tenant string, received time.Time) jobloop.Delivery {
+func requestDelivery(nc *nats.Conn, req micro.Request, tenant string, received time.Time) consumer.Delivery {
 	h := map[string][]string(req.Headers())
 	if h == nil {
 		h = make(map[string][]string, 1)
 	}
 	setSubject(h, req.Subject())
 	epoch, stale := nc.Stats().Reconnects, deniedTracker(nc).mayBeStale(nc)
-	return jobloop.Delivery{
+	return consumer.Delivery{
 		Data:         req.Data(),
 		Header:       h,
 		Subject:      req.Subject(),
@@ -157,7 +157,7 @@ func requestDelivery(nc *nats.Conn, req micro.Request, tenant string, received t
 				}
 				return req.Respond(data, opt)
 			})
-			if errors.Is(err, jobloop.ErrPublishDenied) && (stale || nc.Stats().Reconnects != epoch) {
+			if errors.Is(err, consumer.ErrPublishDenied) && (stale || nc.Stats().Reconnects != epoch) {
 				return fmt.Errorf("%w: the answer to %s was refused after a reconnect (the server that delivered the request is gone)", ErrReplyLost, req.Reply())
 			}
 			return err

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/jetembed/jetembed/jobloop"
+	"github.com/jetembed/jetembed/consumer"
 )
 
 // A core publish the server refuses is not an error of the publish call:
@@ -179,12 +179,12 @@ func errString(err error) string {
 
 // deniedError is the error of a publish the server refused.
 func deniedError(subject string) error {
-	return fmt.Errorf("%w: the server refused the publish to %s (permissions violation)", jobloop.ErrPublishDenied, subject)
+	return fmt.Errorf("%w: the server refused the publish to %s (permissions violation)", consumer.ErrPublishDenied, subject)
 }
 
 // confirmCore runs publish (a core publish to subject), flushes, and
 // reports a permission violation for subject as an error wrapping
-// [jobloop.ErrPublishDenied].
+// [consumer.ErrPublishDenied].
 func confirmCore(ctx context.Context, nc *nats.Conn, subject string, publish func() error) error {
 	t := deniedTracker(nc)
 	before, mark := nc.LastError(), t.mark()

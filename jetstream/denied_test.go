@@ -11,8 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jobloop"
 )
 
 // TestConfirmCoreCorrelates publishes concurrently to subjects the user may
@@ -49,7 +49,7 @@ func TestConfirmCoreCorrelates(t *testing.T) {
 	}
 	wg.Wait()
 	for i, err := range errs {
-		if denied := errors.Is(err, jobloop.ErrPublishDenied); denied != (i%2 == 1) {
+		if denied := errors.Is(err, consumer.ErrPublishDenied); denied != (i%2 == 1) {
 			t.Errorf("publish %d: %v", i, err)
 		}
 	}
@@ -63,9 +63,9 @@ func TestConfirmCoreCorrelates(t *testing.T) {
 	})
 }
 
-type deliverySink chan jobloop.Delivery
+type deliverySink chan consumer.Delivery
 
-func (s deliverySink) Submit(_ context.Context, d jobloop.Delivery) error {
+func (s deliverySink) Submit(_ context.Context, d consumer.Delivery) error {
 	s <- d
 	return nil
 }
@@ -84,12 +84,12 @@ func TestRequestAnswerDeniedOrLost(t *testing.T) {
 		want      error
 		notWant   error
 	}{
-		{"no-allow-responses", nil, false, jobloop.ErrPublishDenied, ErrReplyLost},
+		{"no-allow-responses", nil, false, consumer.ErrPublishDenied, ErrReplyLost},
 		{"allowed", &server.ResponsePermission{MaxMsgs: 1}, false, nil, nil},
-		{"after-reconnect", &server.ResponsePermission{MaxMsgs: 1}, true, ErrReplyLost, jobloop.ErrPublishDenied},
+		{"after-reconnect", &server.ResponsePermission{MaxMsgs: 1}, true, ErrReplyLost, consumer.ErrPublishDenied},
 		// A real refusal soon after a reconnect counts as lost; once the
 		// window is over it is a denial again.
-		{"denied-after-reconnect", nil, true, ErrReplyLost, jobloop.ErrPublishDenied},
+		{"denied-after-reconnect", nil, true, ErrReplyLost, consumer.ErrPublishDenied},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := natstest.RunServer(t, natstest.WithoutJetStream(), func(o *server.Options) {
@@ -159,7 +159,7 @@ func TestRequestAnswerDeniedOrLost(t *testing.T) {
 					t.Fatal(err)
 				}
 				err = (<-sink).Respond(nil, []byte("answer"))
-				tc.want, tc.notWant = jobloop.ErrPublishDenied, ErrReplyLost
+				tc.want, tc.notWant = consumer.ErrPublishDenied, ErrReplyLost
 			}
 			if tc.want == nil {
 				if err != nil {

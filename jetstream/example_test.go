@@ -10,15 +10,15 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/devserver"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/jobloop"
+	"github.com/jetembed/jetembed/jetstream/devserver"
 )
 
 // A worker on a connection of one's own: the job loop of the shared
 // durable consumer and the request-reply service, run with the server's
-// consumer settings. Package runtime does this (and reconnects, and joins
+// consumer settings. Package node does this (and reconnects, and joins
 // the fleet) for `jetembed serve`; here the Embedder is a function, where a
 // real process passes its *engine.Engine.
 func ExampleStartWorker() {
@@ -58,7 +58,7 @@ func ExampleStartWorker() {
 	})
 	w, err := jetstream.StartWorker(ctx, nc, jetstream.WorkerConfig{
 		Config:   cfg,
-		Consumer: jobloop.Config{InFlightTokens: 1 << 16},
+		Consumer: consumer.Config{InFlightTokens: 1 << 16},
 		Embedder: emb,
 		Logger:   quiet,
 	})

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -30,7 +30,7 @@ func TestRetriableRefusalIsNakedThenSucceeds(t *testing.T) {
 	e := guardedEngine(t)
 	var seen deliveries
 	startWorker(t, srv, e, workerOptions{
-		cfg:  jobloop.Config{NakBackoff: jobloop.Backoff{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond, Jitter: -1}},
+		cfg:  consumer.Config{NakBackoff: consumer.Backoff{Base: 100 * time.Millisecond, Max: 200 * time.Millisecond, Jitter: -1}},
 		sink: seen.wrap,
 	})
 	c, err := client.New(srv.nc, client.WithRun("guard"))
@@ -62,7 +62,7 @@ func TestMaxDeliverGivesFinalErrorAndDeadLetter(t *testing.T) {
 	srv := newServer(t, func(c *jetstream.Config) { c.Consumer.MaxDeliver = 3 })
 	e := guardedEngine(t)
 	startWorker(t, srv, e, workerOptions{
-		cfg: jobloop.Config{NakBackoff: jobloop.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
+		cfg: consumer.Config{NakBackoff: consumer.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
 	})
 	c, err := client.New(srv.nc, client.WithRun("maxdeliver"))
 	if err != nil {
@@ -104,7 +104,7 @@ type nakSink struct {
 	at    []time.Time
 }
 
-func (s *nakSink) Submit(_ context.Context, d jobloop.Delivery) error {
+func (s *nakSink) Submit(_ context.Context, d consumer.Delivery) error {
 	s.mu.Lock()
 	s.at = append(s.at, d.Received)
 	s.mu.Unlock()

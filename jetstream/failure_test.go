@@ -11,10 +11,10 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -41,9 +41,9 @@ type deliveries struct {
 	max map[string]uint64
 }
 
-func (d *deliveries) wrap(c *jobloop.Loop) jetstream.Sink {
+func (d *deliveries) wrap(c *consumer.Loop) jetstream.Sink {
 	d.max = map[string]uint64{}
-	return sinkFunc(func(ctx context.Context, dl jobloop.Delivery) error {
+	return sinkFunc(func(ctx context.Context, dl consumer.Delivery) error {
 		id := ""
 		if h := dl.Header[schema.HeaderMsgID]; len(h) > 0 {
 			id = h[0]
@@ -163,7 +163,7 @@ func withJSON(h map[string][]string) map[string][]string {
 
 // lostAcks drops every ACK, as a process that published the results and
 // died before acknowledging would.
-type lostAcks struct{ jobloop.Message }
+type lostAcks struct{ consumer.Message }
 
 func (lostAcks) Ack() error { return nil }
 
@@ -198,9 +198,9 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 		return e.Embed(ctx, texts)
 	})
 	a := startWorker(t, srv, gate, workerOptions{
-		cfg: jobloop.Config{},
-		sink: func(cons *jobloop.Loop) jetstream.Sink {
-			return sinkFunc(func(ctx context.Context, d jobloop.Delivery) error {
+		cfg: consumer.Config{},
+		sink: func(cons *consumer.Loop) jetstream.Sink {
+			return sinkFunc(func(ctx context.Context, d consumer.Delivery) error {
 				d.Msg = lostAcks{d.Msg}
 				return cons.Submit(ctx, d)
 			})

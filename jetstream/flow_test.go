@@ -8,10 +8,10 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -31,10 +31,10 @@ func (d *deliveries) twice() (n int) {
 // sizes its prefetch from.
 type withStats struct {
 	jetstream.Sink
-	c *jobloop.Loop
+	c *consumer.Loop
 }
 
-func (w withStats) Stats() jobloop.Stats { return w.c.Stats() }
+func (w withStats) Stats() consumer.Stats { return w.c.Stats() }
 
 // TestLongJobsAfterShortBurst is the long-after-short workload of issue 11:
 // a burst of small jobs grows the prefetch to what the process finishes in
@@ -65,7 +65,7 @@ func TestLongJobsAfterShortBurst(t *testing.T) {
 	}
 	var seen deliveries
 	w := startWorker(t, srv, e, workerOptions{
-		sink: func(c *jobloop.Loop) jetstream.Sink { return withStats{seen.wrap(c), c} },
+		sink: func(c *consumer.Loop) jetstream.Sink { return withStats{seen.wrap(c), c} },
 		pull: []jetstream.PullOption{jetstream.PullMeasureEvery(100 * time.Millisecond), jetstream.PrefetchLimits(8, 1024)},
 	})
 	peak := 0

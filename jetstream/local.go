@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/telemetry"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -26,7 +26,7 @@ func (w *Worker) Request(ctx context.Context, job *schema.Job) (*schema.Result, 
 	answer := make(chan []byte, 1)
 	h := schema.JobHeader(job, schema.EncodingMsgpack)
 	telemetry.InjectHeaders(ctx, h)
-	d := jobloop.Delivery{
+	d := consumer.Delivery{
 		Data:         data,
 		Header:       h,
 		NumDelivered: 1,
@@ -98,7 +98,7 @@ func (w *Worker) Rerank(ctx context.Context, req *schema.RerankRequest) (*schema
 		return nil, fmt.Errorf("rerank %q: %w", req.ID, err)
 	}
 	answer := make(chan *schema.RerankResult, 1)
-	d := jobloop.Delivery{
+	d := consumer.Delivery{
 		Data:         data,
 		Header:       schema.JobHeader(job, schema.EncodingMsgpack),
 		NumDelivered: 1,

@@ -10,26 +10,26 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
 // TestNewMetricsOnOwnSDK: a program that runs a Worker with its own
 // OpenTelemetry SDK gets jetembed's job-loop metrics through the public
-// jobloop.NewMetrics, with only public names.
+// consumer.NewMetrics, with only public names.
 func TestNewMetricsOnOwnSDK(t *testing.T) {
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	defer mp.Shutdown(context.Background())
-	m, err := jobloop.NewMetrics(mp)
+	m, err := consumer.NewMetrics(mp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := newServer(t, nil)
 	e := openEngine(t, engine.Config{})
-	var cc jobloop.Config
+	var cc consumer.Config
 	cc.Metrics = m
 	startWorker(t, srv, e, workerOptions{cfg: cc})
 	c, err := client.New(srv.nc, client.WithRun("metrics"))

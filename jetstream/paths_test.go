@@ -11,11 +11,11 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/fakes"
+	"github.com/jetembed/jetembed/engine/fakes"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -192,7 +192,7 @@ func TestRefusedResultIsNakedThenDeadLettered(t *testing.T) {
 	}
 	var seen deliveries
 	startWorker(t, srv, openEngine(t, engine.Config{}), workerOptions{
-		cfg:  jobloop.Config{NakBackoff: jobloop.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
+		cfg:  consumer.Config{NakBackoff: consumer.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
 		sink: seen.wrap,
 	})
 	c, err := client.New(srv.nc, client.WithRun("refused"))
@@ -213,7 +213,7 @@ func TestRefusedResultIsNakedThenDeadLettered(t *testing.T) {
 		t.Errorf("delivered %d times, want NAKs up to MaxDeliver 3", n)
 	}
 	dl := natstest.StreamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
-	if h := dl.Headers(); h.Get(jetstream.HeaderDLQCode) != jobloop.ReasonPublishFailed || h.Get(jetstream.HeaderDLQJobID) != "refused" || h.Get(jetstream.HeaderDLQDelivered) != "3" {
+	if h := dl.Headers(); h.Get(jetstream.HeaderDLQCode) != consumer.ReasonPublishFailed || h.Get(jetstream.HeaderDLQJobID) != "refused" || h.Get(jetstream.HeaderDLQDelivered) != "3" {
 		t.Errorf("dead letter headers %v", h)
 	}
 	if n := natstest.StreamCount(t, srv.js, srv.cfg.Results.Name); n != 0 {
@@ -229,7 +229,7 @@ func TestMaxDeliveriesAdvisoryReachesDLQ(t *testing.T) {
 		c.Consumer.AckWait, c.Consumer.MaxDeliver = 500*time.Millisecond, 2
 	})
 	var got atomic.Int32
-	hung := sinkFunc(func(context.Context, jobloop.Delivery) error {
+	hung := sinkFunc(func(context.Context, consumer.Delivery) error {
 		got.Add(1)
 		return nil // never settled
 	})
@@ -261,7 +261,7 @@ func TestMaxDeliveriesAdvisoryReachesDLQ(t *testing.T) {
 func TestInFlightBudgetStopsPulling(t *testing.T) {
 	srv := newServer(t, nil)
 	w := startWorker(t, srv, &fakes.Embedder{Embedder: openEngine(t, engine.Config{}), Delay: 50 * time.Millisecond}, workerOptions{
-		cfg:  jobloop.Config{InFlightTokens: 1},
+		cfg:  consumer.Config{InFlightTokens: 1},
 		pull: []jetstream.PullOption{jetstream.PrefetchLimits(2, 2)},
 	})
 	c, err := client.New(srv.nc, client.WithRun("budget"))
@@ -297,7 +297,7 @@ func TestInFlightBudgetStopsPulling(t *testing.T) {
 func TestRequestOverBudgetWaitsThenOverloaded(t *testing.T) {
 	srv := newServer(t, nil)
 	w := startWorker(t, srv, &fakes.Embedder{Embedder: openEngine(t, engine.Config{}), Delay: 2 * time.Second}, workerOptions{
-		cfg: jobloop.Config{InteractiveTokens: 1, RequestQueueTokens: 1},
+		cfg: consumer.Config{InteractiveTokens: 1, RequestQueueTokens: 1},
 	})
 	c, err := client.New(srv.nc)
 	if err != nil {

@@ -14,8 +14,8 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/telemetry"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -32,7 +32,7 @@ const (
 	HeaderDLQSHA256 = "Embed-Dlq-Sha256"
 	// HeaderDLQExcerpt is "true" on the letter of a job that can never
 	// succeed whose body or headers were cut to an excerpt
-	// ([jobloop.DLQExcerptBytes]): it cannot be replayed.
+	// ([consumer.DLQExcerptBytes]): it cannot be replayed.
 	HeaderDLQExcerpt = "Embed-Dlq-Excerpt"
 )
 
@@ -47,11 +47,11 @@ var ErrNotConfirmed = errors.New("publish not confirmed")
 // ErrReplyLost means the answer to a request could not be delivered
 // because the connection it arrived on was lost: the server refuses the
 // answer after a reconnect, as the right to answer ended with the old
-// connection. It is transient, never [jobloop.ErrPublishDenied].
+// connection. It is transient, never [consumer.ErrPublishDenied].
 var ErrReplyLost = fmt.Errorf("%w: request reply lost to a reconnect", ErrNotConfirmed)
 
 // Publisher sends the consumer's results and dead letters; it implements
-// [jobloop.Publisher].
+// [consumer.Publisher].
 //
 // A result for a subject of the results stream is published to JetStream
 // with Nats-Msg-Id set to the msgID it is given (derived from the job's
@@ -94,12 +94,12 @@ func NewPublisher(nc *nats.Conn, cfg Config) (*Publisher, error) {
 }
 
 var (
-	_ jobloop.Publisher      = (*Publisher)(nil)
-	_ jobloop.PayloadLimiter = (*Publisher)(nil)
-	_ jobloop.BlobStore      = (*Publisher)(nil)
+	_ consumer.Publisher      = (*Publisher)(nil)
+	_ consumer.PayloadLimiter = (*Publisher)(nil)
+	_ consumer.BlobStore      = (*Publisher)(nil)
 )
 
-// PublishResult implements [jobloop.Publisher].
+// PublishResult implements [consumer.Publisher].
 func (p *Publisher) PublishResult(ctx context.Context, subject, msgID string, header map[string][]string, data []byte) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
@@ -129,11 +129,11 @@ func (p *Publisher) PublishResult(ctx context.Context, subject, msgID string, he
 	return nil
 }
 
-// MaxPayload implements [jobloop.PayloadLimiter]: the connected server's
+// MaxPayload implements [consumer.PayloadLimiter]: the connected server's
 // max_payload.
 func (p *Publisher) MaxPayload() int64 { return p.nc.MaxPayload() }
 
-// PutBlob implements [jobloop.BlobStore] on the blobs Object Store bucket
+// PutBlob implements [consumer.BlobStore] on the blobs Object Store bucket
 // (bound on first use; provisioning creates it).
 func (p *Publisher) PutBlob(ctx context.Context, name string, header map[string][]string, data []byte) (schema.Blob, error) {
 	ctx, cancel := withTimeout(ctx)
@@ -167,10 +167,10 @@ func (p *Publisher) blobStore(ctx context.Context) (natsjs.ObjectStore, error) {
 	return obs, nil
 }
 
-// PublishDLQ implements [jobloop.Publisher]: the job's body and headers go
+// PublishDLQ implements [consumer.Publisher]: the job's body and headers go
 // to <dlq prefix>.<code>.<tenant> ([DeadLetterSubject]) with the reason in
 // the Embed-Dlq-* headers, and the DLQ stream must confirm it.
-func (p *Publisher) PublishDLQ(ctx context.Context, dl jobloop.DeadLetter, header map[string][]string, data []byte) error {
+func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, header map[string][]string, data []byte) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
 	h := make(nats.Header, len(header)+4)

@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jobloop"
 )
 
 func TestMatchSubject(t *testing.T) {
@@ -101,7 +101,7 @@ func TestPublisherConfirms(t *testing.T) {
 		t.Errorf("inbox got %v, %v", m, err)
 	}
 
-	dl := jobloop.DeadLetter{JobID: "3", Code: "bad_payload", Message: "no", NumDelivered: 1}
+	dl := consumer.DeadLetter{JobID: "3", Code: "bad_payload", Message: "no", NumDelivered: 1}
 	h := map[string][]string{"Nats-Msg-Id": {"3"}, "Content-Type": {"application/json"}, HeaderSubject: {"embed.jobs.x"}}
 	for range 2 {
 		if err := p.PublishDLQ(ctx, dl, h, []byte("body")); err != nil {

@@ -10,20 +10,20 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetembed/jetembed/jobloop"
+	"github.com/jetembed/jetembed/consumer"
 )
 
-// Sink takes the deliveries of the fetch loop; *jobloop.Loop is one.
+// Sink takes the deliveries of the fetch loop; *consumer.Loop is one.
 // Submit blocks while the sink's in-flight budget is full, which is how the
 // loop stops pulling: it does not ask for more than it has handed over.
 type Sink interface {
-	Submit(ctx context.Context, d jobloop.Delivery) error
+	Submit(ctx context.Context, d consumer.Delivery) error
 }
 
 // statser is the optional ability of a [Sink] to say how much it has done;
 // the fetch loop sizes its prefetch from it.
 type statser interface {
-	Stats() jobloop.Stats
+	Stats() consumer.Stats
 }
 
 // PullLoop is a running fetch loop started by [Pull]. Like nats.go's
@@ -61,7 +61,7 @@ type PullLoop struct {
 
 // Pull starts the fetch loop of the durable pull consumer cons: it pulls
 // with one pull request at a time (nats.go's Fetch) and hands every message
-// to sink as a [jobloop.Delivery]. The loop runs until ctx ends, the
+// to sink as a [consumer.Delivery]. The loop runs until ctx ends, the
 // handle is stopped, or the connection closes for good; every other error
 // (a reconnect, a lost pull request, a consumer briefly gone) ends only
 // the pull request, and the loop issues a new one.
@@ -319,11 +319,11 @@ func (p *PullLoop) submitter(ctx context.Context) {
 	}
 }
 
-func (p *PullLoop) stats() (jobloop.Stats, bool) {
+func (p *PullLoop) stats() (consumer.Stats, bool) {
 	if s, ok := p.sink.(statser); ok {
 		return s.Stats(), true
 	}
-	return jobloop.Stats{}, false
+	return consumer.Stats{}, false
 }
 
 // adapt measures the sink's throughput and moves the prefetch target.

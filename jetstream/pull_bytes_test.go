@@ -11,8 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jobloop"
 )
 
 // TestPullBigJobsNoSlowConsumer: jobs of 2 MB with a prefetch of 64 jobs.
@@ -47,7 +47,7 @@ func TestPullBigJobsNoSlowConsumer(t *testing.T) {
 	}
 	var mu sync.Mutex
 	seen := map[string]uint64{}
-	sink := sinkOf(func(_ context.Context, d jobloop.Delivery) error {
+	sink := sinkOf(func(_ context.Context, d consumer.Delivery) error {
 		mu.Lock()
 		seen[string(d.Data[:7])] = max(seen[string(d.Data[:7])], d.NumDelivered)
 		mu.Unlock()

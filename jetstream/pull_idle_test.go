@@ -12,8 +12,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jobloop"
 )
 
 // TestPullAfterSilence: pull requests expire while nothing is published
@@ -24,8 +24,8 @@ func TestPullAfterSilence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var requests atomic.Int32
-	got := make(chan jobloop.Delivery, 1)
-	sink := sinkOf(func(_ context.Context, d jobloop.Delivery) error {
+	got := make(chan consumer.Delivery, 1)
+	sink := sinkOf(func(_ context.Context, d consumer.Delivery) error {
 		got <- d
 		return d.Msg.Ack()
 	})
@@ -69,8 +69,8 @@ func TestPullIdleReopenLosesNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const rounds = 8
-	got := make(chan jobloop.Delivery, 4*rounds)
-	sink := sinkOf(func(_ context.Context, d jobloop.Delivery) error {
+	got := make(chan consumer.Delivery, 4*rounds)
+	sink := sinkOf(func(_ context.Context, d consumer.Delivery) error {
 		got <- d
 		return d.Msg.Ack()
 	})
@@ -156,9 +156,9 @@ func pullRig(t *testing.T, url string, ackWait time.Duration, edit func(*Config)
 	return nc, js, cons
 }
 
-type sinkOf func(context.Context, jobloop.Delivery) error
+type sinkOf func(context.Context, consumer.Delivery) error
 
-func (f sinkOf) Submit(ctx context.Context, d jobloop.Delivery) error { return f(ctx, d) }
+func (f sinkOf) Submit(ctx context.Context, d consumer.Delivery) error { return f(ctx, d) }
 
 // TestPullClusteredConsumer: on a replicated consumer the server delivers
 // a job only once the delivery is replicated, while a status it sends
@@ -177,7 +177,7 @@ func TestPullClusteredConsumer(t *testing.T) {
 	}
 	var mu sync.Mutex
 	seen := map[string]uint64{}
-	sink := sinkOf(func(_ context.Context, d jobloop.Delivery) error {
+	sink := sinkOf(func(_ context.Context, d consumer.Delivery) error {
 		mu.Lock()
 		seen[string(d.Data)] = max(seen[string(d.Data)], d.NumDelivered)
 		mu.Unlock()

@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/jetembed/jetembed/jobloop"
+	"github.com/jetembed/jetembed/consumer"
 )
 
 // PullOption tunes [Pull].
@@ -151,13 +151,13 @@ type rateMeter struct {
 	seen        bool
 }
 
-func (r *rateMeter) start(now time.Time, st jobloop.Stats) {
+func (r *rateMeter) start(now time.Time, st consumer.Stats) {
 	r.at, r.jobs, r.texts = now, st.Jobs, st.Texts
 }
 
 // observe returns the smoothed rates once per interval; ok is false between
 // measurements and after an idle interval.
-func (r *rateMeter) observe(now time.Time, st jobloop.Stats, every time.Duration) (jobs, texts float64, ok bool) {
+func (r *rateMeter) observe(now time.Time, st consumer.Stats, every time.Duration) (jobs, texts float64, ok bool) {
 	dt := now.Sub(r.at)
 	if dt < every {
 		return 0, 0, false

@@ -10,9 +10,9 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/jobloop"
 )
 
 // ackSink acknowledges each delivery after delay and reports its totals as
@@ -33,7 +33,7 @@ func (s *ackSink) unique() int {
 	return len(s.seen)
 }
 
-func (s *ackSink) Submit(ctx context.Context, d jobloop.Delivery) error {
+func (s *ackSink) Submit(ctx context.Context, d consumer.Delivery) error {
 	s.mu.Lock()
 	if s.delivered == nil {
 		s.delivered, s.seen = map[uint64]int{}, map[string]bool{}
@@ -51,9 +51,9 @@ func (s *ackSink) Submit(ctx context.Context, d jobloop.Delivery) error {
 	return d.Msg.Ack()
 }
 
-func (s *ackSink) Stats() jobloop.Stats {
+func (s *ackSink) Stats() consumer.Stats {
 	n := s.jobs.Load()
-	return jobloop.Stats{Jobs: n, Texts: 2 * n, Held: 1}
+	return consumer.Stats{Jobs: n, Texts: 2 * n, Held: 1}
 }
 
 func queueJobs(t *testing.T, srv *server, n int) {
@@ -173,7 +173,7 @@ type blockSink struct {
 	once    sync.Once
 }
 
-func (s *blockSink) Submit(ctx context.Context, d jobloop.Delivery) error {
+func (s *blockSink) Submit(ctx context.Context, d consumer.Delivery) error {
 	if s.took.Add(1) == 1 {
 		return d.Msg.Ack()
 	}
@@ -238,7 +238,7 @@ type gateSink struct {
 	open    chan struct{}
 }
 
-func (s *gateSink) Submit(ctx context.Context, d jobloop.Delivery) error {
+func (s *gateSink) Submit(ctx context.Context, d consumer.Delivery) error {
 	if s.n.Add(1) == 2 {
 		close(s.entered)
 		<-s.open

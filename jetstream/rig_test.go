@@ -11,12 +11,12 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/enginetest"
+	"github.com/jetembed/jetembed/engine/ort/enginetest"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/jetstream/jstest"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -47,9 +47,9 @@ func openEngineWith(t testing.TB, cfg engine.Config, wrap func(engine.Runner) en
 }
 
 // sinkFunc lets a test look at (or change) deliveries on their way in.
-type sinkFunc func(ctx context.Context, d jobloop.Delivery) error
+type sinkFunc func(ctx context.Context, d consumer.Delivery) error
 
-func (f sinkFunc) Submit(ctx context.Context, d jobloop.Delivery) error { return f(ctx, d) }
+func (f sinkFunc) Submit(ctx context.Context, d consumer.Delivery) error { return f(ctx, d) }
 
 // server is one nats-server with the jetembed streams provisioned
 // ([jstest.Server]).
@@ -83,13 +83,13 @@ func connect(t testing.TB, url string) *nats.Conn { return natstest.Connect(t, u
 type worker struct {
 	nc   *nats.Conn
 	w    *jetstream.Worker
-	cons *jobloop.Loop
+	cons *consumer.Loop
 }
 
 type workerOptions struct {
-	cfg   jobloop.Config
-	blobs bool                               // store oversized results in the blobs bucket, as serve --blobs
-	sink  func(*jobloop.Loop) jetstream.Sink // wraps the consumer
+	cfg   consumer.Config
+	blobs bool                                // store oversized results in the blobs bucket, as serve --blobs
+	sink  func(*consumer.Loop) jetstream.Sink // wraps the consumer
 	pull  []jetstream.PullOption
 	// subject is the request-reply endpoint; empty: the default.
 	subject string

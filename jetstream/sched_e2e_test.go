@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/fakes"
+	"github.com/jetembed/jetembed/engine/fakes"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -65,7 +65,7 @@ func TestRequestUnderBacklog(t *testing.T) {
 		ids[i] = j.ID
 	}
 	// The bulk budget holds about the whole backlog and no more.
-	w := startWorker(t, srv, e, workerOptions{cfg: jobloop.Config{InFlightTokens: 2000}})
+	w := startWorker(t, srv, e, workerOptions{cfg: consumer.Config{InFlightTokens: 2000}})
 	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
 		if st := w.cons.Stats(); st.Held < n/2 || st.Queued != 0 {
 			return fmt.Errorf("%d jobs held, %d queued in the consumer", st.Held, st.Queued)

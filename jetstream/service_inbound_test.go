@@ -13,8 +13,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -173,12 +173,12 @@ func TestSlowSubscriptionDropsCounted(t *testing.T) {
 // they came in.
 type blockingSink struct {
 	mu      sync.Mutex
-	order   []jobloop.Delivery
+	order   []consumer.Delivery
 	release chan struct{}
 	came    atomic.Int32
 }
 
-func (s *blockingSink) Submit(_ context.Context, d jobloop.Delivery) error {
+func (s *blockingSink) Submit(_ context.Context, d consumer.Delivery) error {
 	s.mu.Lock()
 	s.order = append(s.order, d)
 	s.mu.Unlock()

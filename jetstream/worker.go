@@ -14,8 +14,8 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/jobloop"
 )
 
 // ErrWorkerStopped is the cause [Worker.Err] wraps when a worker stopped on
@@ -31,7 +31,7 @@ type WorkerConfig struct {
 	Config Config
 	// Consumer tunes the job loop; its Delivery limits (AckWait,
 	// MaxDeliver) are the server's.
-	Consumer jobloop.Config
+	Consumer consumer.Config
 	// Embedder makes the vectors.
 	Embedder engine.Embedder
 	// Blobs stores results over the server's max payload in the blobs
@@ -40,7 +40,7 @@ type WorkerConfig struct {
 	Blobs bool
 	// Sink, when set, wraps the consumer on its way from the fetch loop and
 	// the service (tests look at deliveries there).
-	Sink func(*jobloop.Loop) Sink
+	Sink func(*consumer.Loop) Sink
 	// Service registers the request-reply service; its Logger defaults to
 	// Logger.
 	Service ServiceOptions
@@ -53,7 +53,7 @@ type WorkerConfig struct {
 	// one reading of it in the process, for [Worker.Backlog] (the gauges,
 	// the heartbeat and the fleet's idleness read it there) and for
 	// changed settings, which reopen the fetch loop (default 5s; the
-	// runtime's is 2s).
+	// node's is 2s).
 	Refresh time.Duration
 	// Grace bounds the drain when the worker stops on its own (default
 	// 30s); [Worker.Stop] takes its own deadline.
@@ -82,7 +82,7 @@ func (s ServerSettings) equal(o ServerSettings) bool {
 
 // limits are the consumer's view: the shortest ack wait any delivery gets
 // (a BackOff step below AckWait shortens it) and the last delivery.
-func (s ServerSettings) limits() jobloop.DeliveryLimits {
+func (s ServerSettings) limits() consumer.DeliveryLimits {
 	ackWait := s.AckWait
 	for _, d := range s.BackOff {
 		if d > 0 && d < ackWait {
@@ -93,7 +93,7 @@ func (s ServerSettings) limits() jobloop.DeliveryLimits {
 	if maxDeliver <= 0 {
 		maxDeliver = -1
 	}
-	return jobloop.DeliveryLimits{AckWait: ackWait, MaxDeliver: maxDeliver}
+	return consumer.DeliveryLimits{AckWait: ackWait, MaxDeliver: maxDeliver}
 }
 
 // Worker is one consumer process's work: the job loop, the request-reply
@@ -106,7 +106,7 @@ type Worker struct {
 	js   natsjs.JetStream
 	cfg  WorkerConfig
 	log  *slog.Logger
-	cons *jobloop.Loop
+	cons *consumer.Loop
 	sink Sink
 	svc  micro.Service
 
@@ -175,7 +175,7 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 	if cc.Logger == nil {
 		cc.Logger = cfg.Logger
 	}
-	cons, err := jobloop.New(cc, cfg.Embedder, pub)
+	cons, err := consumer.New(cc, cfg.Embedder, pub)
 	if err != nil {
 		return nil, err
 	}
@@ -218,7 +218,7 @@ func (w *Worker) pull(jc natsjs.Consumer, st ServerSettings) (*PullLoop, error) 
 }
 
 // Loop is the job loop, for its Stats.
-func (w *Worker) Loop() *jobloop.Loop { return w.cons }
+func (w *Worker) Loop() *consumer.Loop { return w.cons }
 
 // Settings are the server's consumer settings the worker runs with.
 func (w *Worker) Settings() ServerSettings {

@@ -8,16 +8,16 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/client"
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/internal/fakes"
+	"github.com/jetembed/jetembed/engine/fakes"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/jetstream/jstest"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
-// The worker's timing is the server's: the caller's jobloop.Config says
+// The worker's timing is the server's: the caller's consumer.Config says
 // AckWait 1m and MaxDeliver 5, the server says 1.5s and 2. The final error
 // result comes on delivery 2, and a job that runs longer than the server's
 // AckWait is heartbeated within it (delivered once).
@@ -29,8 +29,8 @@ func TestWorkerTakesTheServersSettings(t *testing.T) {
 	slow := &fakes.Embedder{Embedder: e, Hold: 4 * time.Second}
 	var seen deliveries
 	w := startWorker(t, srv, slow, workerOptions{
-		cfg: jobloop.Config{Delivery: jobloop.DeliveryLimits{AckWait: time.Minute, MaxDeliver: 5},
-			NakBackoff: jobloop.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
+		cfg: consumer.Config{Delivery: consumer.DeliveryLimits{AckWait: time.Minute, MaxDeliver: 5},
+			NakBackoff: consumer.Backoff{Base: 50 * time.Millisecond, Max: 50 * time.Millisecond, Jitter: -1}},
 		sink: seen.wrap,
 	})
 	if st := w.w.Settings(); st.AckWait != 1500*time.Millisecond || st.MaxDeliver != 2 || st.MaxAckPending != 16 {

@@ -7,7 +7,7 @@
 // through it.
 //
 // schema imports nothing of the project (it is the bottom of the one-way
-// flow cmd -> runtime -> jetstream -> jobloop -> engine -> schema) and
+// flow cmd -> node -> jetstream -> consumer -> engine -> schema) and
 // nothing of NATS: headers are plain map[string][]string, which
 // nats.Header converts to and from.
 //

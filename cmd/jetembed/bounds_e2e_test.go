@@ -20,9 +20,9 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/jobloop"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -79,8 +79,8 @@ func TestDLQFloodBounded(t *testing.T) {
 	})
 	_, after := streamState(t, js, "EMBED_DLQ")
 	t.Logf("EMBED_DLQ grew by %d KiB for %d jobs of %d KiB", (after-before)>>10, n+1, size>>10)
-	if grown := after - before; grown > (n+1)*(3*jobloop.DLQExcerptBytes) {
-		t.Errorf("EMBED_DLQ grew by %d bytes for %d jobs: over %d KiB each", grown, n+1, 3*jobloop.DLQExcerptBytes>>10)
+	if grown := after - before; grown > (n+1)*(3*consumer.DLQExcerptBytes) {
+		t.Errorf("EMBED_DLQ grew by %d bytes for %d jobs: over %d KiB each", grown, n+1, 3*consumer.DLQExcerptBytes>>10)
 	}
 	codes := map[string]int{}
 	dl, err := jetstream.OpenDeadLetters(js.Conn(), "EMBED_DLQ")
@@ -92,7 +92,7 @@ func TestDLQFloodBounded(t *testing.T) {
 			t.Fatal(err)
 		}
 		codes[l.Code]++
-		if got := l.SHA256 + "/" + strconv.Itoa(l.Size); got != sums[l.JobID] || !l.Excerpt || len(l.Data) != jobloop.DLQExcerptBytes {
+		if got := l.SHA256 + "/" + strconv.Itoa(l.Size); got != sums[l.JobID] || !l.Excerpt || len(l.Data) != consumer.DLQExcerptBytes {
 			t.Errorf("letter %d of %s: sha/size %s, want %s; excerpt %v, %d bytes kept", l.Seq, l.JobID, got, sums[l.JobID], l.Excerpt, len(l.Data))
 		}
 	}
@@ -170,7 +170,7 @@ func TestResultAmplificationRefused(t *testing.T) {
 	if msgs, _ := streamState(t, js, "OBJ_EMBED_BLOBS"); msgs != 0 {
 		t.Errorf("%d blob chunks stored", msgs)
 	}
-	if msgs, bytes := streamState(t, js, "EMBED_DLQ"); msgs != 1 || bytes > 3*jobloop.DLQExcerptBytes {
+	if msgs, bytes := streamState(t, js, "EMBED_DLQ"); msgs != 1 || bytes > 3*consumer.DLQExcerptBytes {
 		t.Errorf("EMBED_DLQ: %d letters, %d bytes; want 1 excerpt", msgs, bytes)
 	}
 	if ok := submit("normal", texts[:16]); ok.Error != nil || len(ok.Items) != 16 || len(ok.Items[0].ColBERT) == 0 {
@@ -208,7 +208,7 @@ func TestDLQReplay(t *testing.T) {
 		t.Helper()
 		h := schema.JobHeader(job, schema.EncodingMsgpack)
 		h[jetstream.HeaderSubject] = []string{subject}
-		dl := jobloop.DeadLetter{JobID: job.ID, MsgID: "dlq-" + code + subject, Code: code, Message: "test", NumDelivered: 5,
+		dl := consumer.DeadLetter{JobID: job.ID, MsgID: "dlq-" + code + subject, Code: code, Message: "test", NumDelivered: 5,
 			BodySize: len(body), BodySHA256: hex.EncodeToString(sum[:]), Excerpt: excerpt}
 		if err := pub.PublishDLQ(ctx, dl, h, data); err != nil {
 			t.Fatal(err)
@@ -315,7 +315,7 @@ func TestDLQReplayAsProvisioner(t *testing.T) {
 	sum := sha256.Sum256(body)
 	h := schema.JobHeader(job, schema.EncodingMsgpack)
 	h[jetstream.HeaderSubject] = []string{"embed.jobs.producer-a"}
-	if err := pub.PublishDLQ(ctx, jobloop.DeadLetter{JobID: job.ID, MsgID: "dlq-x", Code: "publish_failed", NumDelivered: 5,
+	if err := pub.PublishDLQ(ctx, consumer.DeadLetter{JobID: job.ID, MsgID: "dlq-x", Code: "publish_failed", NumDelivered: 5,
 		BodySize: len(body), BodySHA256: hex.EncodeToString(sum[:])}, h, body); err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/jetembed/jetembed/internal/bench"
+	"github.com/jetembed/jetembed/cmd/internal/bench"
 )
 
 func init() {

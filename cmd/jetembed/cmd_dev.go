@@ -8,9 +8,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/jetembed/jetembed/internal/devserver"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/runtime"
+	"github.com/jetembed/jetembed/jetstream/devserver"
+	"github.com/jetembed/jetembed/node"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -77,7 +77,7 @@ func runDev(ctx context.Context, args []string, io stdio) error {
 	}
 	printDevHelp(io, c.Objects, url, dir, api)
 	fmt.Fprintf(io.out, "serving model %s; press Ctrl-C to stop\n", c.Engine.Model)
-	c.Runtime.Check = runtime.SkipCheck // done above, with the same config
+	c.Runtime.Check = node.SkipCheck // done above, with the same config
 	err = serve(ctx, io, c)
 	fmt.Fprintln(io.out, "stopping the dev server")
 	return err

@@ -12,7 +12,7 @@ import (
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/internal/telemetry/export"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/runtime"
+	"github.com/jetembed/jetembed/node"
 )
 
 func init() {
@@ -133,7 +133,7 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	fleet := runtime.NewGatewayFleet(c)
+	fleet := node.NewGatewayFleet(c)
 	gc := gf.config()
 	gc.Requester, gc.Pinger, gc.Logger, gc.Registerer = fleet, fleet, log, prom.Registerer()
 	if gc.JobBytes <= 0 {
@@ -155,8 +155,8 @@ func runGateway(ctx context.Context, args []string, io stdio) error {
 			_ = telemetry.ServeListener(opsCtx, ln, telemetry.Health{NATSConnected: nc.IsConnected}, prom.Handler())
 		}()
 	}
-	runtime.WatchLink(ctx, gw, nc)
-	wait, err := runtime.ServeGateway(ctx, log, gw, gf.listen)
+	node.WatchLink(ctx, gw, nc)
+	wait, err := node.ServeGateway(ctx, log, gw, gf.listen)
 	if err != nil {
 		return err
 	}

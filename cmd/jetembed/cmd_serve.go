@@ -8,7 +8,7 @@ import (
 
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/internal/telemetry/export"
-	"github.com/jetembed/jetembed/runtime"
+	"github.com/jetembed/jetembed/node"
 )
 
 func init() {
@@ -31,7 +31,7 @@ func runServe(ctx context.Context, args []string, io stdio) error {
 }
 
 // serve is the whole service: flags parsed into c, the process's
-// telemetry, then [runtime.Run] until ctx ends (SIGTERM) and the drain.
+// telemetry, then [node.Run] until ctx ends (SIGTERM) and the drain.
 func serve(ctx context.Context, io stdio, c serveConfig) error {
 	log := telemetry.NewLogger(io.err, c.LogLevel, c.LogFormat)
 	prom, stopTelemetry, err := startTelemetry(ctx)
@@ -46,25 +46,25 @@ func serve(ctx context.Context, io stdio, c serveConfig) error {
 	}
 	ec := c.Engine
 	if rc.Fleet.ShareProbe {
-		ec.Engine.Probe = false // the runtime probes, unless a peer already did
+		ec.Engine.Probe = false // the node probes, unless a peer already did
 	}
-	rc.Open = func(ctx context.Context) (runtime.Engine, error) {
+	rc.Open = func(ctx context.Context) (node.Engine, error) {
 		o, err := ec.open(ctx, io.err)
 		if err != nil {
-			return runtime.Engine{}, err
+			return node.Engine{}, err
 		}
-		return runtime.Engine{Engine: o.engine, Tokenizer: o.tokenizeFunc(o.engine.MaxTokens()), Notes: []any{"attention", o.attention}}, nil
+		return node.Engine{Engine: o.engine, Tokenizer: o.tokenizeFunc(o.engine.MaxTokens()), Notes: []any{"attention", o.attention}}, nil
 	}
-	return exitCode(runtime.Run(ctx, rc))
+	return exitCode(node.Run(ctx, rc))
 }
 
-// exitCode marks the runtime's errors for main's exit status: a config
+// exitCode marks the node's errors for main's exit status: a config
 // error is a usage error (2), missing server objects a config error (78).
 func exitCode(err error) error {
 	switch {
-	case errors.Is(err, runtime.ErrConfig):
+	case errors.Is(err, node.ErrConfig):
 		return fmt.Errorf("%w: %w", errUsage, err)
-	case errors.Is(err, runtime.ErrObjects):
+	case errors.Is(err, node.ErrObjects):
 		return fmt.Errorf("%w: %w", errConfig, err)
 	}
 	return err

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/mallocenv"
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/jobloop"
-	"github.com/jetembed/jetembed/runtime"
+	"github.com/jetembed/jetembed/node"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -56,7 +56,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 	fs.IntVar(&f.interactive, "interactive-tokens", 0, "the one knob of this process's interactive capacity: estimated tokens of the requests and interactive jobs it holds (apart from the bulk budget, so a backlog never refuses a request; requests beyond it wait in a queue of up to 8 times as many tokens), also the engine's interactive admission budget and what a gateway sizes its calls by (0: 2 x max-batch-tokens x sessions)")
 	fs.IntVar(&f.prefetchMax, "prefetch-max", jetstream.DefaultPrefetchMax, "most jobs buffered ahead of the consumer (and never more than the server's max ack pending); the prefetch adapts below it to finish within ack-wait/4")
 	fs.IntVar(&f.prefetchBytes, "prefetch-bytes", jetstream.DefaultPrefetchBytes, "byte cap of the jobs buffered ahead of the consumer: pull requests ask for no more than fits (raised to the server's max payload)")
-	fs.DurationVar(&f.grace, "grace", runtime.DefaultGrace, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed")
+	fs.DurationVar(&f.grace, "grace", node.DefaultGrace, "on SIGTERM, how long in-flight jobs may take to finish before they are NAKed")
 	fs.StringVar(&f.http, "http", telemetry.DefaultAddr, "address of /healthz, /readyz and /metrics (empty: off)")
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.logFormat, "log-format", telemetry.LogAuto, "log format: auto (text on a terminal, else json), text or json")
@@ -77,25 +77,25 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 }
 
 // serveConfig is everything serve and dev run with, parsed once from the
-// flags: the runtime's config (but for what the process adds at start:
+// flags: the node's config (but for what the process adds at start:
 // the engine opener, the metrics and the logger), the engine's, and the
 // log settings.
 type serveConfig struct {
-	Runtime runtime.Config
+	Runtime node.Config
 	Engine  engineConfig
-	// Objects is what dev provisions (the runtime's Objects too).
+	// Objects is what dev provisions (the node's Objects too).
 	Objects   jetstream.Config
 	LogLevel  slog.Level
 	LogFormat string
 }
 
 // provisionCheck parses --provision.
-func provisionCheck(s string) (runtime.Check, error) {
+func provisionCheck(s string) (node.Check, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
 	case "off", "false":
-		return runtime.CheckObjects, nil
+		return node.CheckObjects, nil
 	case "create":
-		return runtime.CreateMissing, nil
+		return node.CreateMissing, nil
 	case "true", "on", "apply":
 		return 0, fmt.Errorf("%w: --provision=%s: serve no longer creates or updates the server's objects; run `jetembed provision` (as a user allowed to), then serve with --provision=off, or --provision=create to create only what is missing", errUsage, s)
 	}
@@ -103,8 +103,8 @@ func provisionCheck(s string) (runtime.Check, error) {
 }
 
 // provisionMode is the mode dev provisions with for a --provision check.
-func provisionMode(c runtime.Check) jetstream.Mode {
-	if c == runtime.CreateMissing {
+func provisionMode(c node.Check) jetstream.Mode {
+	if c == node.CreateMissing {
 		return jetstream.ModeCreate
 	}
 	return jetstream.ModeCheck
@@ -151,14 +151,14 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 	if err != nil {
 		return c, err
 	}
-	var api *runtime.APIConfig
+	var api *node.APIConfig
 	if sf.api.listen != "" {
-		api = &runtime.APIConfig{Listen: sf.api.listen, Gateway: sf.api.config()}
+		api = &node.APIConfig{Listen: sf.api.listen, Gateway: sf.api.config()}
 	}
-	c.Runtime = runtime.Config{
+	c.Runtime = node.Config{
 		Objects: objects,
 		Check:   check,
-		Loop: jobloop.Config{Replies: replies, InFlightTokens: inFlight, InteractiveTokens: interactive,
+		Loop: consumer.Config{Replies: replies, InFlightTokens: inFlight, InteractiveTokens: interactive,
 			InteractiveTenants: interactiveTenants(sf.interTenants)},
 		Blobs:          sf.blobs,
 		MaxResultBytes: int64(sf.maxResult),

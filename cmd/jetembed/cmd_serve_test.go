@@ -225,7 +225,7 @@ func TestServePrintConfig(t *testing.T) {
 	}
 }
 
-// TestServeBudgetFlags: the job loop's token budgets reach the runtime's
+// TestServeBudgetFlags: the job loop's token budgets reach the node's
 // configuration as given, and their defaults follow the engine's batch
 // size and sessions (4 and 2 runs of every session). --interactive-tokens
 // is the one interactive knob: the engine's interactive admission is the

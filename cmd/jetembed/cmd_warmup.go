@@ -9,7 +9,7 @@ import (
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/jetstream"
-	"github.com/jetembed/jetembed/runtime"
+	"github.com/jetembed/jetembed/node"
 )
 
 func init() {
@@ -38,7 +38,7 @@ func runWarmup(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	start := time.Now()
-	var rec *runtime.Recorder
+	var rec *node.Recorder
 	if *nf.urls != "" {
 		// Recorded as serve records it: the cost probe is a peer's, or
 		// this one's shared.
@@ -51,7 +51,7 @@ func runWarmup(ctx context.Context, args []string, io stdio) error {
 		if ec.Engine.Probe {
 			arch = ec.Provider.Hardware(ctx)
 		}
-		if rec, err = runtime.DialRecorder(ctx, nf.options(slog.New(slog.NewTextHandler(io.err, nil))), *bucket, smToken, arch); err != nil {
+		if rec, err = node.DialRecorder(ctx, nf.options(slog.New(slog.NewTextHandler(io.err, nil))), *bucket, smToken, arch); err != nil {
 			return err
 		}
 		defer rec.Close()

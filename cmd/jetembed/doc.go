@@ -8,7 +8,7 @@
 //
 // cmd is the top of the one-way flow and may import any package of the
 // project. It imports no nats.go: it hands the connection jetstream.Connect
-// returns to client and runtime without naming its type, and the NATS
+// returns to client and node without naming its type, and the NATS
 // logic of its commands (reconnects, consumer info, the dead-letter
 // stream, the engines bucket) is in jetstream and runtime
 // (internal/importrules holds it to that).

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jetembed/jetembed/engine/ort"
 	"github.com/jetembed/jetembed/fleet"
-	"github.com/jetembed/jetembed/runtime"
+	"github.com/jetembed/jetembed/node"
 )
 
 // fleetFlags are serve's flags for the fleet: shape propagation over the
@@ -31,7 +31,7 @@ func addFleetFlags(fs *flagSet) *fleetFlags {
 	fs.IntVar(&f.perHour, "fleet-compiles-per-hour", fleet.DefaultCompilesPerHour, "most wanted shapes this process compiles in an hour")
 	fs.DurationVar(&f.lockTTL, "fleet-lock-ttl", fleet.DefaultLockTTL, "TTL of a compile lock: a crashed holder frees it after this long (renewed while compiling)")
 	fs.IntVar(&f.minSeq, "fleet-min-seq", -1, "shortest peer shape to pre-warm (-1: the guard seq on CPU, where only the guard needs shared shapes; every shape on GPUs)")
-	fs.DurationVar(&f.poll, "fleet-poll", runtime.DefaultSample, "how often the jobs consumer's info is read: its backlog tells idle from about to be busy (fleet) and feeds the backlog gauges and the heartbeat; changed server settings reopen the fetch loop")
+	fs.DurationVar(&f.poll, "fleet-poll", node.DefaultSample, "how often the jobs consumer's info is read: its backlog tells idle from about to be busy (fleet) and feeds the backlog gauges and the heartbeat; changed server settings reopen the fetch loop")
 	return f
 }
 
@@ -51,17 +51,17 @@ func (f *fleetFlags) on(p ort.Provider) (bool, error) {
 }
 
 // config is the fleet membership of an engine of ec. With the fleet on,
-// the engine's cost probe is deferred to the runtime, which takes the
+// the engine's cost probe is deferred to the node, which takes the
 // coefficients a peer with the same model, SM and hardware stored, or
 // probes and stores its own.
-func (f *fleetFlags) config(ec engineConfig) (runtime.FleetConfig, error) {
+func (f *fleetFlags) config(ec engineConfig) (node.FleetConfig, error) {
 	on, err := f.on(ec.Provider)
 	if err != nil || !on {
-		return runtime.FleetConfig{}, err
+		return node.FleetConfig{}, err
 	}
 	sm, err := f.computeCapability(ec.Provider)
 	if err != nil {
-		return runtime.FleetConfig{}, err
+		return node.FleetConfig{}, err
 	}
 	minSeq := f.minSeq
 	if minSeq < 0 {
@@ -72,7 +72,7 @@ func (f *fleetFlags) config(ec engineConfig) (runtime.FleetConfig, error) {
 			minSeq = ec.Engine.GuardSeq
 		}
 	}
-	fc := runtime.FleetConfig{On: true, ShareProbe: ec.Engine.Probe, Member: fleet.Config{
+	fc := node.FleetConfig{On: true, ShareProbe: ec.Engine.Probe, Member: fleet.Config{
 		SM: sm, EngineCacheDir: ec.Provider.EngineCacheDir, LockTTL: f.lockTTL, IdleQuiet: f.idle,
 		CompilesPerHour: f.perHour, MinSeq: minSeq,
 	}}

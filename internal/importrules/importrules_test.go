@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os/exec"
 	"path/filepath"
@@ -27,7 +28,6 @@ var mayImport = map[string][]string{
 	"internal/natstest":         {"internal/testkit"},
 	"internal/testkit":          {},
 	"internal/importrules":      {},
-	"internal/enginetest":       {"engine", "engine/model", "engine/ort", "engine/tokenizer"},
 	"client":                    {"schema", "internal/tracehdr"},
 	"engine/internal/pack":      {},
 	"internal/safetensors":      {},
@@ -38,33 +38,66 @@ var mayImport = map[string][]string{
 	"engine/model/modeltest":    {"engine/model", "internal/safetensors"},
 	"internal/onnxgen":          {"internal/safetensors"},
 	"engine":                    {"schema", "engine/internal/heads", "engine/model", "engine/internal/pack", "internal/safetensors", "engine/tokenizer"},
+	"engine/fakes":              {"engine"},
 	"engine/ort":                {"engine", "engine/model", "engine/ort/internal/ctrim"},
 	"engine/ort/internal/ctrim": {},
+	"engine/ort/enginetest":     {"engine", "engine/model", "engine/ort", "engine/tokenizer"},
 	"internal/mallocenv":        {},
-	"internal/devserver":        {},
 	"internal/telemetry":        {"schema", "internal/tracehdr"},
 	"internal/telemetry/export": {"internal/telemetry", "internal/tracehdr"},
-	"jobloop":                   {"engine", "schema", "internal/telemetry"},
+	"consumer":                  {"engine", "schema", "internal/telemetry"},
 	"fleet":                     {"engine", "schema"},
-	"jetstream":                 {"client", "jobloop", "engine", "fleet", "schema", "internal/telemetry"},
-	"gateway":                   {"schema"},
-	"runtime":                   {"jetstream", "jobloop", "engine", "fleet", "gateway", "client", "schema", "internal/telemetry"},
+	"jetstream":                 {"client", "consumer", "engine", "fleet", "schema", "internal/telemetry"},
+	"jetstream/devserver":       {},
 	"jetstream/jstest":          {"jetstream", "internal/natstest"},
-	"internal/fakes":            {"engine"},
-	"internal/bench":            {anyPkg},
-	"internal/bench/fleet":      {},
+	"gateway":                   {"schema"},
+	"node":                      {"jetstream", "consumer", "engine", "fleet", "gateway", "client", "schema", "internal/telemetry"},
+	"cmd/internal/bench":        {anyPkg},
+	"cmd/internal/bench/fleet":  {},
 	"faults":                    {},
 	"deploy":                    {},
 	"cmd/jetembed":              {anyPkg},
 }
 
+// floor is where each package sits: a package imports only packages on a
+// lower floor (TestImportsRunDown), so no arrow runs back up. Floor 0 is
+// the foundation that imports nothing of the project; test support and
+// programs over the stack sit above what they import, wherever their
+// folder is (engine/fakes above engine, cmd/internal/bench above node).
+// A new package gets a floor here, above everything it imports.
+var floor = map[string]int{
+	// 0: the foundation: wire types, file formats, the tokenizer, test kits
+	// that import nothing of the project.
+	"schema": 0, "internal/tracehdr": 0, "internal/testkit": 0, "internal/importrules": 0,
+	"internal/safetensors": 0, "internal/torchpt": 0, "internal/mallocenv": 0,
+	"engine/internal/pack": 0, "engine/internal/heads": 0, "engine/tokenizer": 0,
+	"engine/ort/internal/ctrim": 0, "faults": 0, "deploy": 0,
+	// 1: over the foundation.
+	"engine/model": 1, "internal/onnxgen": 1, "internal/natstest": 1, "client": 1,
+	"internal/telemetry": 1, "jetstream/devserver": 1,
+	// 2: the engine.
+	"engine": 2, "engine/model/modeltest": 2, "internal/telemetry/export": 2,
+	// 3: over the engine: its ONNX Runtime binding and fakes, the job loop,
+	// the fleet.
+	"engine/ort": 3, "engine/fakes": 3, "consumer": 3, "fleet": 3,
+	// 4: the NATS adapters, and a real engine for tests.
+	"jetstream": 4, "engine/ort/enginetest": 4,
+	// 5: the HTTP front door and the NATS test rig.
+	"gateway": 5, "jetstream/jstest": 5,
+	// 6: one serving process.
+	"node": 6,
+	// 7: programs over the whole stack.
+	"cmd/internal/bench": 7, "cmd/internal/bench/fleet": 7,
+	"cmd/jetembed": 8,
+}
+
 // natsImporters may import nats.go: the NATS adapters (jetstream), the
-// producer SDK (client), the runtime that owns the connection and its
+// producer SDK (client), the node that owns the connection and its
 // reconnects, and the test kit (natstest, jstest). The gateway needs not (it reaches the fleet
 // through its Requester), nor cmd/jetembed: it parses flags into configs
 // and hands the connection handles jetstream returns to client and
-// runtime without naming their types.
-var natsImporters = []string{"jetstream", "client", "runtime", "internal/natstest", "jetstream/jstest"}
+// node without naming their types.
+var natsImporters = []string{"jetstream", "client", "node", "internal/natstest", "jetstream/jstest"}
 
 // cgoPackage is the one package of the project with cgo files of its own:
 // glibc's malloc_trim for engine/ort (ONNX Runtime's cgo is in the
@@ -72,7 +105,7 @@ var natsImporters = []string{"jetstream", "client", "runtime", "internal/natstes
 const cgoPackage = "engine/ort/internal/ctrim"
 
 // serverImporters may import nats-server: the dev server and the test kit.
-var serverImporters = []string{"internal/devserver", "internal/natstest"}
+var serverImporters = []string{"jetstream/devserver", "internal/natstest"}
 
 type pkg struct {
 	ImportPath string
@@ -208,11 +241,11 @@ var sdkPaths = []string{"go.opentelemetry.io/otel/sdk", "go.opentelemetry.io/ote
 // TestLibrariesPullNoSDK: the packages a Go program embeds record through
 // the OpenTelemetry API (internal/telemetry); only cmd/jetembed, through
 // internal/telemetry/export, pulls the SDK and the exporters. The gateway
-// registers its own Prometheus collectors (the runtime, which serves it,
+// registers its own Prometheus collectors (the node, which serves it,
 // pulls those too) and the bench and test rigs are not libraries, so they
 // are left out.
 func TestLibrariesPullNoSDK(t *testing.T) {
-	libs := []string{"schema", "client", "engine", "engine/ort", "jobloop", "fleet", "jetstream", "runtime", "internal/telemetry"}
+	libs := []string{"schema", "client", "engine", "engine/ort", "consumer", "fleet", "jetstream", "node", "internal/telemetry"}
 	args := make([]string, len(libs))
 	for i, l := range libs {
 		args[i] = "./" + l
@@ -225,9 +258,9 @@ func TestLibrariesPullNoSDK(t *testing.T) {
 		}
 		for _, d := range p.Deps {
 			for _, bad := range sdkPaths {
-				// The runtime serves the gateway, which registers its own
+				// The node serves the gateway, which registers its own
 				// Prometheus collectors on the registry it is given.
-				if l == "runtime" && bad == "github.com/prometheus/client_golang" {
+				if l == "node" && bad == "github.com/prometheus/client_golang" {
 					continue
 				}
 				if strings.HasPrefix(d, bad) {
@@ -278,5 +311,80 @@ func TestCgoOnlyInHFBackend(t *testing.T) {
 				t.Errorf("%s imports %s, which uses cgo", r, imp)
 			}
 		}
+	}
+}
+
+// upward lists the imports of graph (package -> the project packages it
+// imports) that do not run down: to a package on the same floor or
+// higher, or to or from a package that has no floor.
+func upward(graph map[string][]string, floor map[string]int) []string {
+	var bad []string
+	for from, imps := range graph {
+		f, ok := floor[from]
+		if !ok {
+			bad = append(bad, from+" has no floor: add it to floor, above what it imports")
+			continue
+		}
+		for _, imp := range imps {
+			g, ok := floor[imp]
+			switch {
+			case !ok:
+				bad = append(bad, from+" imports "+imp+", which has no floor")
+			case g >= f:
+				bad = append(bad, fmt.Sprintf("%s (floor %d) imports %s (floor %d): imports run down only", from, f, imp, g))
+			}
+		}
+	}
+	slices.Sort(bad)
+	return bad
+}
+
+// TestImportsRunDown: every project import of every package, and every
+// import mayImport allows, goes to a lower floor.
+func TestImportsRunDown(t *testing.T) {
+	graph := map[string][]string{}
+	for path, p := range list(t, "./...") {
+		r := rel(path)
+		if r == "" {
+			continue
+		}
+		graph[r] = nil
+		for _, imp := range p.Imports {
+			if ir := rel(imp); ir != "" {
+				graph[r] = append(graph[r], ir)
+			}
+		}
+	}
+	for _, msg := range upward(graph, floor) {
+		t.Error(msg)
+	}
+	allowed := map[string][]string{}
+	for from, imps := range mayImport {
+		allowed[from] = slices.DeleteFunc(slices.Clone(imps), func(s string) bool { return s == anyPkg })
+	}
+	for _, msg := range upward(allowed, floor) {
+		t.Errorf("mayImport allows an upward import: %s", msg)
+	}
+}
+
+// TestUpwardImportFails: the floor check reports an import that runs up
+// (the engine importing the job loop) or sideways, and one to a package
+// with no floor.
+func TestUpwardImportFails(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		graph map[string][]string
+	}{
+		{"up", map[string][]string{"engine": {"consumer"}}},
+		{"sideways", map[string][]string{"consumer": {"fleet"}}},
+		{"unknown", map[string][]string{"consumer": {"nowhere"}}},
+		{"no floor", map[string][]string{"nowhere": {"schema"}}},
+	} {
+		if got := upward(tc.graph, floor); len(got) != 1 {
+			t.Errorf("%s: upward(%v) = %q, want one finding", tc.name, tc.graph, got)
+		}
+	}
+	if got := upward(map[string][]string{"consumer": {"engine", "schema"}}, floor); len(got) != 0 {
+		t.Errorf("downward imports reported: %q", got)
 	}
 }

@@ -2,7 +2,7 @@
 // jetstream: a nats-server with the jetembed streams, consumer and buckets
 // provisioned, and a connection to it. [Provisioned] is the one way the
 // tests of jetstream (its external _test package), fleet, faults and
-// runtime set one up, instead of each repeating Connect, New and
+// node set one up, instead of each repeating Connect, New and
 // Provision.
 //
 // The server itself comes from internal/natstest (in process, a cluster,

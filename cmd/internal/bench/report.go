@@ -1,0 +1,185 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/jetembed/jetembed/engine"
+)
+
+// Goals of issues 8 and 13, each checked in the table.
+const (
+	GoalEfficiency = 0.97 // pipeline / bare engine texts/s
+	GoalOverhead   = 0.05 // loop time per text / engine time per text
+	GoalNaive      = 3.0  // pipeline / naive texts/s
+	GoalPeer       = 1.2  // jetembed engine / best peer texts/s
+	GoalPacking    = 0.97 // real / padded tokens of the bare engine on CPU
+	// GoalIdleP50 bounds the idle request-reply added latency p50;
+	// GoalBacklogSlack is what a request under a bulk backlog may add to
+	// the idle p99 beyond one chunk (engine.DefaultMaxChunkLatency).
+	GoalIdleP50      = time.Millisecond
+	GoalBacklogSlack = 50 * time.Millisecond
+)
+
+// Efficiency is pipeline texts/s over bare engine texts/s.
+func (r *Report) Efficiency() float64 { return ratio(r.Pipeline.PerSecond(), r.Engine.PerSecond()) }
+
+// Overhead is the time per text of the full loop around a no-op engine as a
+// share of the real engine's time per text (engine texts/s over no-op
+// pipeline texts/s).
+func (r *Report) Overhead() float64 { return ratio(r.Engine.PerSecond(), r.Noop.PerSecond()) }
+
+// OverNaive is pipeline texts/s over the naive baseline's.
+func (r *Report) OverNaive() float64 { return ratio(r.Pipeline.PerSecond(), r.Naive.PerSecond()) }
+
+// OverPeer is jetembed's bare engine over the peer's best batch size, on the
+// peer's texts; 0 without a peer.
+func (r *Report) OverPeer() float64 {
+	if r.Peer == nil {
+		return 0
+	}
+	return ratio(r.PeerEngine.PerSecond(), r.Peer.Best().TextsPerS)
+}
+
+// denseFLOPs is the floating-point operations per token of an encoder's
+// dense layers: per layer the Q, K, V and output projections (4h^2
+// multiply-adds) and the feed-forward pair (2 h x intermediate).
+func denseFLOPs(layers, hidden, intermediate int) float64 {
+	h, i := float64(hidden), float64(intermediate)
+	return 2 * float64(layers) * (4*h*h + 2*h*i)
+}
+
+// GFLOPsPerCore is the dense-layer arithmetic rate of tokens run in d
+// over cores, in GFLOP/s per core.
+func (r *Report) GFLOPsPerCore(tokens int, d time.Duration) float64 {
+	cores := r.Config.Sessions * r.Config.Threads
+	if d <= 0 || cores == 0 {
+		return 0
+	}
+	return float64(tokens) * r.DenseFLOPs / d.Seconds() / float64(cores) / 1e9
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
+
+func rounds(rates []float64) string {
+	var b strings.Builder
+	for i, x := range rates {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%.1f", x)
+	}
+	return b.String()
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+// Markdown writes the results: the goal table first, then the raw rates
+// every ratio comes from.
+func (r *Report) Markdown(w io.Writer) error {
+	c := r.Config
+	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
+	p("Model `%s` (%s); %d session(s) x %d intra-op thread(s); corpus of %d texts in %d jobs (seed %d); run took %s.\n\n",
+		r.ModelID, c.ModelDir, c.Sessions, c.Threads, r.Engine.Texts, r.Jobs, c.Seed, r.Took.Round(time.Second))
+
+	p("| Measure | Result | Goal | |\n|---|---|---|---|\n")
+	p("| Pipeline efficiency (NATS bulk texts/s / bare engine texts/s) | %.3f | >= %.2f | %s |\n",
+		r.Efficiency(), GoalEfficiency, verdict(r.Efficiency() >= GoalEfficiency))
+	p("| Loop overhead (no-op engine loop time per text / engine time per text) | %.2f%% | < %.0f%% | %s |\n",
+		100*r.Overhead(), 100*GoalOverhead, verdict(r.Overhead() < GoalOverhead))
+	p("| Pipeline / naive baseline (one session run per job) | %.2fx | >= %.0fx | %s |\n",
+		r.OverNaive(), GoalNaive, verdict(r.OverNaive() >= GoalNaive))
+	if r.Peer != nil {
+		b := r.Peer.Best()
+		p("| jetembed engine / transformers.js best (batch %d) | %.2fx | >= %.1fx | %s |\n",
+			b.Batch, r.OverPeer(), GoalPeer, verdict(r.OverPeer() >= GoalPeer))
+	} else if r.PeerErr != nil {
+		p("| jetembed / transformers.js | not measured: %v | >= %.1fx | **missed** |\n", r.PeerErr, GoalPeer)
+	}
+	p("| Packing: real/padded tokens, packer vs arrival-order batches of %d | %.3f vs %.3f | >= %.2f | %s |\n",
+		arrivalBatch, r.Engine.Fill(), r.Arrival.Fill(), GoalPacking, verdict(r.Engine.Fill() >= GoalPacking))
+	p("| Packing: bare engine texts/s / arrival-order texts/s | %.2fx | | |\n", ratio(r.Engine.PerSecond(), r.Arrival.PerSecond()))
+	i50, i99 := r.Idle.Added()
+	p("| Request-reply added latency, one short text, idle: p50 / p99 | %s / %s | p50 <= %s | %s |\n", ms(i50), ms(i99), ms(GoalIdleP50), verdict(i50 <= GoalIdleP50))
+	l50, l99 := r.Loaded.Added()
+	p("| Request-reply added latency, 50%% load (%.0f texts/s): p50 / p99 | %s / %s | | |\n", r.Loaded.LoadTexts, ms(l50), ms(l99))
+	b50, b99 := r.Backlog.Added()
+	bound := i99 + engine.DefaultMaxChunkLatency + GoalBacklogSlack
+	p("| Request-reply added latency under a bulk backlog (producer at %.0f texts/s, %d of %d jobs done at the end): p50 / p99, refused | %s / %s, %d refused | p99 <= %s (idle p99 + max-chunk-latency + %s), 0 refused | %s |\n",
+		r.Backlog.LoadTexts, r.Backlog.LoadDone, r.Backlog.LoadJobs, ms(b50), ms(b99), r.Backlog.Refused, ms(bound), ms(GoalBacklogSlack), verdict(b99 <= bound && r.Backlog.Refused == 0))
+	if g := r.Gateway; g.Calls > 0 {
+		a50, a99 := g.Added()
+		p("| HTTP gateway / bare request-reply, one short text: calls/s with %d callers (ratio), added latency p50 / p99 | %.0f / %.0f (%.2f), %s / %s | reported | |\n",
+			g.Callers, g.HTTPRate, g.BareRate, g.Ratio(), ms(a50), ms(a99))
+	}
+	p("| Session busy fraction during the best bulk run (time in Run / wall / sessions) | %.3f | reported | |\n", r.Busy)
+	p("| Peak RSS of the bulk run (VmHWM) / RSS before it | %d MiB / %d MiB | bounded by the in-flight budget | |\n\n",
+		r.Pipeline.PeakRSS>>20, r.Pipeline.BaseRSS>>20)
+
+	p("Raw measurements:\n\n| Contender | Texts | Seconds | Texts/s | Real/padded tokens |\n|---|---|---|---|---|\n")
+	row := func(name string, x Rate) {
+		fill := "n/a"
+		if x.Padded > 0 {
+			fill = fmt.Sprintf("%d / %d (%.3f)", x.Tokens, x.Padded, x.Fill())
+		}
+		p("| %s | %d | %.2f | %.1f | %s |\n", name, x.Texts, x.Elapsed.Seconds(), x.PerSecond(), fill)
+	}
+	row(fmt.Sprintf("bare engine, one call per job (%d calls at once, as the consumer makes them; best of rounds: %s)", r.EngineCalls, rounds(r.EngineRounds)), r.Engine)
+	row(fmt.Sprintf("pipeline through NATS, queue pre-filled (best of rounds: %s)", rounds(r.PipelineRounds)), r.Pipeline.Rate)
+	row("naive: one session run per job through NATS", r.Naive.Rate)
+	row(fmt.Sprintf("arrival-order batches of %d on bare sessions", arrivalBatch), r.Arrival)
+	row("no-op engine, bare (one call per job)", r.NoopEngine)
+	row("no-op engine through NATS", r.Noop.Rate)
+	if r.Peer != nil {
+		row(fmt.Sprintf("bare engine on the peer's texts, calls of 256 texts (best of before/after the peer: %s)", rounds(r.PeerEngineRounds)), r.PeerEngine)
+		for _, pr := range r.Peer.Runs {
+			p("| transformers.js %s, batch %d, %d thread(s) (best of rounds: %s) | %d | %.2f | %.1f | n/a |\n",
+				r.Peer.Version, pr.Batch, r.Peer.Threads, rounds(pr.Rounds), r.Peer.Texts, pr.Seconds, pr.TextsPerS)
+		}
+	}
+	p("\nLatency: %d sequential requests of %q each; engine p50 %s (bare Embed), request p50 %s / p99 %s idle, %s / %s at 50%% load, where the bare p50 was %s (the background producer queued %d jobs, of which %d were done when the requests ended).\n",
+		r.Idle.Requests, shortText, ms(r.Idle.Engine), ms(r.Idle.P50), ms(r.Idle.P99), ms(r.Loaded.P50), ms(r.Loaded.P99), ms(r.Loaded.Engine), r.Loaded.LoadJobs, r.Loaded.LoadDone)
+	p("\nMemory: peak RSS %d MiB during the bulk run, %d MiB just before it (the process also holds the embedded nats-server and the producer); in-flight budgets: consumer %d estimated tokens, engine %d tokens. The no-op run peaked at %d MiB, the naive run at %d MiB.\n",
+		r.Pipeline.PeakRSS>>20, r.Pipeline.BaseRSS>>20, r.InFlightTokens, r.EngineAdmissionTokens, r.Noop.PeakRSS>>20, r.Naive.PeakRSS>>20)
+	if r.DenseFLOPs > 0 {
+		p("\nArithmetic: a token costs %.3g MFLOP in the encoder's dense layers alone (attention scores, embeddings and heads not counted), so the bare engine sustained at least %.0f GFLOP/s per core on the corpus (padded tokens x that / seconds / %d cores)",
+			r.DenseFLOPs/1e6, r.GFLOPsPerCore(r.Engine.Padded, r.Engine.Elapsed), r.Config.Sessions*r.Config.Threads)
+		if r.Peer != nil {
+			b := r.Peer.Best()
+			p(" and %.0f on the peer's texts, where transformers.js at batch %d sustained %.0f (their real tokens; batch 1 pads nothing)",
+				r.GFLOPsPerCore(r.PeerEngine.Padded, r.PeerEngine.Elapsed), b.Batch, r.GFLOPsPerCore(r.PeerEngine.Tokens, time.Duration(b.Seconds*float64(time.Second))))
+		}
+		p(". Read it against the cores' fp32 peak (an AVX-512 core with two FMA units: 64 FLOP per cycle, ~160 GFLOP/s at 2.5 GHz): both tools run the same graph on the same ONNX Runtime, and a ratio between them cannot exceed what is left of that peak.\n")
+	}
+	p("\n%s", method)
+	return nil
+}
+
+// method says how each figure is made, under the table it explains.
+const method = `How each figure is made (package cmd/internal/bench):
+
+- Corpus: synthetic English-word texts with a fixed seed, 25% of 3-12 words, 30% of 13-40, 35% of 41-160, 10% of 161-320; cut in order into jobs of which two in five hold one text and the others 2-32 texts.
+- Bare engine: Engine.Embed on the whole corpus, one call per job, all at once (as the consumer makes them: it runs every job it holds, and the engine's one queue packs their texts), after an untimed warm pass; the engine is the one serve builds on CPU (sessions, scheduler, run-time model fitted from the runs, no warm-up grid and no probe, chunks padded to their own longest text, heads). Bare engine and pipeline runs alternate for a few rounds and each keeps its best, since other load on the machine slows whichever runs while it happens.
+- Pipeline: a fresh embedded nats-server, the streams provisioned with the defaults, every job queued first, then a consumer like serve's (fetch loop, consumer, publisher, micro service) is started and timed until the last result is stored in EMBED_RESULTS.
+- No-op loop: the same pipeline and engine (tokenizer, packer, scheduler, heads) on sessions that return zeros at once; its time per text, divided by the real engine's time per text, is the overhead.
+- Naive baseline: the same pipeline with one job per Embed call and one session run per job, padded to the job's longest text, no packing across jobs (dense only).
+- Gateway: a fresh nats-server and worker on the same engine, and jetembed's HTTP gateway (package gateway, as ` + "`jetembed gateway`" + ` runs it) in front of that service on a loopback port. The short text is asked alternately through the Go client (request-reply) and as POST /v1/embeddings through the gateway, sequentially, for the latencies; then 16 callers at once ask it for 2 s each way, twice, alternating, for the calls/s (each keeps its best). The ratio and the added latency are of the same run.
+- Arrival-order batching: fixed batches of 32 texts in arrival order on bare sessions, each padded to its longest text, tokenizing inside the timing.
+- Latency: sequential request-reply calls of one short text through the micro service, one every 200 ms (at most one minute), each preceded by a bare Embed of the same text; the added latency is the request percentile minus the bare p50. Under load a producer queues corpus jobs at half the measured pipeline rate meanwhile; under a backlog at twice that rate, so bulk work piles up in the stream and the engine; a request answered overloaded is counted as refused.
+- Peer: @huggingface/transformers feature-extraction (CLS pooling, normalized) on onnxruntime-node's bundled CPU ONNX Runtime, the same model.onnx and tokenizer.json through symlinks, intra-op threads = sessions x threads, every batch size warmed once and then timed over the same texts in two rounds, keeping the best; jetembed's bare engine is timed on those texts right before and right after the peer, keeping the best.
+- Peak RSS: /proc/self/status VmHWM, reset through /proc/self/clear_refs right before the bulk run. The process also holds the embedded nats-server, the producer and, during the bulk run, the stored jobs and results.
+`

@@ -1,0 +1,214 @@
+package consumer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/jetembed/jetembed/schema"
+)
+
+// ErrConfig reports an unusable [Config].
+var ErrConfig = errors.New("consumer: invalid config")
+
+// Defaults of [Config.WithDefaults]. The in-flight budgets are what a
+// serving process derives from its engine when not given: 4 and 2 times
+// the padded tokens of one run of every session (here one session of
+// 16384).
+const (
+	DefaultInFlightTokens     = 4 * 16384
+	DefaultInteractiveTokens  = 2 * 16384
+	DefaultInProgressFraction = 0.5
+	DefaultRequestWait        = 10 * time.Second
+	// MaxRequestWait bounds the wait for interactive room of a request
+	// whose deadline is further away (a caller's deadline is its own; a
+	// queue slot held for hours is not).
+	MaxRequestWait = 5 * time.Minute
+)
+
+// The delivery limits of a loop that no server gives any (one fed by a
+// program or a test, not by jetstream.StartWorker): nats-server's AckWait
+// for a consumer created without one, and five deliveries.
+const (
+	fallbackAckWait    = 30 * time.Second
+	fallbackMaxDeliver = 5
+)
+
+// Config tunes a [Loop]. The zero value is usable after
+// [Config.WithDefaults]; [New] applies it.
+//
+// The loop holds no queue of its own: a job it admits goes to the engine
+// at once, in its own Embed call, where the engine's one queue packs its
+// texts with those of every other call (as TEI's one queue does). Its
+// budgets are admission: how many estimated tokens it holds, bulk and
+// interactive apart.
+type Config struct {
+	// InFlightTokens bounds the estimated tokens of all bulk jobs held (in
+	// the engine, or publishing); Submit blocks while it is full, so the
+	// fetch loop stops pulling. Default [DefaultInFlightTokens].
+	InFlightTokens int
+	// InteractiveTokens is the interactive jobs' own in-flight budget, so
+	// a bulk backlog never refuses them. Default
+	// [DefaultInteractiveTokens].
+	InteractiveTokens int
+	// RequestQueueTokens bounds the estimated tokens of the request-reply
+	// deliveries waiting for interactive room (their bodies are held
+	// meanwhile, about 3 bytes a token); beyond it a request is answered
+	// overloaded. Within it, a request waits as long as its deadline
+	// allows at the measured drain rate. Default 8 x InteractiveTokens.
+	RequestQueueTokens int
+	// InteractiveTenants are the tenants whose queued jobs may ask for
+	// priority "interactive"; nil means every tenant. A queued job of
+	// another tenant that asks for it runs as bulk (a warning once per
+	// tenant), so that a bulk producer cannot take the interactive budget
+	// meant for the callers who wait. Request-reply deliveries are
+	// interactive whatever it says: their fairness is per tenant already.
+	InteractiveTenants []string
+	// RequestWait is the longest a request without a deadline waits for
+	// interactive room before it is answered overloaded. One with a
+	// deadline waits until its deadline instead (at most [MaxRequestWait]).
+	// Default 10 s, the Go client's request timeout.
+	RequestWait time.Duration
+	// Delivery are the JetStream consumer's AckWait and MaxDeliver. They
+	// are the server's: jetstream.StartWorker sets them from the durable
+	// consumer (and [Loop.SetDeliveryLimits] when they change). A loop fed
+	// otherwise gets AckWait 30 s (nats-server's own default) and
+	// MaxDeliver 5 for a zero field.
+	Delivery DeliveryLimits
+	// InProgressFraction is how much of AckWait a held message waits, since
+	// its delivery or its last InProgress, before it is sent InProgress
+	// again, until it is settled.
+	InProgressFraction float64
+	// NakBackoff computes the delay of a NAK from the delivery count;
+	// JetStream's consumer BackOff applies to AckWait expiry, not to NAKs.
+	NakBackoff Backoff
+	// Limits bound what one job may ask for.
+	Limits schema.Limits
+	// Replies decides which reply subjects a result may go to; a job whose
+	// reply it refuses is dead-lettered as bad_reply with no result sent.
+	// The zero value is [schema.ReplyPolicy]'s defaults.
+	Replies schema.ReplyPolicy
+	// Model is the model id put in results; when empty, the Embedder's
+	// ModelID().
+	Model string
+	// EstimateTokens estimates a text's tokens for the in-flight budgets;
+	// default len(text)/3 + 2, which over-counts for most scripts.
+	EstimateTokens func(text string) int
+	// Logger receives one debug line per job and a warning per failure;
+	// texts are never logged. Default slog.Default().
+	Logger *slog.Logger
+	// Metrics records counts and latencies; nil records nothing.
+	Metrics Metrics
+	// Blobs stores results over the publisher's max payload (see
+	// [PayloadLimiter]); nil answers them result_too_large instead.
+	Blobs BlobStore
+	// MaxResultBytes caps one job's encoded result: a job over it fails
+	// result_too_large (DLQ, TERM), refused by the engine before it runs
+	// when its dense and ColBERT vectors alone exceed it
+	// ([engine.WithOutputLimit]), else once encoded. 0 or less: no cap.
+	MaxResultBytes int64
+	// Now is the clock; default time.Now. Tests move it.
+	Now func() time.Time
+}
+
+// WithDefaults returns c with every unset field filled in.
+func (c Config) WithDefaults() Config {
+	if c.InFlightTokens <= 0 {
+		c.InFlightTokens = DefaultInFlightTokens
+	}
+	if c.InteractiveTokens <= 0 {
+		c.InteractiveTokens = DefaultInteractiveTokens
+	}
+	if c.RequestQueueTokens <= 0 {
+		c.RequestQueueTokens = 8 * c.InteractiveTokens
+	}
+	if c.RequestWait <= 0 {
+		c.RequestWait = DefaultRequestWait
+	}
+	if c.Delivery.AckWait <= 0 {
+		c.Delivery.AckWait = fallbackAckWait
+	}
+	if c.Delivery.MaxDeliver == 0 {
+		c.Delivery.MaxDeliver = fallbackMaxDeliver
+	}
+	if c.InProgressFraction <= 0 {
+		c.InProgressFraction = DefaultInProgressFraction
+	}
+	c.NakBackoff = c.NakBackoff.withDefaults()
+	c.Limits = c.Limits.WithDefaults()
+	c.Replies = c.Replies.WithDefaults()
+	if c.EstimateTokens == nil {
+		c.EstimateTokens = schema.EstimateTokens
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = nopMetrics{}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	switch {
+	case c.InProgressFraction >= 1:
+		return fmt.Errorf("%w: InProgressFraction %g must be below 1, or the message expires first", ErrConfig, c.InProgressFraction)
+	case c.Delivery.MaxDeliver < -1:
+		return fmt.Errorf("%w: MaxDeliver %d (use -1 for unlimited)", ErrConfig, c.Delivery.MaxDeliver)
+	case c.NakBackoff.Jitter > 1:
+		return fmt.Errorf("%w: NakBackoff.Jitter %g above 1 could make a delay negative", ErrConfig, c.NakBackoff.Jitter)
+	case c.NakBackoff.Max < c.NakBackoff.Base:
+		return fmt.Errorf("%w: NakBackoff.Max %v below Base %v", ErrConfig, c.NakBackoff.Max, c.NakBackoff.Base)
+	}
+	if err := c.Replies.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	return nil
+}
+
+// Backoff is the NAK delay policy: Base x 2^(n-1) for delivery n, capped at
+// Max, then spread by up to ±Jitter of itself so jobs refused together do
+// not all come back together. A zero Jitter means the default; a negative
+// one means none, for tests that assert exact delays.
+type Backoff struct {
+	Base, Max time.Duration
+	Jitter    float64
+}
+
+// Default NAK backoff.
+const (
+	DefaultNakBase   = time.Second
+	DefaultNakMax    = time.Minute
+	DefaultNakJitter = 0.2
+)
+
+func (b Backoff) withDefaults() Backoff {
+	if b.Base <= 0 {
+		b.Base = DefaultNakBase
+	}
+	if b.Max <= 0 {
+		b.Max = max(DefaultNakMax, b.Base)
+	}
+	if b.Jitter == 0 {
+		b.Jitter = DefaultNakJitter
+	}
+	return b
+}
+
+// Delay returns the NAK delay for delivery n (1 on first delivery).
+func (b Backoff) Delay(n uint64) time.Duration {
+	d := b.Base
+	for i := uint64(1); i < n && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	if b.Jitter > 0 {
+		d += time.Duration((rand.Float64()*2 - 1) * b.Jitter * float64(d))
+	}
+	return d
+}
