@@ -49,8 +49,8 @@ func passwordVariable(name string) string {
 // many it may have at once, and no tenant can take another's names.
 func tenantImports(name string, consumers int) (services, streams []string) {
 	services = []string{
-		"embed.jobs." + name,
-		"embed.jobs." + name + ".>",
+		strings.TrimSuffix(schema.SubjectJobs, ">") + name,
+		strings.TrimSuffix(schema.SubjectJobs, ">") + name + ".>",
 		schema.SubjectEmbed + "." + name,
 		schema.SubjectRerank + "." + name,
 		schema.SubjectTokenize + "." + name,
@@ -81,7 +81,7 @@ func tenantImports(name string, consumers int) (services, streams []string) {
 // shared inbox, or $SRV (micro's discovery answers any reply subject).
 // Lines of at most four subjects, as the block prints them.
 var tenantDeny = [][]string{
-	{"embed.dlq.>", "embed.results.>", "embed.deliver.>", "$KV.>"},
+	{schema.SubjectDLQ, schema.SubjectResults, schema.SubjectDeliver + ".>", "$KV.>"},
 	{"$O.>", "$JS.ACK.>", "$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.CONSUMER.INFO.>"},
 	{"$JS.API.CONSUMER.DELETE.EMBED_JOBS.>", "$JS.API.CONSUMER.DELETE.EMBED_DLQ.>"},
 	{"$JS.API.CONSUMER.DELETE.KV_EMBED_ENGINES.>", "$JS.API.CONSUMER.DELETE.OBJ_EMBED_BLOBS.>"},
