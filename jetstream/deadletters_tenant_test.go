@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/internal/natstest"
 )
 
 // TestDeadLettersCappedPerTenant: the dead-letter stream caps letters per
