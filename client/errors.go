@@ -18,4 +18,9 @@ var (
 	// ErrBlob means a result stored as a blob could not be fetched: gone
 	// (past the bucket's TTL), too large, or not what the reference says.
 	ErrBlob = errors.New("result blob not fetched")
+	// ErrResultsConsumers means every results consumer name of the tenant
+	// is in use: the server grants each tenant a few
+	// ([schema.DefaultResultsConsumers]), so no tenant takes the results
+	// stream's consumers from the others.
+	ErrResultsConsumers = errors.New("no results consumer of the tenant free")
 )

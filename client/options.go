@@ -30,11 +30,14 @@ type options struct {
 	resultsStream string
 	blobsBucket   string
 	maxBlobBytes  int64
-	endpoint      string
-	tenant        string
-	run           string
-	enc           schema.Encoding
-	outputs       []schema.Output
+	// resultsConsumers is how many results consumers of the tenant's
+	// names [Client.Results] tries.
+	resultsConsumers int
+	endpoint         string
+	tenant           string
+	run              string
+	enc              schema.Encoding
+	outputs          []schema.Output
 
 	// rerankEndpoint and tokenizeEndpoint are the service's other
 	// endpoints (embed.v1.rerank, embed.v1.tokenize).
@@ -43,7 +46,8 @@ type options struct {
 
 func defaultOptions() options {
 	o := options{endpoint: DefaultEndpoint, rerankEndpoint: DefaultRerankEndpoint, tokenizeEndpoint: DefaultTokenizeEndpoint,
-		run: nuid.Next(), blobsBucket: DefaultBlobsBucket, maxBlobBytes: DefaultMaxBlobBytes}
+		run: nuid.Next(), blobsBucket: DefaultBlobsBucket, maxBlobBytes: DefaultMaxBlobBytes,
+		resultsConsumers: schema.DefaultResultsConsumers}
 	o.streams(DefaultJobsSubject, DefaultResultsSubject, DefaultResultsStream)
 	return o
 }
@@ -135,6 +139,15 @@ func WithNames(n Names) Option {
 		set(&o.rerankEndpoint, n.RerankEndpoint)
 		set(&o.tokenizeEndpoint, n.TokenizeEndpoint)
 	}
+}
+
+// WithResultsConsumers is how many results consumers the tenant may have
+// at once (default [schema.DefaultResultsConsumers], what the shipped
+// deploy configuration grants): [Client.Results] reads through the first
+// of the tenant's consumer names ([schema.ResultsConsumerName]) not in
+// use, and fails with [ErrResultsConsumers] when all are.
+func WithResultsConsumers(n int) Option {
+	return func(o *options) { o.resultsConsumers = max(n, 1) }
 }
 
 // WithMaxBlobBytes bounds the result blob a client fetches (default 256

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
@@ -161,6 +162,19 @@ func replaySuffix(s string) bool {
 	return true
 }
 
+// deliverSubject is where a results consumer of the client delivers: with
+// a tenant, embed.deliver.<tenant>.<unique> ([schema.SubjectDeliver]): the
+// consumer lives in the account of the streams, and when tenants are
+// accounts of their own that space is what the fleet's account exports
+// to the tenant (its inbox is in its own account); without one, the
+// connection's inbox.
+func (c *Client) deliverSubject() string {
+	if c.o.tenant == "" {
+		return c.nc.NewInbox()
+	}
+	return schema.SubjectDeliver + "." + c.o.tenant + "." + nuid.Next()
+}
+
 // resultsHeartbeat is the push consumer's idle heartbeat: two missed ones
 // and it is created again.
 const resultsHeartbeat = 2 * time.Second
@@ -171,6 +185,7 @@ const resultsHeartbeat = 2 * time.Second
 type pushReader struct {
 	c      *Client
 	filter string
+	name   string // the tenant's consumer name in use, "" for none
 	next   uint64 // stream sequence to start a new consumer at
 	seen   uint64 // consumer sequence of the last delivery read
 
@@ -185,10 +200,48 @@ type pushReader struct {
 // open creates the consumer and starts consuming; it returns the number
 // of results stored from next on.
 func (r *pushReader) open(ctx context.Context) (uint64, error) {
+	pc, err := r.create(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return r.consume(pc)
+}
+
+// create creates the push consumer from next on: with a tenant, under
+// the first of the tenant's results consumer names
+// ([schema.ResultsConsumerName]) not in use, the only names the server
+// lets it create; without one, under a unique name.
+func (r *pushReader) create(ctx context.Context) (natsjs.PushConsumer, error) {
+	cfg := r.config(nuid.Next())
+	if r.c.o.tenant == "" {
+		return r.c.js.CreatePushConsumer(ctx, r.c.o.resultsStream, cfg)
+	}
+	for k := range r.c.o.resultsConsumers {
+		cfg.Name = schema.ResultsConsumerName(r.c.o.tenant, k)
+		pc, err := r.c.js.CreatePushConsumer(ctx, r.c.o.resultsStream, cfg)
+		switch {
+		case err == nil:
+			r.name = cfg.Name
+			return pc, nil
+		case errors.Is(err, natsjs.ErrConsumerExists), errors.Is(err, natsjs.ErrConsumerNameAlreadyInUse):
+			continue
+		case errors.Is(err, nats.ErrNoResponders):
+			// Tenants as accounts: a name past the tenant's cap is not
+			// imported, and nobody answers it.
+			return nil, fmt.Errorf("%w: %s (the %d before it are in use; a reader that stopped without deleting its consumer holds its name for a minute)", ErrResultsConsumers, cfg.Name, k)
+		default:
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("%w: all %d (%s...) are in use", ErrResultsConsumers, r.c.o.resultsConsumers, schema.ResultsConsumerName(r.c.o.tenant, 0))
+}
+
+// config is the results consumer named name.
+func (r *pushReader) config(name string) natsjs.ConsumerConfig {
 	cfg := natsjs.ConsumerConfig{
-		Name:              nuid.Next(),
+		Name:              name,
 		FilterSubject:     r.filter,
-		DeliverSubject:    r.c.nc.NewInbox(),
+		DeliverSubject:    r.c.deliverSubject(),
 		DeliverPolicy:     natsjs.DeliverAllPolicy,
 		AckPolicy:         natsjs.AckNonePolicy,
 		FlowControl:       true,
@@ -200,10 +253,11 @@ func (r *pushReader) open(ctx context.Context) (uint64, error) {
 	if r.next > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, r.next
 	}
-	pc, err := r.c.js.CreatePushConsumer(ctx, r.c.o.resultsStream, cfg)
-	if err != nil {
-		return 0, err
-	}
+	return cfg
+}
+
+// consume starts consuming pc.
+func (r *pushReader) consume(pc natsjs.PushConsumer) (uint64, error) {
 	msgs, reset, gone := make(chan natsjs.Msg, 64), make(chan struct{}, 1), make(chan struct{})
 	// deliver runs on the subscription's goroutine: blocking it holds back
 	// the flow control answer, so the server waits for the reader.
@@ -223,6 +277,7 @@ func (r *pushReader) open(ctx context.Context) (uint64, error) {
 	}))
 	if err != nil {
 		close(gone)
+		r.remove()
 		return 0, err
 	}
 	r.cc, r.msgs, r.reset, r.gone, r.seen = cc, msgs, reset, gone, 0
@@ -281,7 +336,8 @@ func (r *pushReader) reopen(ctx context.Context) error {
 	}
 }
 
-// stop ends the current generation.
+// stop ends the current generation, and deletes its consumer when it
+// holds one of the tenant's names.
 func (r *pushReader) stop() {
 	if r.cc == nil {
 		return
@@ -289,4 +345,18 @@ func (r *pushReader) stop() {
 	close(r.gone)
 	r.cc.Stop()
 	r.cc = nil
+	r.remove()
+}
+
+// remove deletes the tenant's named consumer, so that its name is free at
+// once; one left behind (a lost connection) goes after its inactive
+// threshold.
+func (r *pushReader) remove() {
+	if r.name == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = r.c.js.DeleteConsumer(ctx, r.c.o.resultsStream, r.name)
+	r.name = ""
 }

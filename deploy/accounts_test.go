@@ -88,7 +88,9 @@ func TestAccountsConfParses(t *testing.T) {
 		}
 	}
 	slices.Sort(users)
-	want := []string{"embedder@EMBED", "gateway@EMBED", "producer-a@EMBED", "producer-b@EMBED", "provisioner@EMBED", "sys@SYS"}
+	// Tenants are accounts of their own name; the fleet's account holds
+	// the embedders and the provisioner.
+	want := []string{"embedder@EMBED", "gateway@gateway", "producer-a@producer-a", "producer-b@producer-b", "provisioner@EMBED", "sys@SYS"}
 	if !slices.Equal(users, want) {
 		t.Errorf("users %v, want %v", users, want)
 	}
@@ -247,9 +249,27 @@ func TestPermissionModel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ajs.Publish(ctx, "embed.jobs.producer-a.run.a1", []byte(`{"v":1,"id":"a1","texts":["x"],"reply":"embed.results.producer-a.a1"}`),
-		natsjs.WithExpectLastSequencePerSubject(0)); err != nil {
+	// The publish crosses from producer-a's account into EMBED's jobs
+	// stream through the service import, and the stream's PubAck comes
+	// back through the reply the server made for it.
+	ack, err := ajs.Publish(ctx, "embed.jobs.producer-a.run.a1", []byte(`{"v":1,"id":"a1","texts":["x"],"reply":"embed.results.producer-a.a1"}`),
+		natsjs.WithExpectLastSequencePerSubject(0), natsjs.WithMsgID("a1"))
+	if err != nil {
 		t.Fatalf("producer-a: publish job: %v", err)
+	}
+	if ack.Stream != "EMBED_JOBS" || ack.Sequence != 1 || ack.Duplicate {
+		t.Errorf("producer-a: PubAck %+v, want EMBED_JOBS seq 1", ack)
+	}
+	// Dedupe works across the import too.
+	if ack, err := ajs.Publish(ctx, "embed.jobs.producer-a.run.a1", []byte(`{"v":1,"id":"a1","texts":["x"]}`), natsjs.WithMsgID("a1")); err != nil || !ack.Duplicate {
+		t.Errorf("producer-a: the same job again: %+v, %v; want a duplicate", ack, err)
+	}
+	if st, err := pjs.Stream(ctx, "EMBED_JOBS"); err != nil {
+		t.Fatal(err)
+	} else if info, err := st.Info(ctx); err != nil || info.State.Msgs != 1 {
+		t.Fatalf("EMBED_JOBS after producer-a's publish: %+v, %v", info, err)
+	} else if m, err := st.GetLastMsgForSubject(ctx, "embed.jobs.producer-a.run.a1"); err != nil || m.Subject != "embed.jobs.producer-a.run.a1" {
+		t.Fatalf("EMBED_JOBS holds %v, %v", m, err)
 	}
 	prodA.allowed(t)
 	// Not under another tenant's token, nor on the bare service subject
@@ -333,11 +353,11 @@ func TestPermissionModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	emb.denied(t, "publish", "$JS.API.STREAM.PURGE.EMBED_JOBS")
-	// Dead letters go to embed.dlq.<code>: one token, nothing deeper.
-	if err := emb.Publish("embed.dlq.a.b", nil); err != nil {
+	// Dead letters go to embed.dlq.<code>[.<tenant>], nothing deeper.
+	if err := emb.Publish("embed.dlq.a.b.c", nil); err != nil {
 		t.Fatal(err)
 	}
-	emb.denied(t, "publish", "embed.dlq.a.b")
+	emb.denied(t, "publish", "embed.dlq.a.b.c")
 
 	// The embedder shares engine shapes through the KV bucket.
 	kv, err := ejs.KeyValue(ctx, "EMBED_ENGINES")
@@ -370,10 +390,12 @@ func TestPermissionModel(t *testing.T) {
 	emb.allowed(t)
 
 	// producer-a reads its stored results through a push consumer of its
-	// own results, delivered to its inbox.
-	inbox := prodA.NewInbox()
+	// own results.
+	// The consumer lives in EMBED; it delivers to embed.deliver.producer-a.>,
+	// which EMBED exports to producer-a alone.
+	inbox := "embed.deliver.producer-a.mine"
 	pc, err := ajs.CreatePushConsumer(ctx, "EMBED_RESULTS", natsjs.ConsumerConfig{
-		Name: "mine", FilterSubject: "embed.results.producer-a.>", DeliverSubject: inbox, AckPolicy: natsjs.AckNonePolicy,
+		Name: "producer-a_r0", FilterSubject: "embed.results.producer-a.>", DeliverSubject: inbox, AckPolicy: natsjs.AckNonePolicy,
 		FlowControl: true, IdleHeartbeat: time.Second,
 	})
 	if err != nil {
@@ -440,8 +462,21 @@ func TestPermissionModel(t *testing.T) {
 		t.Errorf("producer-a: request embed.v1.embed.producer-a = %v, %v", resp, err)
 	}
 	prodA.allowed(t)
-	if err := prodA.PublishRequest("embed.v1.embed.producer-a", "orders.create", []byte(`{"v":1,"id":"r2","texts":["x"]}`)); err != nil {
+	// Whatever reply producer-a names, the service sees the server's routed
+	// reply (_R_.), and the answer goes back into producer-a's account:
+	// the embedder is granted no tenant's inbox.
+	own, err := prodA.SubscribeSync("_INBOX_producer-a.mine")
+	if err != nil {
 		t.Fatal(err)
 	}
-	emb.denied(t, "publish", "orders.create")
+	if err := prodA.PublishRequest("embed.v1.embed.producer-a", "_INBOX_producer-a.mine", []byte(`{"v":1,"id":"r2","texts":["x"]}`)); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := own.NextMsg(5 * time.Second); err != nil || string(m.Data) != "vectors" {
+		t.Errorf("producer-a: answer on its own reply: %v, %v", m, err)
+	}
+	if err := emb.Publish("_INBOX_producer-a.mine", nil); err != nil {
+		t.Fatal(err)
+	}
+	emb.denied(t, "publish", "_INBOX_producer-a.mine")
 }

@@ -22,8 +22,12 @@ import (
 	"github.com/jetembed/jetembed/schema"
 )
 
-// accountsConf is the deployment's permission file, used verbatim.
-const accountsConf = "../deploy/nats/accounts.conf"
+// accountsConf is the deployment's permission file, used verbatim
+// (tenants as accounts); singleAccountConf is the one-account layout.
+const (
+	accountsConf      = "../deploy/nats/accounts.conf"
+	singleAccountConf = "../deploy/nats/accounts-single.conf"
+)
 
 // accountsPassword is the password the tests give user.
 func accountsPassword(user string) string { return user + "-pw" }
@@ -32,9 +36,9 @@ func accountsPassword(user string) string { return user + "-pw" }
 // deploy/nats/accounts.conf included (changed by edit, when not nil), a
 // password for every user the file takes from the environment (the
 // process inherits it, restarts too).
-func startAccountsProcess(t *testing.T, edit func(conf []byte) []byte) *natstest.Process {
+func startAccountsProcess(t *testing.T, file string, edit func(conf []byte) []byte) *natstest.Process {
 	t.Helper()
-	conf, err := os.ReadFile(accountsConf)
+	conf, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,9 +88,10 @@ func connectAs(t *testing.T, url, user string, opts ...nats.Option) *nats.Conn {
 // dead-lettered publish_denied (dozens per restart); now each is logged as
 // lost to the reconnect, and none is dead-lettered.
 func TestRequestsAcrossServerRestartNotDenied(t *testing.T) {
-	t.Run("shipped", func(t *testing.T) { requestsAcrossRestart(t, nil) })
+	t.Run("shipped", func(t *testing.T) { requestsAcrossRestart(t, accountsConf, nil) })
+	t.Run("one account", func(t *testing.T) { requestsAcrossRestart(t, singleAccountConf, nil, "--tenant-accounts=false") })
 	t.Run("allow_responses", func(t *testing.T) {
-		requestsAcrossRestart(t, func(conf []byte) []byte {
+		requestsAcrossRestart(t, singleAccountConf, func(conf []byte) []byte {
 			// The embedder's block, up to the next user's.
 			s := string(conf)
 			at := strings.Index(s, "EMBEDDER: {\n")
@@ -104,16 +109,16 @@ func TestRequestsAcrossServerRestartNotDenied(t *testing.T) {
 			}
 			out := s[:at] + block + s[end:]
 			return []byte(out)
-		})
+		}, "--tenant-accounts=false")
 	})
 }
 
 // requestsAcrossRestart runs the restart under requests with the shipped
 // accounts.conf changed by edit; with an edit (allow_responses), it
 // requires the answers lost to the restart to have been seen as such.
-func requestsAcrossRestart(t *testing.T, edit func([]byte) []byte) {
+func requestsAcrossRestart(t *testing.T, file string, edit func([]byte) []byte, serveArgs ...string) {
 	bin := binary(t)
-	p := startAccountsProcess(t, edit)
+	p := startAccountsProcess(t, file, edit)
 	url := p.URL()
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -125,7 +130,7 @@ func requestsAcrossRestart(t *testing.T, edit func([]byte) []byte) {
 		t.Fatalf("provision as provisioner: %v\n%s", err, out)
 	}
 	t.Setenv("JETEMBED_NATS_PASSWORD", accountsPassword("embedder"))
-	s := startServe(t, append(baseServeArgs(t, url), "--nats-user", "embedder")...)
+	s := startServe(t, append(append(baseServeArgs(t, url), "--nats-user", "embedder"), serveArgs...)...)
 
 	req := connectAs(t, url, "producer-a", nats.CustomInboxPrefix("_INBOX_producer-a"))
 	// A job of several texts of a few hundred tokens: a few milliseconds

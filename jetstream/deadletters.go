@@ -30,7 +30,7 @@ var ErrNotReplayable = errors.New("dead letter not replayable")
 type Letter struct {
 	Seq     uint64
 	Time    time.Time
-	Subject string // where it is stored: <dlq prefix>.<code>, or the advisory's
+	Subject string // where it is stored: <dlq prefix>.<code>[.<tenant>], or the advisory's
 	Header  nats.Header
 	Data    []byte
 
@@ -133,18 +133,30 @@ func (d *DeadLetters) Letters(ctx context.Context, code string) iter.Seq2[Letter
 		}
 		cc := natsjs.OrderedConsumerConfig{}
 		if code != "" {
-			cc.FilterSubjects = []string{dlqPrefix(s.CachedInfo().Config.Subjects) + subjectToken(code)}
+			// A code's letters: <prefix><code> (no tenant) and
+			// <prefix><code>.<tenant>.
+			base := dlqPrefix(s.CachedInfo().Config.Subjects) + subjectToken(code)
+			cc.FilterSubjects = []string{base, base + ".>"}
 		}
-		var opts []natsjs.StreamInfoOpt
-		if code != "" {
-			opts = append(opts, natsjs.WithSubjectFilter(cc.FilterSubjects[0]))
+		// Nothing stored (under the code's subjects): nothing to wait for.
+		filters := cc.FilterSubjects
+		if len(filters) == 0 {
+			filters = []string{""}
 		}
-		info, err := s.Info(ctx, opts...)
-		if err != nil {
-			yield(Letter{}, fmt.Errorf("dead letters in %s: %w", stream, err))
-			return
+		stored := false
+		for _, f := range filters {
+			var opts []natsjs.StreamInfoOpt
+			if f != "" {
+				opts = append(opts, natsjs.WithSubjectFilter(f))
+			}
+			info, err := s.Info(ctx, opts...)
+			if err != nil {
+				yield(Letter{}, fmt.Errorf("dead letters in %s: %w", stream, err))
+				return
+			}
+			stored = stored || info.State.Msgs > 0 && (f == "" || len(info.State.Subjects) > 0)
 		}
-		if info.State.Msgs == 0 || code != "" && len(info.State.Subjects) == 0 {
+		if !stored {
 			return
 		}
 		cons, err := js.OrderedConsumer(ctx, stream, cc)

@@ -143,7 +143,7 @@ func TestPoisonMessagesAmongGoodOnes(t *testing.T) {
 		}
 		h := m.Headers()
 		if h.Get(jetstream.HeaderDLQCode) != string(b.code) || h.Get(jetstream.HeaderDLQDelivered) != "1" ||
-			h.Get(jetstream.HeaderSubject) != jobs || m.Subject() != "embed.dlq."+string(b.code) || string(m.Data()) != b.data {
+			h.Get(jetstream.HeaderSubject) != jobs || m.Subject() != jetstream.DeadLetterSubject("embed.dlq.", string(b.code), h.Get(schema.HeaderTenant)) || string(m.Data()) != b.data {
 			t.Errorf("dead letter of %s: subject %s headers %v body %q", b.id, m.Subject(), h, m.Data())
 		}
 	}

@@ -67,6 +67,10 @@ func (c Config) streamConfigs() []natsjs.StreamConfig {
 		if maxBytes == 0 {
 			maxBytes = -1
 		}
+		perSubject := s.MaxMsgsPerSubject
+		if perSubject == 0 {
+			perSubject = -1
+		}
 		return natsjs.StreamConfig{
 			Name:       s.Name,
 			Subjects:   append(slices.Clone(s.Subjects), extra...),
@@ -77,6 +81,9 @@ func (c Config) streamConfigs() []natsjs.StreamConfig {
 			MaxBytes:   maxBytes,
 			Duplicates: s.Duplicates,
 			Replicas:   c.Replicas,
+			// The oldest letters of a full subject go, never a new one:
+			// DiscardNewPerSubject stays off.
+			MaxMsgsPerSubject: perSubject,
 		}
 	}
 	var advisories []string
@@ -216,6 +223,7 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, want natsjs.StreamCo
 	d.check("Discard", have.Discard, want.Discard, true)
 	d.check("MaxAge", have.MaxAge, want.MaxAge, true)
 	d.check("MaxBytes", have.MaxBytes, want.MaxBytes, true)
+	d.check("MaxMsgsPerSubject", max(have.MaxMsgsPerSubject, -1), want.MaxMsgsPerSubject, true)
 	if want.Duplicates > 0 {
 		d.check("Duplicates", have.Duplicates, want.Duplicates, true)
 	}
@@ -224,6 +232,7 @@ func ensureStream(ctx context.Context, js natsjs.JetStream, want natsjs.StreamCo
 		upd := have
 		upd.Subjects, upd.Discard = want.Subjects, want.Discard
 		upd.MaxAge, upd.MaxBytes, upd.Replicas = want.MaxAge, want.MaxBytes, want.Replicas
+		upd.MaxMsgsPerSubject = want.MaxMsgsPerSubject
 		if want.Duplicates > 0 {
 			upd.Duplicates = want.Duplicates
 		}

@@ -23,6 +23,11 @@ type StreamSpec struct {
 	MaxBytes int64
 	// Duplicates is the window in which a repeated Nats-Msg-Id is dropped.
 	Duplicates time.Duration
+	// MaxMsgsPerSubject caps the messages of each subject (the oldest of
+	// that subject go first); 0 is unlimited. On the dead-letter stream,
+	// whose subjects are <prefix>.<code>.<tenant>, it is the cap per
+	// tenant and code: one tenant's junk evicts only its own letters.
+	MaxMsgsPerSubject int64
 }
 
 // ConsumerSpec is the wanted shape of the durable pull consumer the fleet
@@ -114,6 +119,12 @@ const (
 	DefaultJobsMaxBytes    = 1 << 30
 	DefaultResultsMaxBytes = 4 << 30
 	DefaultDLQMaxBytes     = 1 << 30
+	// DefaultDLQMaxPerSubject is the default cap of dead letters per
+	// tenant and code (EMBED_DLQ's MaxMsgsPerSubject): a tenant flooding
+	// one code keeps its newest 10,000 there and evicts no one else's, as
+	// long as the letters of every tenant fit DefaultDLQMaxBytes (the
+	// stream's own cap, which drops the oldest letters of all).
+	DefaultDLQMaxPerSubject = 10_000
 	// DefaultBlobsMaxBytes: a full bucket refuses new blobs, whose jobs
 	// are retried, then dead-lettered publish_failed.
 	DefaultBlobsMaxBytes = 2 << 30
@@ -139,6 +150,7 @@ func DefaultConfig() Config {
 		DLQ: StreamSpec{
 			Name: schema.StreamDLQ, Subjects: []string{schema.SubjectDLQ},
 			MaxAge: 14 * day, MaxBytes: DefaultDLQMaxBytes, Duplicates: 2 * time.Minute,
+			MaxMsgsPerSubject: DefaultDLQMaxPerSubject,
 		},
 		CaptureMaxDeliveries: true,
 		Consumer: ConsumerSpec{

@@ -168,8 +168,8 @@ func (p *Publisher) blobStore(ctx context.Context) (natsjs.ObjectStore, error) {
 }
 
 // PublishDLQ implements [consumer.Publisher]: the job's body and headers go
-// to <dlq prefix>.<code> with the reason in the Embed-Dlq-* headers, and the
-// DLQ stream must confirm it.
+// to <dlq prefix>.<code>.<tenant> ([DeadLetterSubject]) with the reason in
+// the Embed-Dlq-* headers, and the DLQ stream must confirm it.
 func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, header map[string][]string, data []byte) error {
 	ctx, cancel := withTimeout(ctx)
 	defer cancel()
@@ -205,7 +205,7 @@ func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, head
 	if dl.Excerpt {
 		h.Set(HeaderDLQExcerpt, "true")
 	}
-	m := &nats.Msg{Subject: p.dlqBase + subjectToken(code), Header: h, Data: data}
+	m := &nats.Msg{Subject: DeadLetterSubject(p.dlqBase, code, dl.Tenant), Header: h, Data: data}
 	opts := []natsjs.PublishOpt{natsjs.WithExpectStream(p.dlqName)}
 	// One dead letter per job and reason, even if the TERM is lost and the
 	// job terminated again.
@@ -218,6 +218,18 @@ func (p *Publisher) PublishDLQ(ctx context.Context, dl consumer.DeadLetter, head
 		return fmt.Errorf("%w: dead letter of job %q: %w", ErrNotConfirmed, dl.JobID, err)
 	}
 	return nil
+}
+
+// DeadLetterSubject is where a dead letter of tenant with code is stored:
+// <base><code>.<tenant>, or <base><code> without a tenant (base ends in
+// "."). The tenant token makes the stream's per-subject cap
+// (MaxMsgsPerSubject) a cap per tenant: a tenant's junk evicts only its
+// own letters.
+func DeadLetterSubject(base, code, tenant string) string {
+	if tenant == "" {
+		return base + subjectToken(code)
+	}
+	return base + subjectToken(code) + "." + subjectToken(tenant)
 }
 
 func withTimeout(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -11,6 +11,13 @@ const (
 	// SubjectResults is what the results stream captures: results of
 	// queued jobs go to embed.results.<tenant>.<...>.
 	SubjectResults = "embed.results.>"
+	// SubjectDeliver is where a tenant's results consumers deliver:
+	// embed.deliver.<tenant>.<id>, a space of the tenant's own that the
+	// fleet's account exports to it (a push consumer of the results stream
+	// lives in the fleet's account and delivers there; the tenant's inbox
+	// _INBOX_<tenant> is in its own account and cannot be exported by
+	// tenant token). Nothing is published there but deliveries.
+	SubjectDeliver = "embed.deliver"
 	// SubjectDLQ is what the dead-letter stream captures.
 	SubjectDLQ = "embed.dlq.>"
 	// SubjectService covers the request-reply endpoints below.

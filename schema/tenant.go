@@ -2,6 +2,7 @@ package schema
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -22,6 +23,11 @@ const (
 	// TenantPlaceholder stands for the job's tenant in a reply allow
 	// pattern (--reply-allow "audit.{tenant}.>").
 	TenantPlaceholder = "{tenant}"
+	// RoutedReplyPrefix starts the reply subject nats-server gives a
+	// request that crossed accounts through a service import: the server
+	// maps it (_R_.<random>.<random>) back to the requester's own inbox,
+	// in the requester's account, and to nobody else.
+	RoutedReplyPrefix = "_R_"
 )
 
 // Tenancy says who a job belongs to and where its results may go. A tenant
@@ -43,6 +49,13 @@ type Tenancy struct {
 	// <ResultsPrefix>.<tenant>.> and <InboxPrefix><tenant>.>; empty means
 	// [DefaultTenantResultsPrefix] and [DefaultTenantInboxPrefix].
 	ResultsPrefix, InboxPrefix string
+	// Accounts says that tenants are NATS accounts importing the fleet's
+	// subjects (deploy/nats/accounts.conf): a tenant's request arrives
+	// through a service import with a reply the server routes back to it
+	// alone ([RoutedReplyPrefix].>), which is then in the tenant's space
+	// too. Only the server creates such replies in the fleet's account
+	// (tenants have no user there), and their names are random.
+	Accounts bool
 }
 
 // WithDefaults returns t with every unset field filled in.
@@ -110,7 +123,8 @@ func (t Tenancy) JobTenant(subject string) (tenant string, ok bool) {
 
 // Space returns the subject patterns a result of tenant may go to without
 // an allow-list entry: <ResultsPrefix>.<tenant>.> and
-// <InboxPrefix><tenant>.>. Without a tenant it is the shared space:
+// <InboxPrefix><tenant>.>, and with [Tenancy.Accounts] the server's routed
+// replies ([RoutedReplyPrefix].>). Without a tenant it is the shared space:
 // with tenancy off (one space for every job) <ResultsPrefix>.> and
 // _INBOX.>; with tenancy on (a request on the service's bare subject, which
 // names no tenant) _INBOX.> alone, so that such a request never reaches any
@@ -118,12 +132,29 @@ func (t Tenancy) JobTenant(subject string) (tenant string, ok bool) {
 func (t Tenancy) Space(tenant string) []string {
 	t = t.WithDefaults()
 	switch {
+	case tenant != "" && t.Accounts:
+		return []string{t.ResultsPrefix + "." + tenant + ".>", t.InboxPrefix + tenant + ".>", RoutedReplyPrefix + ".>"}
 	case tenant != "":
 		return []string{t.ResultsPrefix + "." + tenant + ".>", t.InboxPrefix + tenant + ".>"}
 	case t.Off:
 		return []string{t.ResultsPrefix + ".>", SharedInbox + ".>"}
 	}
 	return []string{SharedInbox + ".>"}
+}
+
+// DefaultResultsConsumers is how many results consumers a tenant may have
+// at once in the shipped deploy configuration: the names
+// [ResultsConsumerName](tenant, 0..n-1) its account imports (or its user
+// is granted), each one reader of its stored results.
+const DefaultResultsConsumers = 4
+
+// ResultsConsumerName is the name of a tenant's k-th results consumer:
+// <tenant>_r<k>. The names of the results stream's consumers are one
+// namespace for every tenant; the server grants each tenant creating
+// (and deleting) only its own, so their number is the tenant's cap, and
+// no tenant can take another's.
+func ResultsConsumerName(tenant string, k int) string {
+	return tenant + "_r" + strconv.Itoa(k)
 }
 
 // ValidTenant reports whether s can be a tenant: one subject token as

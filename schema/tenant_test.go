@@ -130,3 +130,29 @@ func TestBlobKeyRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// TestTenancyAccountsRoutedReplies: with tenants as accounts a tenant's
+// space also holds the server's routed replies (_R_.>), never without a
+// tenant or in the one-account layout.
+func TestTenancyAccountsRoutedReplies(t *testing.T) {
+	acc := ReplyPolicy{Tenancy: Tenancy{Accounts: true}}
+	one := ReplyPolicy{}
+	for _, c := range []struct {
+		p      ReplyPolicy
+		tenant string
+		ok     bool
+	}{{acc, "acme", true}, {acc, "", false}, {one, "acme", false}, {one, "", false}} {
+		if got := c.p.Check(c.tenant, "_R_.abc.def") == nil; got != c.ok {
+			t.Errorf("accounts=%v tenant %q: routed reply allowed %v, want %v", c.p.Tenancy.Accounts, c.tenant, got, c.ok)
+		}
+	}
+	if acc.Check("acme", "_INBOX_other.x") == nil {
+		t.Error("another tenant's inbox allowed with tenants as accounts")
+	}
+}
+
+func TestResultsConsumerName(t *testing.T) {
+	if got := ResultsConsumerName("producer-a", 3); got != "producer-a_r3" {
+		t.Errorf("got %q", got)
+	}
+}

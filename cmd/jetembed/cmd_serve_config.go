@@ -40,6 +40,7 @@ type serveFlags struct {
 	tenantToken    int
 	tenantResults  string
 	tenantInbox    string
+	tenantAccounts bool
 	interTenants   string
 	api            *gatewayFlags
 }
@@ -69,6 +70,7 @@ func addServeFlags(fs *flagSet, provision, api string) *serveFlags {
 	fs.IntVar(&f.tenantToken, "tenant-token", schema.DefaultTenantToken, "position of the tenant in a job's subject (embed.jobs.<tenant>.>: 3); a reply goes only to the tenant's space (0: no tenants, one shared space: any embed.results.> or _INBOX.> reply)")
 	fs.StringVar(&f.tenantResults, "tenant-results-prefix", schema.DefaultTenantResultsPrefix, "a tenant's results space: <prefix>.<tenant>.>")
 	fs.StringVar(&f.tenantInbox, "tenant-inbox-prefix", schema.DefaultTenantInboxPrefix, "a tenant's inbox space: <prefix><tenant>.> (its connection's nats inbox prefix)")
+	fs.BoolVar(&f.tenantAccounts, "tenant-accounts", true, "tenants are NATS accounts importing the fleet's subjects (deploy/nats/accounts.conf): a request's reply may be the server's routed reply (_R_.>), which goes back to the requester alone (false: one account, replies only in the tenant's inbox or results)")
 	fs.StringVar(&f.interTenants, "interactive-tenants", "*", "tenants whose queued jobs may ask for priority interactive, comma separated; another tenant's run as bulk, so a bulk producer cannot take the budget of the callers who wait (*: every tenant; empty: none; requests are interactive whatever it says)")
 	f.api = addGatewayFlags(fs, "http-api", api)
 	return f

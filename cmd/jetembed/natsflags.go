@@ -87,6 +87,7 @@ type provisionFlags struct {
 	blobsMaxAge                           *time.Duration
 	jobsMaxBytes, blobsMaxBytes           *int
 	resultsMaxBytes, dlqMaxBytes          *int
+	dlqMaxPerSubject                      *int
 	dedupe                                *time.Duration
 	noAdvisories                          *bool
 	tuning                                *tuningFlags // nil without tuning flags
@@ -121,6 +122,8 @@ func addProvisionFlags(fs *flagSet, tuning bool) *provisionFlags {
 		dlqMaxAge: fs.Duration("dlq-max-age", d.DLQ.MaxAge, "keep dead letters this long"),
 		dlqMaxBytes: fs.Int("dlq-max-bytes", int(d.DLQ.MaxBytes),
 			"size cap of the dead-letter stream in bytes; when full the oldest letters are dropped (-1: none)"),
+		dlqMaxPerSubject: fs.Int("dlq-max-per-subject", int(d.DLQ.MaxMsgsPerSubject),
+			"dead letters kept per tenant and code (embed.dlq.<code>.<tenant>); a tenant's newer letters drop its own oldest, never another's (-1: none)"),
 		dedupe:       fs.Duration("dedupe-window", d.Jobs.Duplicates, "window in which a repeated job or result id is dropped"),
 		noAdvisories: fs.Bool("no-dlq-advisories", false, "do not capture max-delivery advisories in the dead-letter stream"),
 	}
@@ -145,6 +148,7 @@ func (f *provisionFlags) config() (jetstream.Config, error) {
 	c.Jobs.MaxAge, c.Results.MaxAge, c.DLQ.MaxAge = *f.jobsMaxAge, *f.resultsMaxAge, *f.dlqMaxAge
 	c.Jobs.MaxBytes = int64(*f.jobsMaxBytes)
 	c.Results.MaxBytes, c.DLQ.MaxBytes = int64(*f.resultsMaxBytes), int64(*f.dlqMaxBytes)
+	c.DLQ.MaxMsgsPerSubject = int64(*f.dlqMaxPerSubject)
 	c.Jobs.Duplicates, c.Results.Duplicates = *f.dedupe, *f.dedupe
 	c.CaptureMaxDeliveries = !*f.noAdvisories
 	c.Consumer.Name = *f.consumer

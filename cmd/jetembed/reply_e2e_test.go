@@ -92,7 +92,7 @@ func (r *replyRig) deadLetterCode(id string, code schema.Code) *nats.Msg {
 	if got := m.Header.Get(jetstream.HeaderDLQJobID); got != id {
 		r.t.Errorf("dead letter of job %q, want %q", got, id)
 	}
-	if got := m.Header.Get(jetstream.HeaderDLQCode); got != string(code) || m.Subject != "embed.dlq."+string(code) {
+	if got := m.Header.Get(jetstream.HeaderDLQCode); got != string(code) || m.Subject != jetstream.DeadLetterSubject("embed.dlq.", string(code), m.Header.Get(schema.HeaderTenant)) {
 		r.t.Errorf("job %s: dead letter on %s with code %q, want %s", id, m.Subject, got, code)
 	}
 	for k, vs := range m.Header {

@@ -18,7 +18,8 @@ func (f *serveFlags) replyPolicy(cfg jetstream.Config) (schema.ReplyPolicy, erro
 	deny := append(schema.DefaultReplyDeny(), cfg.Jobs.Subjects...)
 	deny = append(append(deny, cfg.DLQ.Subjects...), schema.SubjectEmbed, schema.SubjectEmbed+".>")
 	p := schema.ReplyPolicy{Allow: allow, Deny: deny, MaxBytes: f.maxReplyBytes,
-		Tenancy: schema.Tenancy{Off: f.tenantToken == 0, Token: f.tenantToken, ResultsPrefix: f.tenantResults, InboxPrefix: f.tenantInbox}}
+		Tenancy: schema.Tenancy{Off: f.tenantToken == 0, Token: f.tenantToken, ResultsPrefix: f.tenantResults, InboxPrefix: f.tenantInbox,
+			Accounts: f.tenantAccounts}}
 	if p.Tenancy.Off {
 		p.Tenancy.Token = 0
 	}

@@ -49,13 +49,30 @@ type tenancyRig struct {
 }
 
 func newTenancyRig(t *testing.T, ctx context.Context) *tenancyRig {
+	return newTenancyRigConf(t, ctx, accountsConf)
+}
+
+// singleAccountConf is the one-account layout: every tenant a user of the
+// fleet's account, serve run with --tenant-accounts=false.
+const singleAccountConf = "../../deploy/nats/accounts-single.conf"
+
+// layouts are the shipped permission layouts a tenancy proof runs under:
+// tenants as accounts (the default) and the one-account layout.
+var layouts = []struct{ name, conf string }{{"accounts", accountsConf}, {"one account", singleAccountConf}}
+
+// newTenancyRigConf is newTenancyRig with the permission layout of conf
+// (serve runs with --tenant-accounts=false under the one-account layout).
+func newTenancyRigConf(t *testing.T, ctx context.Context, conf string, serveArgs ...string) *tenancyRig {
 	t.Helper()
 	r := &tenancyRig{}
-	r.url, r.caFile = runTenancyServer(t)
+	r.url, r.caFile = runTenancyServerConf(t, conf)
 	if code, out, errOut := runCmd(t, ctx, append([]string{"provision"}, r.as(t, "provisioner")...)...); code != 0 {
 		t.Fatalf("provision as provisioner: exit %d: %s%s", code, out, errOut)
 	}
-	r.s = startOps(t, r.url, append(r.as(t, "embedder"), "--provision=off", "--http", "", "--http-api", "127.0.0.1:0")...)
+	if conf == singleAccountConf {
+		serveArgs = append(serveArgs, "--tenant-accounts=false")
+	}
+	r.s = startOps(t, r.url, append(append(r.as(t, "embedder"), "--provision=off", "--http", "", "--http-api", "127.0.0.1:0"), serveArgs...)...)
 	r.s.waitReady(t)
 	r.api = "http://" + r.s.logField(t, "http api listening", "addr")
 	nc, err := nats.Connect(r.url, nats.RootCAs(r.caFile), nats.UserInfo("provisioner", opsPassword("provisioner")))
@@ -79,8 +96,13 @@ func newTenancyRig(t *testing.T, ctx context.Context) *tenancyRig {
 
 // runTenancyServer is runAccountsServer with a smaller max payload.
 func runTenancyServer(t *testing.T) (url, caFile string) {
+	return runTenancyServerConf(t, accountsConf)
+}
+
+// runTenancyServerConf is runTenancyServer with the layout of file.
+func runTenancyServerConf(t *testing.T, file string) (url, caFile string) {
 	t.Helper()
-	conf, err := os.ReadFile(accountsConf)
+	conf, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -457,13 +479,23 @@ func directGetObject(t *testing.T, ctx context.Context, nc *nats.Conn, name stri
 
 // TestTenancyRedirectedAnswers (reproduction 2): producer-a's requests
 // naming another subject as their reply-to (the orders service, a guess at
-// producer-b's inbox, producer-b's results) get no answer anywhere: on its
-// own endpoint they are dead-lettered bad_reply as producer-a's; the bare
+// producer-b's inbox, producer-b's results) get no answer outside
+// producer-a's space. With tenants as accounts the server routes every
+// answer back into producer-a's own account (the service sees its routed
+// reply), where those subjects reach nobody else; in the one-account
+// layout they are dead-lettered bad_reply as producer-a's. The bare
 // endpoint, which names no tenant, it may not request at all.
 func TestTenancyRedirectedAnswers(t *testing.T) {
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) { redirectedAnswers(t, l.conf) })
+	}
+}
+
+func redirectedAnswers(t *testing.T, conf string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	r := newTenancyRig(t, ctx)
+	r := newTenancyRigConf(t, ctx, conf)
+	accounts := conf == accountsConf
 	a := connectProducer(t, r.url, r.caFile, "producer-a")
 	b := connectProducer(t, r.url, r.caFile, "producer-b")
 	caught := make(chan string, 16)
@@ -475,9 +507,15 @@ func TestTenancyRedirectedAnswers(t *testing.T) {
 	if err := b.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	// With tenants as accounts producer-a's answers come back to it, on
+	// the reply it named, in its own account.
+	mine, err := a.SubscribeSync("_INBOX_producer-a.mine.>")
+	if err != nil {
+		t.Fatal(err)
+	}
 	replies := []string{"orders.create", "_INBOX_producer-b.guess.1", "embed.results.producer-b.viareq"}
 	for _, endpoint := range []string{"embed.v1.embed", "embed.v1.embed.producer-a"} {
-		for i, reply := range replies {
+		for i, reply := range append(replies, "_INBOX_producer-a.mine.1") {
 			body := fmt.Sprintf(`{"id":"redir-%d","texts":["x"],"meta":{"chosen":"by the requester"}}`, i)
 			if err := a.PublishMsg(&nats.Msg{Subject: endpoint, Reply: reply, Header: nats.Header{schema.HeaderContentType: {schema.MediaTypeJSON}}, Data: []byte(body)}); err != nil {
 				t.Fatal(err)
@@ -487,8 +525,15 @@ func TestTenancyRedirectedAnswers(t *testing.T) {
 	if err := a.Flush(); err != nil {
 		t.Fatal(err)
 	}
+	if m, err := mine.NextMsg(20 * time.Second); err != nil || m.Header.Get(schema.HeaderErrorCode) != "" {
+		t.Fatalf("producer-a's request on its own inbox: %v, %v", m, err)
+	}
+	want := len(replies)
+	if accounts {
+		want = 0
+	}
 	var dls []*nats.Msg
-	for len(dls) < len(replies) {
+	for len(dls) < want {
 		m, err := r.dlq.NextMsg(5 * time.Second)
 		if err != nil {
 			break
@@ -500,8 +545,8 @@ func TestTenancyRedirectedAnswers(t *testing.T) {
 		t.Fatalf("producer-a's request was answered on %s", subj)
 	case <-time.After(time.Second):
 	}
-	if len(dls) != len(replies) {
-		t.Fatalf("%d dead letters, want %d", len(dls), len(replies))
+	if len(dls) != want {
+		t.Fatalf("%d dead letters, want %d", len(dls), want)
 	}
 	for _, m := range dls {
 		if dl := [2]string{m.Header.Get("Embed-Dlq-Code"), m.Header.Get("Embed-Tenant")}; dl != [2]string{"bad_reply", "producer-a"} {
@@ -514,7 +559,7 @@ func TestTenancyRedirectedAnswers(t *testing.T) {
 	if m, err := r.dlq.NextMsg(500 * time.Millisecond); err == nil {
 		t.Errorf("a further dead letter: %s %v (the bare endpoint reached the service)", m.Subject, m.Header)
 	}
-	if l := r.s.log.String(); !strings.Contains(l, "bad_reply") {
+	if l := r.s.log.String(); !accounts && !strings.Contains(l, "bad_reply") {
 		t.Errorf("serve logged no bad_reply:\n%s", l)
 	}
 	// Its own requests are answered on its own inbox.
