@@ -36,6 +36,14 @@ type Delivery struct {
 	// NumDelivered is the JetStream delivery count (1 on first delivery; 1
 	// for request-reply).
 	NumDelivered uint64
+	// Stream and Sequence are the stream that stores the job and its
+	// sequence there ("" and 0 for a request): a redelivery has the same,
+	// the same job published again its own. They are the identity of the
+	// job's usage record ([UsageRecorder]), so that a job is counted once
+	// however often it is delivered, and a producer cannot have two jobs
+	// counted as one.
+	Stream   string
+	Sequence uint64
 	// Reply is the core reply inbox of a request (micro request-reply or
 	// a core request), used when the job names no reply subject.
 	Reply string

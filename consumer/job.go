@@ -40,6 +40,7 @@ type job struct {
 	queued      time.Time         // when it entered the queue
 	expiry      *time.Timer       // a waiting request's deadline (requests.go)
 	run         trace.SpanContext // the span of the Embed call that served it
+	report      engine.CallReport // what its Embed call ran (no chunks), for its usage
 
 	// mu orders an InProgress against the settlement, so that no
 	// heartbeat follows the final acknowledgement.

@@ -26,12 +26,16 @@ const HeaderSubject = "Embed-Subject"
 // that a NAK delay means what it says (see [backoffMsg]).
 func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) consumer.Delivery {
 	var delivered uint64 = 1
-	var stored time.Time
+	var (
+		stored time.Time
+		stream string
+		seq    uint64
+	)
 	if md, err := m.Metadata(); err == nil {
 		if md.NumDelivered > 0 {
 			delivered = md.NumDelivered
 		}
-		stored = md.Timestamp
+		stored, stream, seq = md.Timestamp, md.Stream, md.Sequence.Stream
 	}
 	h := m.Headers()
 	if h == nil {
@@ -48,6 +52,8 @@ func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) consumer.Delivery
 		Header:       h,
 		Subject:      m.Subject(),
 		NumDelivered: delivered,
+		Stream:       stream,
+		Sequence:     seq,
 		// m.Reply() is the ack subject, not an inbox: a stored job names
 		// its reply in the body or the Embed-Reply header.
 		Received: received,

@@ -83,12 +83,16 @@ func (c Config) streamConfigs() []natsjs.StreamConfig {
 	if c.CaptureMaxDeliveries {
 		advisories = []string{c.MaxDeliveriesSubject()}
 	}
-	return []natsjs.StreamConfig{
+	out := []natsjs.StreamConfig{
 		// A full work queue must refuse new jobs, never drop queued ones.
 		stream(c.Jobs, natsjs.WorkQueuePolicy, natsjs.DiscardNew),
 		stream(c.Results, natsjs.LimitsPolicy, natsjs.DiscardOld),
 		stream(c.DLQ, natsjs.LimitsPolicy, natsjs.DiscardOld, advisories...),
 	}
+	if c.Usage.Name != "" {
+		out = append(out, stream(c.Usage, natsjs.LimitsPolicy, natsjs.DiscardOld))
+	}
+	return out
 }
 
 func (c Config) consumerConfig() natsjs.ConsumerConfig {
