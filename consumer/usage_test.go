@@ -60,7 +60,9 @@ func (m *fakeMetrics) TenantUsage(_ context.Context, u telemetry.Usage) {
 	m.add("usage texts "+u.Tenant, int(u.Texts))
 }
 
-func (m *fakeMetrics) UsageUnrecorded(_ context.Context, result string) { m.add("unrecorded "+result, 1) }
+func (m *fakeMetrics) UsageUnrecorded(_ context.Context, result string) {
+	m.add("unrecorded "+result, 1)
+}
 
 var _ UsageMetrics = (*fakeMetrics)(nil)
 
