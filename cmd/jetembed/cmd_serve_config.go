@@ -71,7 +71,7 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 	fs.StringVar(&f.tenantResults, "tenant-results-prefix", schema.DefaultTenantResultsPrefix, "a tenant's results space: <prefix>.<tenant>.>")
 	fs.StringVar(&f.tenantInbox, "tenant-inbox-prefix", schema.DefaultTenantInboxPrefix, "a tenant's inbox space: <prefix><tenant>.> (its connection's nats inbox prefix)")
 	fs.StringVar(&f.interTenants, "interactive-tenants", "*", "tenants whose queued jobs may ask for priority interactive, comma separated; another tenant's run as bulk, so a bulk producer cannot take the budget of the callers who wait (*: every tenant; empty: none; requests are interactive whatever it says)")
-	fs.IntVar(&f.metricTenants, "metrics-tenants", telemetry.DefaultMetricTenants, "how many tenants get a tenant label of their own in the jetembed_tenant_* metrics: the first this process meets; every other is counted as tenant=\"*other\", so the series stay bounded (0: none; exact per-tenant figures are in the usage stream, `jetembed usage`)")
+	fs.IntVar(&f.metricTenants, "metrics-tenants", telemetry.DefaultMetricTenants, "how many tenants get a tenant label of their own in the per-tenant usage metrics (jetembed_tenant_jobs_total and the others): the first this process meets; every other is counted as tenant=*other, so the series stay bounded (0: none; exact per-tenant figures are in the usage stream: jetembed usage)")
 	f.api = addGatewayFlags(fs, "http-api", "")
 	return f
 }

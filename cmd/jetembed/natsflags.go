@@ -125,7 +125,7 @@ func addProvisionFlags(fs *flagSet, tuning bool) *provisionFlags {
 		dlqMaxBytes: fs.Int("dlq-max-bytes", int(d.DLQ.MaxBytes),
 			"size cap of the dead-letter stream in bytes; when full the oldest letters are dropped (-1: none)"),
 		dedupe:      fs.Duration("dedupe-window", d.Jobs.Duplicates, "window in which a repeated job or result id is dropped"),
-		usage:       fs.String("usage-stream", d.Usage.Name, "name of the usage stream: one usage event per job, read by `jetembed usage` (empty: none; usage is then in /metrics only)"),
+		usage:       fs.String("usage-stream", d.Usage.Name, "name of the usage stream: one usage event per job, read by jetembed usage (empty: none; usage is then in /metrics only)"),
 		usageMaxAge: fs.Duration("usage-max-age", d.Usage.MaxAge, "keep usage events this long (0: forever)"),
 		usageMaxBytes: fs.Int("usage-max-bytes", int(d.Usage.MaxBytes),
 			"size cap of the usage stream in bytes, about 250 bytes a job; when full the oldest events are dropped (-1: none)"),
