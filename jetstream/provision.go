@@ -11,8 +11,8 @@ import (
 )
 
 // Provision makes the JetStream objects of cfg exist with cfg's settings:
-// the jobs, results and DLQ streams, the durable pull consumer on the jobs
-// stream, and the engines KV bucket. It is idempotent: what is missing is
+// the jobs, results and DLQ streams (and the usage stream when named), the
+// durable pull consumer on the jobs stream, and the engines KV bucket. It is idempotent: what is missing is
 // created, what matches is left alone (Unchanged), and drift is updated in
 // place where JetStream allows it (limits, subjects, replicas, the
 // consumer's ack wait, max deliver, backoff and max ack pending).

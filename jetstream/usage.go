@@ -141,7 +141,10 @@ func ReadUsage(ctx context.Context, js natsjs.JetStream, q UsageQuery) (UsageRep
 	}
 	sums := map[key]*UsageRow{}
 	var rep UsageReport
-	remaining := c.CachedInfo().NumPending
+	var remaining uint64
+	if ci := c.CachedInfo(); ci != nil {
+		remaining = ci.NumPending
+	}
 	for remaining > 0 && last > 0 {
 		batch, err := c.Fetch(int(min(remaining, 512)), natsjs.FetchMaxWait(5*time.Second))
 		if err != nil {
@@ -188,6 +191,10 @@ func ReadUsage(ctx context.Context, js natsjs.JetStream, q UsageQuery) (UsageRep
 			break
 		}
 		if n == 0 {
+			// Events may have aged out meanwhile: the consumer says.
+			if ci, err := c.Info(ctx); err == nil && ci.NumPending == 0 {
+				break
+			}
 			return UsageReport{}, fmt.Errorf("usage stream %s: no events within 5s with %d still pending", q.Stream, remaining)
 		}
 	}
