@@ -84,6 +84,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics records counts and latencies; nil records nothing.
 	Metrics Metrics
+	// Usage stores what every job settled for good cost, once per job
+	// (see [UsageRecorder]); nil keeps no record (the per-tenant metrics
+	// still count, when Metrics has [UsageMetrics]).
+	Usage UsageRecorder
 	// Blobs stores results over the publisher's max payload (see
 	// [PayloadLimiter]); nil answers them result_too_large instead.
 	Blobs BlobStore

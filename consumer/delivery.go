@@ -53,6 +53,13 @@ type Stored struct {
 	// JetStream metadata timestamp): the queue wait metric counts from
 	// it, else from Received.
 	StoredAt time.Time
+	// Stream and Sequence are the stream that stores the job and its
+	// sequence there: a redelivery has the same, the same job published
+	// again its own. They are the identity of the job's usage record
+	// ([UsageRecorder]), so that a job is counted once however often it
+	// is delivered, and a producer cannot have two jobs counted as one.
+	Stream   string
+	Sequence uint64
 	// Reply is the core reply inbox the job came with, when its
 	// transport keeps one (a JetStream message does not: its reply is
 	// the ack subject), used when the job names no reply subject.

@@ -28,6 +28,7 @@ type job struct {
 	delivered uint64
 	storedAt  time.Time
 	inbox     string
+	usageKey  string // its usage event's identity, "" for a request (usage.go)
 	enc       schema.Encoding
 	// wire is the decoded wire job; nil when the payload did not decode
 	// far enough to have one.
@@ -52,6 +53,7 @@ type job struct {
 	// call (a job leaving the engine's queue, or the hard stop).
 	admitted chan struct{}
 	cancel   func()
+	report   engine.CallReport // what its Embed call ran (no chunks), for its usage
 
 	// mu orders an InProgress against the settlement, so that no
 	// heartbeat follows the final acknowledgement.
@@ -90,6 +92,7 @@ func newJob(d Delivery, now time.Time) *job {
 	case *Stored:
 		j.msg, j.storedAt, j.inbox = d.Msg, d.StoredAt, d.Reply
 		j.delivered = max(d.NumDelivered, 1)
+		j.usageKey = usageKey(d)
 	case *Request:
 		j.req, j.inbox = d, d.Reply
 	}

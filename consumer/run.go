@@ -44,6 +44,7 @@ func (c *Loop) runJob(ctx context.Context, j *job) {
 		// Session runs and their busy time are the engine's to record
 		// (engine.Metrics): an Embed call spans queueing and sessions.
 		embs, rep, err = c.embed(runCtx, texts, c.call(j))
+		j.ranReport(rep)
 		endRun(runSpan, rep, err)
 		j.run = runSpan.SpanContext()
 	}

@@ -36,6 +36,8 @@ func (c *Loop) settle(ctx context.Context, j *job, out outcome) {
 		// A result lost on the final delivery asks for a dead letter now.
 		out = c.deadLetter(ctx, j, out)
 	}
+	// Counted once, durably, before the message is settled for good.
+	out = c.recordUsage(ctx, j, out)
 	// Recorded first so that whoever sees the message settled also sees
 	// it counted.
 	c.record(ctx, j, out)

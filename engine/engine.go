@@ -262,6 +262,7 @@ func (e *Engine) wait(ctx context.Context, c *call, texts []Text, out []Embeddin
 			}
 			rep.Tokens += d.real
 			rep.PaddedTokens += len(d.items) * d.seq
+			rep.Compute += d.took
 			wg.Go(func() {
 				if err := e.collect(d.items, d.rows, d.batch, d.seq, d.out, texts, c.toks, out); err != nil {
 					fail(out, d.items, schema.Errorf(schema.CodeInternal, "%v", err))

@@ -212,7 +212,8 @@ func (s *session) chunk(p *pool, w *work, onRun func(Shape)) {
 		w.deliver(s.idx, RunOutput{}, runError(err))
 		return
 	}
-	p.sched.observe(in.Batch, in.Seq, time.Since(start))
+	w.took = time.Since(start)
+	p.sched.observe(in.Batch, in.Seq, w.took)
 	w.deliver(s.idx, out, nil)
 }
 

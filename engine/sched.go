@@ -35,6 +35,7 @@ type work struct {
 	cl   class
 	err  *schema.Error // refused before running (JIT guard)
 	task *task
+	took time.Duration // the session run's time, once it ran
 }
 
 // chunkDone reports one chunk to one of the calls it held.
@@ -44,6 +45,7 @@ type chunkDone struct {
 	items      []int // the call's items in the chunk
 	rows       []int // their rows in the chunk's output
 	real       int
+	took       time.Duration // the call's share of the run's time
 	out        RunOutput
 	err        *schema.Error
 }
@@ -269,6 +271,9 @@ func (w *work) deliver(session int, out RunOutput, err *schema.Error) {
 				cd.rows = append(cd.rows, j)
 				cd.real += w.rows[j].n
 			}
+		}
+		if w.took > 0 {
+			cd.took = w.took * time.Duration(len(cd.items)) / time.Duration(len(w.rows))
 		}
 		e.c.done <- cd
 	}

@@ -1,6 +1,10 @@
 package engine
 
-import "github.com/jetembed/jetembed/schema"
+import (
+	"time"
+
+	"github.com/jetembed/jetembed/schema"
+)
 
 // Output is a set of vector kinds a text asks for.
 type Output uint8
@@ -61,4 +65,9 @@ type CallReport struct {
 	Chunks       []ChunkReport
 	Tokens       int // real tokens run
 	PaddedTokens int // tokens run including padding
+	// Compute is the call's share of the session time of the runs that
+	// held its texts: each run's time times the call's rows over the
+	// run's rows (every row of a run is padded alike). What a job cost,
+	// for metering.
+	Compute time.Duration
 }

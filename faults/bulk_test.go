@@ -79,7 +79,7 @@ func (b *bulk) submit(n int) {
 		id := fmt.Sprintf("%s-%05d", b.run, i)
 		texts := make([]string, 1+i%3)
 		for k := range texts {
-			texts[k] = fmt.Sprintf("job %d text %d: the queue must not lose this one", i, k)
+			texts[k] = bulkText(i, k)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		_, err := b.c.Submit(ctx, schema.NewJob(id, texts...))
@@ -91,6 +91,11 @@ func (b *bulk) submit(n int) {
 		b.texts[id] = len(texts)
 	}
 	b.t.Logf("queued %d jobs in %v", n, time.Since(start).Round(time.Millisecond))
+}
+
+// bulkText is text k of job i of a run.
+func bulkText(i, k int) string {
+	return fmt.Sprintf("job %d text %d: the queue must not lose this one", i, k)
 }
 
 // count returns the messages stored in stream.

@@ -26,12 +26,16 @@ const HeaderSubject = "Embed-Subject"
 // that a NAK delay means what it says (see [backoffMsg]).
 func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) *consumer.Stored {
 	var delivered uint64 = 1
-	var stored time.Time
+	var (
+		stored time.Time
+		stream string
+		seq    uint64
+	)
 	if md, err := m.Metadata(); err == nil {
 		if md.NumDelivered > 0 {
 			delivered = md.NumDelivered
 		}
-		stored = md.Timestamp
+		stored, stream, seq = md.Timestamp, md.Stream, md.Sequence.Stream
 	}
 	h := m.Headers()
 	if h == nil {
@@ -49,6 +53,8 @@ func jsDelivery(m natsjs.Msg, received time.Time, t nakTiming) *consumer.Stored 
 		Msg:          msg,
 		NumDelivered: delivered,
 		StoredAt:     stored,
+		Stream:       stream,
+		Sequence:     seq,
 	}
 }
 

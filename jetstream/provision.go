@@ -11,8 +11,8 @@ import (
 )
 
 // Provision makes the JetStream objects of cfg exist with cfg's settings:
-// the jobs, results and DLQ streams, the durable pull consumer on the jobs
-// stream, and the engines KV bucket. It is idempotent: what is missing is
+// the jobs, results and DLQ streams (and the usage stream when named), the
+// durable pull consumer on the jobs stream, and the engines KV bucket. It is idempotent: what is missing is
 // created, what matches is left alone (Unchanged), and drift is updated in
 // place where JetStream allows it (limits, subjects, replicas, the
 // consumer's ack wait, max deliver, backoff and max ack pending).
@@ -90,12 +90,16 @@ func (c Config) streamConfigs() []natsjs.StreamConfig {
 	if c.CaptureMaxDeliveries {
 		advisories = []string{c.MaxDeliveriesSubject()}
 	}
-	return []natsjs.StreamConfig{
+	out := []natsjs.StreamConfig{
 		// A full work queue must refuse new jobs, never drop queued ones.
 		stream(c.Jobs, natsjs.WorkQueuePolicy, natsjs.DiscardNew),
 		stream(c.Results, natsjs.LimitsPolicy, natsjs.DiscardOld),
 		stream(c.DLQ, natsjs.LimitsPolicy, natsjs.DiscardOld, advisories...),
 	}
+	if c.Usage.Name != "" {
+		out = append(out, stream(c.Usage, natsjs.LimitsPolicy, natsjs.DiscardOld))
+	}
+	return out
 }
 
 func (c Config) consumerConfig() natsjs.ConsumerConfig {

@@ -95,6 +95,13 @@ type Config struct {
 	Results StreamSpec
 	// DLQ holds terminated jobs with their reason (limits retention).
 	DLQ StreamSpec
+	// Usage holds one usage event per job settled for good (limits
+	// retention, discard old: a full store drops the oldest events rather
+	// than refuse, and so stall, the jobs it meters); its Duplicates
+	// window drops a redelivered job's second event, so it must outlast a
+	// job's redeliveries (AckWait and BackOff). An empty Name provisions
+	// none (and serve meters to /metrics only).
+	Usage StreamSpec
 	// CaptureMaxDeliveries also stores the consumer's max-deliveries
 	// advisories in the DLQ, so operators see which jobs gave up.
 	CaptureMaxDeliveries bool
@@ -128,6 +135,9 @@ const (
 	// DefaultBlobsMaxBytes: a full bucket refuses new blobs, whose jobs
 	// are retried, then dead-lettered publish_failed.
 	DefaultBlobsMaxBytes = 2 << 30
+	// DefaultUsageMaxBytes holds about four million jobs' usage events
+	// (some 250 bytes each).
+	DefaultUsageMaxBytes = 1 << 30
 )
 
 // DefaultConfig returns the names of package schema (EMBED_JOBS,
@@ -151,6 +161,12 @@ func DefaultConfig() Config {
 			Name: schema.StreamDLQ, Subjects: []string{schema.SubjectDLQ},
 			MaxAge: 14 * day, MaxBytes: DefaultDLQMaxBytes, Duplicates: 2 * time.Minute,
 			MaxMsgsPerSubject: DefaultDLQMaxPerSubject,
+		},
+		// A billing month and a few days to bill it; the duplicate window
+		// outlasts the consumer's redeliveries (60+120+240+480 s).
+		Usage: StreamSpec{
+			Name: schema.StreamUsage, Subjects: []string{schema.SubjectUsage},
+			MaxAge: 35 * day, MaxBytes: DefaultUsageMaxBytes, Duplicates: 20 * time.Minute,
 		},
 		CaptureMaxDeliveries: true,
 		Consumer: ConsumerSpec{
@@ -191,10 +207,15 @@ func (c Config) Validate() error {
 		add("replicas %d: want 1 to 5", c.Replicas)
 	}
 	seen := map[string]string{}
-	for _, s := range []struct {
+	type role struct {
 		role string
 		spec StreamSpec
-	}{{"jobs", c.Jobs}, {"results", c.Results}, {"dlq", c.DLQ}} {
+	}
+	streams := []role{{"jobs", c.Jobs}, {"results", c.Results}, {"dlq", c.DLQ}}
+	if c.Usage.Name != "" {
+		streams = append(streams, role{"usage", c.Usage})
+	}
+	for _, s := range streams {
 		if err := validName(s.spec.Name); err != nil {
 			add("%s stream: %w", s.role, err)
 		} else if other, dup := seen[s.spec.Name]; dup {

@@ -35,8 +35,8 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 
 func wantActions(t *testing.T, r ProvisionReport, want Action) {
 	t.Helper()
-	if len(r.Outcomes) != 6 {
-		t.Fatalf("report has %d outcomes, want 6:\n%s", len(r.Outcomes), r)
+	if len(r.Outcomes) != 7 {
+		t.Fatalf("report has %d outcomes, want 7:\n%s", len(r.Outcomes), r)
 	}
 	for _, o := range r.Outcomes {
 		if o.Action != want {
@@ -76,6 +76,18 @@ func TestProvisionFreshThenNoop(t *testing.T) {
 	if got := sorted(dlq.CachedInfo().Config.Subjects); strings.Join(got, " ") != "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES.EMBED_JOBS.embedder embed.dlq.>" {
 		t.Errorf("dlq subjects = %v", got)
 	}
+	usage, err := js.Stream(ctx, "EMBED_USAGE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Capped, kept for a billing month, never refusing (discard old), and
+	// dropping a redelivered job's second event for longer than its
+	// redeliveries take.
+	if uc := usage.CachedInfo().Config; uc.Retention != natsjs.LimitsPolicy || uc.Discard != natsjs.DiscardOld ||
+		uc.MaxBytes != DefaultUsageMaxBytes || uc.MaxAge != 35*24*time.Hour || uc.Duplicates != 20*time.Minute ||
+		strings.Join(uc.Subjects, " ") != "embed.usage.>" {
+		t.Errorf("usage stream config = %+v", uc)
+	}
 	c, err := js.Consumer(ctx, "EMBED_JOBS", "embedder")
 	if err != nil {
 		t.Fatal(err)
@@ -93,7 +105,7 @@ func TestProvisionFreshThenNoop(t *testing.T) {
 	if r.Changed() {
 		t.Error("re-run reports a change")
 	}
-	if got := r.String(); strings.Count(got, "unchanged") != 6 || strings.Count(got, "\n") != 6 {
+	if got := r.String(); strings.Count(got, "unchanged") != 7 || strings.Count(got, "\n") != 7 {
 		t.Errorf("report:\n%s", got)
 	}
 }

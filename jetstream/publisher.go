@@ -67,6 +67,9 @@ type Publisher struct {
 	dlqName string
 	dlqBase string // DLQ subject prefix, ending in "."
 
+	usageName   string // "" when the config names no usage stream
+	usagePrefix string // its subject less ".>"
+
 	blobName string
 	blobMu   sync.Mutex
 	blobs    natsjs.ObjectStore // bound on first PutBlob
@@ -86,11 +89,16 @@ func NewPublisher(nc *nats.Conn, cfg Config) (*Publisher, error) {
 	if !strings.HasSuffix(base, ".") {
 		base += "."
 	}
-	return &Publisher{
+	p := &Publisher{
 		nc: nc, js: js,
 		results: cfg.Results.Subjects, resName: cfg.Results.Name,
 		dlqName: cfg.DLQ.Name, dlqBase: base, blobName: cfg.Blobs.Name,
-	}, nil
+	}
+	if cfg.Usage.Name != "" && len(cfg.Usage.Subjects) > 0 {
+		p.usageName = cfg.Usage.Name
+		p.usagePrefix = usagePrefix(cfg.Usage.Subjects[0])
+	}
+	return p, nil
 }
 
 var (

@@ -25,7 +25,8 @@ var ErrWorkerStopped = errors.New("worker stopped")
 // WorkerConfig is what [StartWorker] runs.
 type WorkerConfig struct {
 	// Config names the jobs stream and durable consumer the worker pulls
-	// from, and the results and DLQ streams it publishes to. Its consumer
+	// from, and the results, DLQ and usage streams it publishes to (no
+	// usage stream named: usage goes to the metrics only). Its consumer
 	// settings (AckWait, MaxDeliver, BackOff, MaxAckPending) are not used:
 	// the worker reads them from the server.
 	Config Config
@@ -170,6 +171,9 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 	cc := cfg.Consumer
 	if cfg.Blobs {
 		cc.Blobs = pub
+	}
+	if cc.Usage == nil && cfg.Config.Usage.Name != "" {
+		cc.Usage = pub
 	}
 	cc.Delivery = st.limits()
 	if cc.Logger == nil {

@@ -123,6 +123,11 @@ type Config struct {
 	// MeterProvider receives jetembed's instruments (the jetembed_*
 	// families); nil records nothing.
 	MeterProvider metric.MeterProvider
+	// MetricTenants is how many tenants get a tenant label of their own in
+	// the jetembed_tenant_* families (the first met; the others count as
+	// *other): 0 means [telemetry.DefaultMetricTenants], a negative value
+	// none.
+	MetricTenants int
 	// Heartbeat is the period of the heartbeat log line; 0: none.
 	Heartbeat time.Duration
 

@@ -20,6 +20,9 @@ const (
 	SubjectDeliver = "embed.deliver"
 	// SubjectDLQ is what the dead-letter stream captures.
 	SubjectDLQ = "embed.dlq.>"
+	// SubjectUsage is what the usage stream captures: one usage event per
+	// settled job on embed.usage.<tenant> ([UsageSubject]).
+	SubjectUsage = "embed.usage.>"
 	// SubjectService covers the request-reply endpoints below.
 	SubjectService = "embed.v1.>"
 	// SubjectEmbed is the embed endpoint (embed.v1.embed.<tenant> for a
@@ -39,6 +42,9 @@ const (
 	StreamJobs    = "EMBED_JOBS"
 	StreamResults = "EMBED_RESULTS"
 	StreamDLQ     = "EMBED_DLQ"
+	// StreamUsage is the usage stream: what every settled job cost, per
+	// tenant (`jetembed usage` reads it).
+	StreamUsage = "EMBED_USAGE"
 	// ConsumerName is the durable pull consumer of the jobs stream the
 	// whole fleet shares.
 	ConsumerName = "embedder"

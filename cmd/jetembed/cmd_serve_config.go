@@ -42,6 +42,7 @@ type serveFlags struct {
 	tenantInbox    string
 	tenantAccounts bool
 	interTenants   string
+	metricTenants  int
 	api            *gatewayFlags
 }
 
@@ -72,6 +73,7 @@ func addServeFlags(fs *flagSet, provision, api string) *serveFlags {
 	fs.StringVar(&f.tenantInbox, "tenant-inbox-prefix", schema.DefaultTenantInboxPrefix, "a tenant's inbox space: <prefix><tenant>.> (its connection's nats inbox prefix)")
 	fs.BoolVar(&f.tenantAccounts, "tenant-accounts", true, "tenants are NATS accounts importing the fleet's subjects (deploy/nats/accounts.conf): a request's reply may be the server's routed reply (_R_.>), which goes back to the requester alone (false: one account, replies only in the tenant's inbox or results)")
 	fs.StringVar(&f.interTenants, "interactive-tenants", "*", "tenants whose queued jobs may ask for priority interactive, comma separated; another tenant's run as bulk, so a bulk producer cannot take the budget of the callers who wait (*: every tenant; empty: none; requests are interactive whatever it says)")
+	fs.IntVar(&f.metricTenants, "metrics-tenants", telemetry.DefaultMetricTenants, "how many tenants get a tenant label of their own in the per-tenant usage metrics (jetembed_tenant_jobs_total and the others): the first this process meets; every other is counted as tenant=*other, so the series stay bounded (0: none; exact per-tenant figures are in the usage stream: jetembed usage)")
 	f.api = addGatewayFlags(fs, "http-api", api)
 	return f
 }
@@ -163,10 +165,20 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		API:               api,
 		HTTP:              sf.http,
 		Heartbeat:         sf.heartbeat,
+		MetricTenants:     metricTenants(sf.metricTenants),
 		Version:           version,
 		Notes:             []any{"memory_budget", c.Engine.BudgetNote, "malloc", mallocenv.Mode()},
 	}
 	return c, nil
+}
+
+// metricTenants is --metrics-tenants as node.Config has it (0 there is
+// the default, none is negative).
+func metricTenants(n int) int {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 // interactiveTenants parses --interactive-tenants: nil for "*" (every

@@ -89,6 +89,9 @@ type provisionFlags struct {
 	resultsMaxBytes, dlqMaxBytes          *int
 	dlqMaxPerSubject                      *int
 	dedupe                                *time.Duration
+	usage                                 *string
+	usageMaxAge, usageDedupe              *time.Duration
+	usageMaxBytes                         *int
 	noAdvisories                          *bool
 	tuning                                *tuningFlags // nil without tuning flags
 }
@@ -124,7 +127,12 @@ func addProvisionFlags(fs *flagSet, tuning bool) *provisionFlags {
 			"size cap of the dead-letter stream in bytes; when full the oldest letters are dropped (-1: none)"),
 		dlqMaxPerSubject: fs.Int("dlq-max-per-subject", int(d.DLQ.MaxMsgsPerSubject),
 			"dead letters kept per tenant and code (embed.dlq.<code>.<tenant>); a tenant's newer letters drop its own oldest, never another's (-1: none)"),
-		dedupe:       fs.Duration("dedupe-window", d.Jobs.Duplicates, "window in which a repeated job or result id is dropped"),
+		dedupe:      fs.Duration("dedupe-window", d.Jobs.Duplicates, "window in which a repeated job or result id is dropped"),
+		usage:       fs.String("usage-stream", d.Usage.Name, "name of the usage stream: one usage event per job, read by jetembed usage (empty: none; usage is then in /metrics only)"),
+		usageMaxAge: fs.Duration("usage-max-age", d.Usage.MaxAge, "keep usage events this long (0: forever)"),
+		usageMaxBytes: fs.Int("usage-max-bytes", int(d.Usage.MaxBytes),
+			"size cap of the usage stream in bytes, about 250 bytes a job; when full the oldest events are dropped (-1: none)"),
+		usageDedupe:  fs.Duration("usage-dedupe-window", d.Usage.Duplicates, "window in which a redelivered job's second usage event is dropped: keep it above the consumer's ack wait plus its backoff, or a job redelivered later is counted twice"),
 		noAdvisories: fs.Bool("no-dlq-advisories", false, "do not capture max-delivery advisories in the dead-letter stream"),
 	}
 	if tuning {
@@ -151,6 +159,7 @@ func (f *provisionFlags) config() (jetstream.Config, error) {
 	c.DLQ.MaxMsgsPerSubject = int64(*f.dlqMaxPerSubject)
 	c.Jobs.Duplicates, c.Results.Duplicates = *f.dedupe, *f.dedupe
 	c.CaptureMaxDeliveries = !*f.noAdvisories
+	c.Usage.Name, c.Usage.MaxAge, c.Usage.MaxBytes, c.Usage.Duplicates = *f.usage, *f.usageMaxAge, int64(*f.usageMaxBytes), *f.usageDedupe
 	c.Consumer.Name = *f.consumer
 	c.Engines.Name = *f.engines
 	c.Blobs.Name, c.Blobs.TTL, c.Blobs.MaxBytes = *f.blobs, *f.blobsMaxAge, int64(*f.blobsMaxBytes)

@@ -74,15 +74,16 @@ func tenantImports(name string, consumers int) (services, streams []string) {
 }
 
 // tenantDeny is what no tenant's user may ever do, whatever its allow list
-// says later (deny wins in NATS): forge dead letters, results or
+// says later (deny wins in NATS): forge dead letters, results, usage or
 // deliveries, write the fleet's buckets, settle jobs, pull, inspect or
 // delete the fleet's consumers, read stored results but through its own
 // results consumers, administer streams, use the bare endpoints or the
 // shared inbox, or $SRV (micro's discovery answers any reply subject).
 // Lines of at most four subjects, as the block prints them.
 var tenantDeny = [][]string{
-	{schema.SubjectDLQ, schema.SubjectResults, schema.SubjectDeliver + ".>", "$KV.>"},
-	{"$O.>", "$JS.ACK.>", "$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.CONSUMER.INFO.>"},
+	{schema.SubjectDLQ, schema.SubjectResults, schema.SubjectDeliver + ".>", schema.SubjectUsage},
+	{"$KV.>", "$O.>", "$JS.ACK.>"},
+	{"$JS.API.CONSUMER.MSG.NEXT.>", "$JS.API.CONSUMER.INFO.>"},
 	{"$JS.API.CONSUMER.DELETE.EMBED_JOBS.>", "$JS.API.CONSUMER.DELETE.EMBED_DLQ.>"},
 	{"$JS.API.CONSUMER.DELETE.KV_EMBED_ENGINES.>", "$JS.API.CONSUMER.DELETE.OBJ_EMBED_BLOBS.>"},
 	{"$JS.API.CONSUMER.LIST.>", "$JS.API.CONSUMER.NAMES.>", "$JS.API.CONSUMER.DURABLE.>"},

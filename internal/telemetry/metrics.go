@@ -48,6 +48,14 @@ var MetricNames = []string{
 	"jetembed_breaker_open",
 	"jetembed_requests_dropped_total",
 	"jetembed_requests_shed_total",
+	"jetembed_tenant_jobs_total",
+	"jetembed_tenant_texts_total",
+	"jetembed_tenant_tokens_total",
+	"jetembed_tenant_padded_tokens_total",
+	"jetembed_tenant_compute_seconds_total",
+	"jetembed_tenant_cached_texts_total",
+	"jetembed_tenant_cached_tokens_total",
+	"jetembed_usage_unrecorded_total",
 }
 
 // Metrics records what the consumer does, as the OpenTelemetry
@@ -70,6 +78,7 @@ type Metrics struct {
 	busy                 metric.Float64Counter
 	warmed, breaker      metric.Int64Gauge
 	pending, ackPending  metric.Int64ObservableGauge
+	usage                usageInstruments
 }
 
 // NewMetrics creates the instruments on a meter of mp. Library packages
@@ -138,6 +147,11 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 		metric.WithDescription("Time each session spent running chunks."), metric.WithUnit("s"))
 	keep(err)
 	m.busy = busy
+	m.usage.create(counter, func(name, desc string) metric.Float64Counter {
+		c, err := meter.Float64Counter(name, metric.WithDescription(desc), metric.WithUnit("s"))
+		keep(err)
+		return c
+	})
 	m.warmed = gauge("jetembed_warmed_shapes", "Engine shapes warmed in this process.")
 	m.breaker = gauge("jetembed_breaker_open", "1 while the session's circuit breaker is open.")
 	m.pending = observable("jetembed_consumer_pending", "Messages in the stream not yet delivered to the consumer.")

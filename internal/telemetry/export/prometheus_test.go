@@ -272,6 +272,8 @@ func TestMetricNames(t *testing.T) {
 	m.RequestsShed(ctx, "r", 1)
 	m.SetWarmedShapes(ctx, 1)
 	m.SetBreakerOpen(ctx, "s", false)
+	m.TenantUsage(ctx, telemetry.Usage{Tenant: "acme", Texts: 1, Tokens: 1, PaddedTokens: 1, Compute: time.Millisecond, CachedTexts: 1, CachedTokens: 1})
+	m.UsageUnrecorded(ctx, "lost")
 	if _, err := m.ObserveConsumer(func(context.Context) (telemetry.ConsumerStats, error) { return telemetry.ConsumerStats{}, nil }); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jetembed/jetembed/internal/telemetry"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+func init() {
+	register(command{
+		name:    "usage",
+		summary: "what each tenant used, per hour: jobs, failures by code, texts, tokens, padded tokens, compute seconds (from the usage stream)",
+		run:     runUsage,
+	})
+}
+
+func runUsage(ctx context.Context, args []string, io stdio) error {
+	fs := newFlagSet("usage", io)
+	nf := addNATSFlags(fs)
+	d := jetstream.DefaultConfig()
+	stream := fs.String("usage-stream", d.Usage.Name, "name of the usage stream")
+	since := fs.Duration("since", 24*time.Hour, "sum the usage of this long before now (0: all the stream keeps)")
+	tenant := fs.String("tenant", "", "one tenant's usage only (empty: every tenant's)")
+	total := fs.Bool("total", false, "one row per tenant for the whole span instead of one per tenant and hour")
+	asJSON := fs.Bool("json", false, "one JSON object per row instead of a table")
+	timeout := fs.Duration("timeout", 5*time.Minute, "bound on the whole command")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: usage takes no arguments", errUsage)
+	}
+	if *since < 0 {
+		return fmt.Errorf("%w: --since %v is negative", errUsage, *since)
+	}
+	if *tenant != "" && !schema.ValidTenant(*tenant) {
+		return fmt.Errorf("%w: --tenant %q is not a tenant (one subject token)", errUsage, *tenant)
+	}
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	nc, err := jetstream.Connect(ctx, nf.options(slog.New(slog.NewTextHandler(io.err, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	q := jetstream.UsageQuery{Stream: *stream, Tenant: *tenant, Total: *total}
+	if *since > 0 {
+		q.Since = time.Now().Add(-*since)
+	}
+	rep, err := jetstream.ReadUsage(ctx, js, q)
+	if err != nil {
+		return err
+	}
+	if rep.Skipped > 0 {
+		fmt.Fprintf(io.err, "warning: %d messages of %s are no usage event; skipped\n", rep.Skipped, *stream)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(io.out)
+		for _, r := range rep.Rows {
+			if err := enc.Encode(r); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return usageTable(io, rep, *total)
+}
+
+// usageTable prints the rows, then each tenant's total when the rows are
+// hourly and a tenant has several.
+func usageTable(io stdio, rep jetstream.UsageReport, total bool) error {
+	tw := tabwriter.NewWriter(io.out, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "HOUR (UTC)\tTENANT\tJOBS\tFAILED\tTEXTS\tTOKENS\tPADDED\tCOMPUTE S\tCACHED TEXTS\tCACHED TOKENS\tFAILURES\t")
+	line := func(hour string, r jetstream.UsageRow) {
+		failed, codes := int64(0), make([]string, 0, len(r.Failed))
+		for _, c := range slices.Sorted(maps.Keys(r.Failed)) {
+			failed += r.Failed[c]
+			codes = append(codes, fmt.Sprintf("%s=%d", c, r.Failed[c]))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%.3f\t%d\t%d\t%s\t\n", hour, tenantLabel(r.Tenant), r.Jobs, failed,
+			r.Texts, r.Tokens, r.PaddedTokens, r.ComputeSeconds, r.CachedTexts, r.CachedTokens, strings.Join(codes, ","))
+	}
+	sums := map[string]*jetstream.UsageRow{}
+	for _, r := range rep.Rows {
+		hour := "all"
+		if !total {
+			hour = r.Hour.Format("2006-01-02T15")
+		}
+		line(hour, r)
+		s := sums[r.Tenant]
+		if s == nil {
+			s = &jetstream.UsageRow{Tenant: r.Tenant}
+			sums[r.Tenant] = s
+		}
+		s.Jobs, s.Requests, s.Texts = s.Jobs+r.Jobs, s.Requests+r.Requests, s.Texts+r.Texts
+		s.Tokens, s.PaddedTokens, s.ComputeSeconds = s.Tokens+r.Tokens, s.PaddedTokens+r.PaddedTokens, s.ComputeSeconds+r.ComputeSeconds
+		s.CachedTexts, s.CachedTokens = s.CachedTexts+r.CachedTexts, s.CachedTokens+r.CachedTokens
+		for c, n := range r.Failed {
+			if s.Failed == nil {
+				s.Failed = map[schema.Code]int64{}
+			}
+			s.Failed[c] += n
+		}
+	}
+	if !total && len(rep.Rows) > len(sums) {
+		for _, t := range slices.Sorted(maps.Keys(sums)) {
+			line("total", *sums[t])
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(io.err, "%d usage events of %d tenants\n", rep.Events, len(sums))
+	return nil
+}
+
+// tenantLabel shows a job without a tenant as the metrics label it.
+func tenantLabel(t string) string {
+	if t == "" {
+		return telemetry.TenantNone
+	}
+	return t
+}
