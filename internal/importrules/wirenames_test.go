@@ -22,7 +22,7 @@ var wireNames = []string{
 	schema.SubjectJobs, schema.SubjectResults, schema.SubjectDLQ, schema.SubjectService,
 	schema.SubjectEmbed, schema.SubjectRerank, schema.SubjectTokenize,
 	schema.StreamJobs, schema.StreamResults, schema.StreamDLQ, schema.ConsumerName,
-	schema.BucketEngines, schema.BucketBlobs,
+	schema.BucketEngines, schema.BucketBlobs, schema.BucketCache,
 }
 
 // TestWireNamesInSchema: the subjects, streams and buckets producers and
