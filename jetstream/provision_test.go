@@ -35,8 +35,8 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 
 func wantActions(t *testing.T, r ProvisionReport, want Action) {
 	t.Helper()
-	if len(r.Outcomes) != 6 {
-		t.Fatalf("report has %d outcomes, want 6:\n%s", len(r.Outcomes), r)
+	if len(r.Outcomes) != 7 {
+		t.Fatalf("report has %d outcomes, want 7:\n%s", len(r.Outcomes), r)
 	}
 	for _, o := range r.Outcomes {
 		if o.Action != want {

@@ -270,6 +270,10 @@ func TestMetricNames(t *testing.T) {
 	m.GuardRefusal(ctx)
 	m.RequestsDropped(ctx, "r", 1)
 	m.RequestsShed(ctx, "r", 1)
+	m.CacheHits(ctx, 1)
+	m.CacheMisses(ctx, "absent", 1)
+	m.CacheBytes(ctx, "read", 1)
+	m.CacheErrors(ctx, "get", 1)
 	m.SetWarmedShapes(ctx, 1)
 	m.SetBreakerOpen(ctx, "s", false)
 	if _, err := m.ObserveConsumer(func(context.Context) (telemetry.ConsumerStats, error) { return telemetry.ConsumerStats{}, nil }); err != nil {
