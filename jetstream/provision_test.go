@@ -93,7 +93,7 @@ func TestProvisionFreshThenNoop(t *testing.T) {
 	if r.Changed() {
 		t.Error("re-run reports a change")
 	}
-	if got := r.String(); strings.Count(got, "unchanged") != 6 || strings.Count(got, "\n") != 6 {
+	if got := r.String(); strings.Count(got, "unchanged") != 7 || strings.Count(got, "\n") != 7 {
 		t.Errorf("report:\n%s", got)
 	}
 }
