@@ -96,6 +96,17 @@ type Config struct {
 	// when its dense and ColBERT vectors alone exceed it
 	// ([engine.Call.OutputLimit]), else once encoded. 0 or less: no cap.
 	MaxResultBytes int64
+	// Cache, when set, is the fleet's cache of per-text results (serve
+	// --cache kv): a job's texts are looked up there before the engine,
+	// and what the engine computed is stored. nil: no cache.
+	Cache Cache
+	// CacheValueBytes is the largest cache value stored or accepted
+	// (default [DefaultCacheValueBytes]): a larger one read is a miss.
+	CacheValueBytes int
+	// Precision names the engine's arithmetic in the cache's keys, so
+	// that no int8 vector answers an fp32 text: default the Embedder's
+	// Precision() when it has that method, else "fp32".
+	Precision string
 	// Now is the clock; default time.Now. Tests move it.
 	Now func() time.Time
 }

@@ -33,6 +33,8 @@ type Loop struct {
 	pub       Publisher
 	model     string
 	maxTokens int // the engine's, 0 when it does not say
+	precision string
+	cache     cacheState
 
 	mu   sync.Mutex
 	held map[*job]struct{}
@@ -98,6 +100,7 @@ func New(cfg Config, emb engine.Embedder, pub Publisher) (*Loop, error) {
 		c.model = emb.ModelID()
 	}
 	c.maxTokens = emb.MaxTokens()
+	c.precision = precisionOf(cfg.Precision, emb)
 	return c, nil
 }
 

@@ -58,7 +58,10 @@ func (nopMetrics) Publish(context.Context, time.Duration)                      {
 func (nopMetrics) Nak(context.Context, string)                                 {}
 func (nopMetrics) Term(context.Context, string)                                {}
 
-var _ Metrics = (*telemetry.Metrics)(nil)
+var (
+	_ Metrics      = (*telemetry.Metrics)(nil)
+	_ CacheMetrics = (*telemetry.Metrics)(nil)
+)
 
 // NewMetrics creates jetembed's instruments (the jetembed_* families serve
 // exposes on /metrics) on a meter of mp, for a program that runs the loop

@@ -6,10 +6,12 @@ import (
 )
 
 // assemble builds a job's result from the embeddings of its texts that ran
-// (embs[k] is text idx[k] of the job, run in a chunk padded to seq[k]). It
+// (embs[k] is text idx[k] of the job, run in a chunk padded to seq[k], or
+// taken from the cache or an identical text of the job as from[k] says:
+// those count their tokens, not padded ones). It
 // returns the job-level error instead when any text met a retriable refusal:
 // the whole job is then tried again, since a partial result would be final.
-func (c *Loop) assemble(j *job, embs []engine.Embedding, seq, idx []int) (*schema.Result, error) {
+func (c *Loop) assemble(j *job, embs []engine.Embedding, seq, idx []int, from []textFrom) (*schema.Result, error) {
 	for _, e := range embs {
 		if e.Err != nil && (e.Err.Retriable || e.Err.Code.Retriable()) {
 			return nil, e.Err
@@ -28,9 +30,18 @@ func (c *Loop) assemble(j *job, embs []engine.Embedding, seq, idx []int) (*schem
 		e := &embs[k]
 		res.Items[idx[k]] = e.Item(want)
 		if e.Err == nil {
-			res.Usage.Tokens += c.runTokens(e, seq[k])
+			n := c.runTokens(e, seq[k])
+			res.Usage.Tokens += n
 			res.Usage.PaddedTokens += seq[k]
+			if k < len(from) && from[k] == fromCache {
+				res.Usage.Cached++
+				res.Usage.CachedTokens += n
+			}
 		}
+	}
+	if res.Usage.Cached > 0 {
+		c.cache.hits.Add(uint64(res.Usage.Cached))
+		c.cache.hitTokens.Add(uint64(res.Usage.CachedTokens))
 	}
 	return res, nil
 }

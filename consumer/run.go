@@ -36,6 +36,8 @@ func (c *Loop) runJob(ctx context.Context, j *job) {
 
 	var (
 		embs []engine.Embedding
+		seq  []int
+		from []textFrom
 		rep  engine.CallReport
 		err  error
 	)
@@ -43,13 +45,15 @@ func (c *Loop) runJob(ctx context.Context, j *job) {
 		runCtx, runSpan := startRun(ctx, []*job{j}, len(texts))
 		// Session runs and their busy time are the engine's to record
 		// (engine.Metrics): an Embed call spans queueing and sessions.
-		embs, rep, err = c.embed(runCtx, texts, c.call(j))
+		// Identical texts of the job run once, and with a cache only the
+		// texts it does not have run (cache.go).
+		embs, seq, from, rep, err = c.embedTexts(runCtx, j, texts)
 		j.ranReport(rep)
 		endRun(runSpan, rep, err)
 		j.run = runSpan.SpanContext()
 	}
 	if err == nil && len(embs) != len(texts) {
-		err = fmt.Errorf("consumer: embedder returned %d embeddings for %d texts", len(embs), len(texts))
+		err = errCount(len(embs), len(texts))
 	}
 	if errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrUnavailable) {
 		err = schema.Errorf(schema.CodeEngineUnavailable, "engine unavailable")
@@ -67,29 +71,23 @@ func (c *Loop) runJob(ctx context.Context, j *job) {
 		return
 	}
 	c.cfg.Metrics.Tokens(ctx, rep.Tokens, rep.PaddedTokens)
-	seq := make([]int, len(texts))
 	for _, ch := range rep.Chunks {
 		c.cfg.Metrics.Chunk(ctx, ch.Batch, ch.Seq)
-		for _, i := range ch.Items {
-			if i >= 0 && i < len(seq) {
-				seq[i] = ch.Seq
-			}
-		}
 	}
-	res, jobErr := c.safeAssemble(j, embs, seq, idx)
+	res, jobErr := c.safeAssemble(j, embs, seq, idx, from)
 	c.settle(ctx, j, c.decide(j, res, jobErr))
 }
 
 // safeAssemble is assemble with a panic turned into the job's internal
 // error, so one job's bug leaves the other jobs alone.
-func (c *Loop) safeAssemble(j *job, embs []engine.Embedding, seq, idx []int) (res *schema.Result, err error) {
+func (c *Loop) safeAssemble(j *job, embs []engine.Embedding, seq, idx []int, from []textFrom) (res *schema.Result, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			c.cfg.Logger.Error("assembling a result panicked", "job", j.id, "panic", fmt.Sprint(p), "delivered", j.delivered)
 			res, err = nil, schema.Errorf(schema.CodeInternal, "internal error")
 		}
 	}()
-	return c.assemble(j, embs, seq, idx)
+	return c.assemble(j, embs, seq, idx, from)
 }
 
 // embed calls the Embedder, turning a panic into an internal error: a bug

@@ -103,6 +103,7 @@ func checkStoreCaps(t *testing.T, services obj, consumers []string, store int64)
 		{"JETEMBED_DLQ_MAX_BYTES", d.DLQ.MaxBytes},
 		{"JETEMBED_BLOBS_MAX_BYTES", d.Blobs.MaxBytes},
 		{"JETEMBED_USAGE_MAX_BYTES", d.Usage.MaxBytes},
+		{"JETEMBED_CACHE_MAX_BYTES", d.Cache.MaxBytes},
 	}
 	var sum int64
 	for _, c := range caps {

@@ -11,8 +11,9 @@ import (
 )
 
 // Provision makes the JetStream objects of cfg exist with cfg's settings:
-// the jobs, results and DLQ streams (and the usage stream when named), the
-// durable pull consumer on the jobs stream, and the engines KV bucket. It is idempotent: what is missing is
+// the jobs, results and DLQ streams (and the usage stream when named), the durable pull consumer on the jobs
+// stream, the engines KV bucket, the blobs Object Store bucket and (when
+// named) the cache KV bucket. It is idempotent: what is missing is
 // created, what matches is left alone (Unchanged), and drift is updated in
 // place where JetStream allows it (limits, subjects, replicas, the
 // consumer's ack wait, max deliver, backoff and max ack pending).
@@ -45,6 +46,9 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config, opts ...Pro
 	r.Outcomes = append(r.Outcomes, ensureConsumer(ctx, js, cfg.Jobs.Name, cfg.consumerConfig(), o))
 	r.Outcomes = append(r.Outcomes, ensureBucket(ctx, js, cfg.bucketConfig(), cfg.Replicas, o))
 	r.Outcomes = append(r.Outcomes, ensureObjectStore(ctx, js, cfg.blobsConfig(), o))
+	if cfg.Cache.Name != "" {
+		r.Outcomes = append(r.Outcomes, ensureCache(ctx, js, cfg.cacheConfig(), o))
+	}
 	var errs []error
 	var missing []string
 	for _, oc := range r.Outcomes {

@@ -79,6 +79,24 @@ type BlobsSpec struct {
 	MaxBytes int64
 }
 
+// CacheSpec is the wanted shape of the KV bucket of the fleet's cache of
+// per-text results (serve --cache kv). A full bucket drops its oldest
+// entries (its stream discards old), so it keeps taking new ones.
+type CacheSpec struct {
+	// Name is the bucket name; empty: no cache bucket (provision leaves it
+	// alone, serve checks it only with --cache kv).
+	Name string
+	// TTL drops an entry this long after it was stored: 0 keeps entries
+	// until the byte cap evicts them, else at least 2 minutes (the
+	// bucket's duplicate window).
+	TTL time.Duration
+	// MaxBytes caps the bucket's size; -1 (or 0) is unlimited.
+	MaxBytes int64
+	// MaxValueBytes caps one entry: a text's result over it is not stored
+	// (it is computed every time). -1 (or 0) is the server's max payload.
+	MaxValueBytes int
+}
+
 // Config is everything [Provision] creates: three streams, the durable pull
 // consumer on the jobs stream, the engines KV bucket and the blobs Object
 // Store bucket.
@@ -113,6 +131,8 @@ type Config struct {
 	Engines BucketSpec
 	// Blobs is the Object Store bucket of oversized results.
 	Blobs BlobsSpec
+	// Cache is the KV bucket of the fleet's cache of per-text results.
+	Cache CacheSpec
 }
 
 // Default byte caps of the streams and the blobs bucket: no producer may
@@ -138,11 +158,22 @@ const (
 	// DefaultUsageMaxBytes holds about four million jobs' usage events
 	// (some 250 bytes each).
 	DefaultUsageMaxBytes = 1 << 30
+	// DefaultCacheMaxBytes caps the result cache: about 200,000 dense
+	// and sparse results of BGE-M3 (4 to 5 KiB each); when full the
+	// oldest entries go.
+	DefaultCacheMaxBytes = 1 << 30
+	// DefaultCacheMaxValueBytes is nats-server's default max payload: a
+	// result with the ColBERT vectors of more than about 250 tokens is not
+	// cached.
+	DefaultCacheMaxValueBytes = 1 << 20
+	// DefaultCacheTTL keeps a cached result a week: a weekly re-index
+	// finds the week's texts.
+	DefaultCacheTTL = 7 * 24 * time.Hour
 )
 
 // DefaultConfig returns the names of package schema (EMBED_JOBS,
 // EMBED_RESULTS, EMBED_DLQ, the consumer "embedder", the buckets
-// EMBED_ENGINES and EMBED_BLOBS) and the limits of the design, with one
+// EMBED_ENGINES, EMBED_BLOBS and EMBED_CACHE) and the limits of the design, with one
 // replica.
 func DefaultConfig() Config {
 	const day = 24 * time.Hour
@@ -179,6 +210,8 @@ func DefaultConfig() Config {
 		Engines: BucketSpec{Name: schema.BucketEngines, History: 1, LimitMarkerTTL: 5 * time.Minute},
 		// Kept as long as the results that name them.
 		Blobs: BlobsSpec{Name: schema.BucketBlobs, TTL: day, MaxBytes: DefaultBlobsMaxBytes},
+		Cache: CacheSpec{Name: schema.BucketCache, TTL: DefaultCacheTTL, MaxBytes: DefaultCacheMaxBytes,
+			MaxValueBytes: DefaultCacheMaxValueBytes},
 	}
 }
 
@@ -258,6 +291,25 @@ func (c Config) Validate() error {
 	}
 	if c.Blobs.TTL < 0 {
 		add("blobs bucket %s: negative ttl %v", c.Blobs.Name, c.Blobs.TTL)
+	}
+	if cs := c.Cache; cs.Name != "" {
+		if err := validName(cs.Name); err != nil {
+			add("cache bucket: %w", err)
+		}
+		if cs.TTL < 0 || cs.TTL > 0 && cs.TTL < 2*time.Minute {
+			add("cache bucket %s: ttl %v: want 0 (none) or at least 2m", cs.Name, cs.TTL)
+		}
+		if cs.MaxBytes < -1 {
+			add("cache bucket %s: max bytes %d: want -1 (unlimited) or more", cs.Name, cs.MaxBytes)
+		}
+		if cs.MaxValueBytes < -1 || cs.MaxValueBytes > 64<<20 {
+			add("cache bucket %s: max value bytes %d: want -1 (the server's max payload) up to 64 MiB", cs.Name, cs.MaxValueBytes)
+		}
+		for _, other := range []string{c.Engines.Name, c.Blobs.Name} {
+			if cs.Name == other {
+				add("cache bucket: name %q is also another bucket's", cs.Name)
+			}
+		}
 	}
 	if len(errs) == 0 {
 		return nil

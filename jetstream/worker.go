@@ -39,6 +39,10 @@ type WorkerConfig struct {
 	// Object Store bucket and replies with a reference (serve --blobs);
 	// false answers them result_too_large.
 	Blobs bool
+	// Cache looks each job's texts up in the cache bucket of Config
+	// (EMBED_CACHE), before the engine, and stores what the engine
+	// computed (serve --cache kv); the bucket must exist.
+	Cache bool
 	// Sink, when set, wraps the consumer on its way from the fetch loop and
 	// the service (tests look at deliveries there).
 	Sink func(*consumer.Loop) Sink
@@ -174,6 +178,20 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 	}
 	if cc.Usage == nil && cfg.Config.Usage.Name != "" {
 		cc.Usage = pub
+	}
+	if cfg.Cache {
+		// serve checked at start that the bucket exists; one missing now
+		// (deleted, or a new connection before provision made it) is
+		// opened again later, and meanwhile every text is computed.
+		cache, err := OpenCache(ctx, js, cfg.Config.Cache.Name)
+		if err != nil {
+			cfg.Logger.Warn("the result cache is not available: texts are computed until it is", "err", err)
+			cache = NewCache(js, cfg.Config.Cache.Name)
+		}
+		cc.Cache = cache
+		if cc.CacheValueBytes <= 0 {
+			cc.CacheValueBytes = cache.MaxValueBytes()
+		}
 	}
 	cc.Delivery = st.limits()
 	if cc.Logger == nil {

@@ -92,6 +92,11 @@ type Config struct {
 	// bucket and replies with a reference; false answers them
 	// result_too_large.
 	Blobs bool
+	// Cache answers texts the fleet embedded before from the cache bucket
+	// of Objects (EMBED_CACHE, which must exist: `jetembed provision`
+	// creates it) and stores what this node computes there (serve --cache
+	// kv). Without it the bucket is neither checked nor used.
+	Cache bool
 	// MaxResultBytes caps one job's encoded result: 0 is the larger of 32
 	// MiB and 8 texts of the model's max tokens with dense and ColBERT
 	// vectors; -1 is none.

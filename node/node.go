@@ -101,7 +101,7 @@ func (r *Node) start(ctx context.Context) (err error) {
 	if err != nil {
 		return fail(err)
 	}
-	if err := checkObjects(ctx, r.log, js, r.cfg.Objects, r.cfg.Check, nc.LastError); err != nil {
+	if err := checkObjects(ctx, r.log, js, r.cfg.objectsToCheck(), r.cfg.Check, nc.LastError); err != nil {
 		return fail(err)
 	}
 	if r.eng, err = r.openEngine(ctx, js); err != nil {

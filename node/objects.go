@@ -51,3 +51,14 @@ func checkObjects(ctx context.Context, log *slog.Logger, js natsjs.JetStream, cf
 	}
 	return nil
 }
+
+// objectsToCheck are the objects the node needs: the cache bucket only
+// when it uses the cache, so that a deployment provisioned before the
+// cache existed still starts with --cache off.
+func (c Config) objectsToCheck() jetstream.Config {
+	o := c.Objects
+	if !c.Cache {
+		o.Cache.Name = ""
+	}
+	return o
+}

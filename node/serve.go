@@ -84,6 +84,9 @@ func (r *Node) serveOn(ctx context.Context, nc *nats.Conn, js natsjs.JetStream, 
 		attrs = append(attrs, r.cfg.Notes...)
 		attrs = append(attrs, r.eng.Notes...)
 		attrs = append(attrs, "max_result_bytes", wc.Consumer.MaxResultBytes)
+		if r.cfg.Cache {
+			attrs = append(attrs, "cache", r.cfg.Objects.Cache.Name)
+		}
 		r.log.Info("ready", attrs...)
 	} else {
 		r.log.Info("serving again on a new connection", "nats", jetstream.RedactURL(nc.ConnectedUrl()))
@@ -102,6 +105,7 @@ func (r *Node) workerConfig(emb engine.Embedder, e *engine.Engine) jetstream.Wor
 		Consumer: lc,
 		Embedder: emb,
 		Blobs:    r.cfg.Blobs,
+		Cache:    r.cfg.Cache,
 		Service: jetstream.ServiceOptions{Version: r.cfg.Version, Logger: r.log, Tokenizer: r.eng.Tokenizer,
 			Metadata: map[string]string{schema.MetaModel: e.ModelID(),
 				schema.MetaInteractiveTokens: strconv.Itoa(interactive), schema.MetaMaxTokens: strconv.Itoa(e.MaxTokens())}},

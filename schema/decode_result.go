@@ -190,6 +190,12 @@ func (r reader) usage(u *Usage) error {
 		case "padded_tokens":
 			v, err = r.integer()
 			u.PaddedTokens = clampInt(v)
+		case "cached":
+			v, err = r.integer()
+			u.Cached = clampInt(v)
+		case "cached_tokens":
+			v, err = r.integer()
+			u.CachedTokens = clampInt(v)
 		default:
 			err = r.skip()
 		}

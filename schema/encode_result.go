@@ -30,9 +30,16 @@ func (res *Result) EncodeMsgpack(enc *msgpack.Encoder) error {
 	}
 	if !res.Usage.IsZero() {
 		w.key("usage")
-		w.do(enc.EncodeMapLen(2))
-		w.int("tokens", res.Usage.Tokens)
-		w.int("padded_tokens", res.Usage.PaddedTokens)
+		u := res.Usage
+		w.do(enc.EncodeMapLen(2 + count(u.Cached != 0) + count(u.CachedTokens != 0)))
+		w.int("tokens", u.Tokens)
+		w.int("padded_tokens", u.PaddedTokens)
+		if u.Cached != 0 {
+			w.int("cached", u.Cached)
+		}
+		if u.CachedTokens != 0 {
+			w.int("cached_tokens", u.CachedTokens)
+		}
 	}
 	if res.Error != nil {
 		w.key("error")

@@ -54,6 +54,9 @@ const (
 	// BucketBlobs is the Object Store bucket of results too large for one
 	// message.
 	BucketBlobs = "EMBED_BLOBS"
+	// BucketCache is the KV bucket of the fleet's cache of per-text
+	// results (serve --cache kv).
+	BucketCache = "EMBED_CACHE"
 
 	// ServiceName is the NATS micro service (`nats micro ls`) and its
 	// queue group.

@@ -73,9 +73,19 @@ type Sparse struct {
 
 // Usage counts the work a job cost: real tokens, and tokens run including
 // the padding of the chunks its texts were packed into.
+//
+// Tokens counts the real tokens of every text answered, those that came
+// from the fleet's cache (serve --cache kv) too, so that quotas and
+// metering see a cached text as the text it is; Cached and CachedTokens
+// say how many of the texts, and of the Tokens, came from the cache
+// instead of a model run, and PaddedTokens counts only what ran. Both are
+// omitted when zero: a reader that does not know them sees the usage it
+// always saw.
 type Usage struct {
 	Tokens       int `msgpack:"tokens" json:"tokens"`
 	PaddedTokens int `msgpack:"padded_tokens" json:"padded_tokens"`
+	Cached       int `msgpack:"cached,omitempty" json:"cached,omitempty"`
+	CachedTokens int `msgpack:"cached_tokens,omitempty" json:"cached_tokens,omitempty"`
 }
 
 // IsZero reports whether u counts nothing; a zero Usage is omitted on the

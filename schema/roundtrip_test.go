@@ -1,6 +1,7 @@
 package schema
 
 import (
+	"bytes"
 	"encoding/json"
 	"math"
 	"testing"
@@ -71,7 +72,7 @@ func fullResult(floats []float32) *Result {
 			{Error: &Error{Code: CodeShapeNotWarmed, Message: "later", Retriable: true}},
 			{Dense: Vector{1}},
 		},
-		Usage: Usage{Tokens: 20, PaddedTokens: 32},
+		Usage: Usage{Tokens: 20, PaddedTokens: 8, Cached: 2, CachedTokens: 12},
 		Meta:  map[string]any{"source": "x"},
 	}
 }
@@ -142,7 +143,7 @@ func TestJSONFieldNames(t *testing.T) {
 		t.Errorf("failed item carries a dense field: %v", errItem)
 	}
 	u := generic["usage"].(map[string]any)
-	if u["tokens"] != 20.0 || u["padded_tokens"] != 32.0 {
+	if u["tokens"] != 20.0 || u["padded_tokens"] != 8.0 || u["cached"] != 2.0 || u["cached_tokens"] != 12.0 {
 		t.Errorf("usage = %v", u)
 	}
 }
@@ -197,5 +198,31 @@ func TestJobMsgpackFieldNames(t *testing.T) {
 	m, err = decodeGeneric(mustEncodeJob(t, NewJob("a", "x"), EncodingMsgpack))
 	if err != nil || len(m) != 3 {
 		t.Errorf("minimal job fields = %v, %v; want v, id, texts", m, err)
+	}
+}
+
+// TestUsageCachedOmitted: a usage without cached texts encodes as it did
+// before the cache (two fields), so older readers and byte comparisons of
+// results see no change.
+func TestUsageCachedOmitted(t *testing.T) {
+	for _, enc := range []Encoding{EncodingMsgpack, EncodingJSON} {
+		data, err := EncodeResult(&Result{V: 1, ID: "j", Usage: Usage{Tokens: 3, PaddedTokens: 4}}, enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(data, []byte("cached")) {
+			t.Errorf("%v: %q carries a cached field", enc, data)
+		}
+		data, err = EncodeResult(&Result{V: 1, ID: "j", Usage: Usage{Tokens: 3, Cached: 1, CachedTokens: 3}}, enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := DecodeResult(data, enc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := (Usage{Tokens: 3, Cached: 1, CachedTokens: 3}); got.Usage != want {
+			t.Errorf("%v: usage %+v, want %+v", enc, got.Usage, want)
+		}
 	}
 }

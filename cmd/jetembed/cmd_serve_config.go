@@ -33,6 +33,7 @@ type serveFlags struct {
 	heartbeat      time.Duration
 	provision      string
 	blobs          bool
+	cache          string
 	maxResult      int
 	printConfig    bool
 	replyAllow     string
@@ -64,6 +65,7 @@ func addServeFlags(fs *flagSet, provision, api string) *serveFlags {
 	fs.DurationVar(&f.heartbeat, "heartbeat", 30*time.Second, "period of the heartbeat log line (0: none)")
 	fs.StringVar(&f.provision, "provision", provision, "at start, off: check that the streams, the consumer and the KV bucket exist (exit if not); create: also create what is missing. Nothing existing is ever changed: that is jetembed provision")
 	fs.BoolVar(&f.blobs, "blobs", true, "store results over the server's max payload in the blobs bucket and reply with a reference (false: reply result_too_large)")
+	fs.StringVar(&f.cache, "cache", "off", "off, or kv: answer texts the fleet embedded before (same model, precision, tenant, outputs and truncation) from the cache bucket (--cache-bucket, made by jetembed provision), and store what this process computes there; cached texts still count in usage")
 	fs.IntVar(&f.maxResult, "max-result-bytes", 0, "largest encoded result of one job, in bytes; a job over it fails result_too_large, refused before it runs when its dense and ColBERT vectors alone exceed it (0: auto, the larger of 32 MiB and 8 texts of the model's max tokens with dense and ColBERT; -1: none)")
 	fs.BoolVar(&f.printConfig, "print-config", false, "print the effective value of every flag with its environment variable, and exit")
 	fs.StringVar(&f.replyAllow, "reply-allow", "", "subject patterns a reply may match besides its tenant's space, comma separated; {tenant} stands for the job's tenant (audit.{tenant}.>), a pattern without it is open to every tenant; $ subjects and the jobs, DLQ and service subjects are always refused (bad_reply)")
@@ -137,6 +139,14 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 	if err != nil {
 		return c, err
 	}
+	var cache bool
+	switch strings.ToLower(strings.TrimSpace(sf.cache)) {
+	case "off", "":
+	case "kv":
+		cache = true
+	default:
+		return c, fmt.Errorf("%w: --cache %q: want off or kv", errUsage, sf.cache)
+	}
 	check, err := provisionCheck(sf.provision)
 	if err != nil {
 		return c, err
@@ -156,6 +166,7 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		InteractiveTokens: interactive,
 		Loop:              consumer.Config{Replies: replies, InteractiveTenants: interactiveTenants(sf.interTenants)},
 		Blobs:             sf.blobs,
+		Cache:             cache,
 		MaxResultBytes:    int64(sf.maxResult),
 		PrefetchMax:       sf.prefetchMax,
 		PrefetchBytes:     sf.prefetchBytes,

@@ -61,6 +61,7 @@ type bulk struct {
 	enc       *json.Encoder
 	bar       *progress
 	lines     int   // lines written
+	cached    int   // texts the fleet's cache answered (usage.cached)
 	failed    int   // of which failed
 	answered  int   // texts answered (for the progress watch)
 	err       error // the first write error
@@ -235,8 +236,11 @@ func (b *bulk) run(ctx context.Context, in *inputReader, sum inputSummary, w, er
 	b.bar.end()
 	ferr := out.Flush()
 	b.mu.Lock()
-	werr, failed, lines := b.err, b.failed, b.lines
+	werr, failed, lines, cached := b.err, b.failed, b.lines, b.cached
 	b.mu.Unlock()
+	if cached > 0 {
+		fmt.Fprintf(errw, "%d of %d texts came from the fleet's cache\n", cached, lines)
+	}
 	switch {
 	case werr != nil:
 		return fmt.Errorf("%w (run the same command again to resume)", werr)
@@ -358,6 +362,9 @@ func (b *bulk) job(k int, j *bulkJob, texts []string) *schema.Job {
 // the line's own error. b.mu held.
 func (b *bulk) write(j *bulkJob, res *schema.Result) error {
 	lines, failed, err := writeJobLines(b.enc, j, res)
+	if res != nil {
+		b.cached += res.Usage.Cached
+	}
 	b.lines += lines
 	b.failed += failed
 	return err

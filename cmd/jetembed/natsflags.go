@@ -85,6 +85,9 @@ type provisionFlags struct {
 	blobs                                 *string
 	jobsMaxAge, resultsMaxAge, dlqMaxAge  *time.Duration
 	blobsMaxAge                           *time.Duration
+	cache                                 *string
+	cacheMaxAge                           *time.Duration
+	cacheMaxBytes, cacheMaxValue          *int
 	jobsMaxBytes, blobsMaxBytes           *int
 	resultsMaxBytes, dlqMaxBytes          *int
 	dlqMaxPerSubject                      *int
@@ -117,6 +120,10 @@ func addProvisionFlags(fs *flagSet, tuning bool) *provisionFlags {
 		blobs:         fs.String("blobs-bucket", d.Blobs.Name, "name of the Object Store bucket of results over the server's max payload"),
 		blobsMaxAge:   fs.Duration("blobs-max-age", d.Blobs.TTL, "keep result blobs this long (0: forever)"),
 		blobsMaxBytes: fs.Int("blobs-max-bytes", int(d.Blobs.MaxBytes), "size cap of the blobs bucket in bytes; a full bucket refuses new blobs, whose jobs are retried then dead-lettered (-1: none)"),
+		cache:         fs.String("cache-bucket", d.Cache.Name, "name of the KV bucket of the fleet's result cache (serve --cache kv)"),
+		cacheMaxAge:   fs.Duration("cache-max-age", d.Cache.TTL, "keep a cached result this long (0: until the byte cap evicts it; else at least 2m)"),
+		cacheMaxBytes: fs.Int("cache-max-bytes", int(d.Cache.MaxBytes), "size cap of the cache bucket in bytes; when full the oldest entries are dropped (-1: none)"),
+		cacheMaxValue: fs.Int("cache-max-value-bytes", d.Cache.MaxValueBytes, "largest cached result in bytes; a larger one is computed every time (-1: the server's max payload)"),
 		jobsMaxAge:    fs.Duration("jobs-max-age", d.Jobs.MaxAge, "drop queued jobs older than this (0: never)"),
 		jobsMaxBytes:  fs.Int("jobs-max-bytes", int(d.Jobs.MaxBytes), "size cap of the jobs stream in bytes; a full queue refuses new jobs (-1: none)"),
 		resultsMaxAge: fs.Duration("results-max-age", d.Results.MaxAge, "keep results this long"),
@@ -163,6 +170,7 @@ func (f *provisionFlags) config() (jetstream.Config, error) {
 	c.Consumer.Name = *f.consumer
 	c.Engines.Name = *f.engines
 	c.Blobs.Name, c.Blobs.TTL, c.Blobs.MaxBytes = *f.blobs, *f.blobsMaxAge, int64(*f.blobsMaxBytes)
+	c.Cache = jetstream.CacheSpec{Name: *f.cache, TTL: *f.cacheMaxAge, MaxBytes: int64(*f.cacheMaxBytes), MaxValueBytes: *f.cacheMaxValue}
 	if t := f.tuning; t != nil {
 		c.Consumer.AckWait = *t.ackWait
 		c.Consumer.MaxDeliver = *t.maxDeliver

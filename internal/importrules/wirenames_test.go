@@ -23,6 +23,7 @@ var wireNames = []string{
 	schema.SubjectEmbed, schema.SubjectRerank, schema.SubjectTokenize,
 	schema.StreamJobs, schema.StreamResults, schema.StreamDLQ, schema.ConsumerName,
 	schema.BucketEngines, schema.BucketBlobs, schema.SubjectUsage, schema.StreamUsage,
+	schema.BucketCache,
 }
 
 // TestWireNamesInSchema: the subjects, streams and buckets producers and

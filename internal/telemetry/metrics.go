@@ -56,6 +56,10 @@ var MetricNames = []string{
 	"jetembed_tenant_cached_texts_total",
 	"jetembed_tenant_cached_tokens_total",
 	"jetembed_usage_unrecorded_total",
+	"jetembed_cache_hits_total",
+	"jetembed_cache_misses_total",
+	"jetembed_cache_bytes_total",
+	"jetembed_cache_errors_total",
 }
 
 // Metrics records what the consumer does, as the OpenTelemetry
@@ -71,6 +75,8 @@ type Metrics struct {
 	tokens, padded       metric.Int64Counter
 	naks, terms, refused metric.Int64Counter
 	dropped, shed        metric.Int64Counter
+	cacheHits, cacheMiss metric.Int64Counter
+	cacheBytes, cacheErr metric.Int64Counter
 	batchTexts           metric.Int64Histogram
 	chunkTokens          metric.Int64Histogram
 	queueWait, tokenize  metric.Float64Histogram
@@ -137,6 +143,10 @@ func (m *Metrics) instruments(meter metric.Meter) error {
 	m.refused = counter("jetembed_guard_refusals_total", "Chunks refused by the JIT guard before session run.")
 	m.dropped = counter("jetembed_requests_dropped_total", "Requests of the service that got no answer, by reason (slow_consumer, no_reply, refused_reply, answer_failed).")
 	m.shed = counter("jetembed_requests_shed_total", "Requests of the service answered at once without reaching their endpoint, by reason (queue_full, stopping).")
+	m.cacheHits = counter("jetembed_cache_hits_total", "Texts answered from the fleet's result cache (serve --cache kv) instead of a model run.")
+	m.cacheMiss = counter("jetembed_cache_misses_total", "Texts the result cache did not answer, by reason (absent, corrupt, foreign, oversized, unavailable).")
+	m.cacheBytes = counter("jetembed_cache_bytes_total", "Bytes read from (op=read) and written to (op=write) the result cache.")
+	m.cacheErr = counter("jetembed_cache_errors_total", "Failed calls to the result cache, by op (get, put): its texts were computed.")
 	m.batchTexts = sizes("jetembed_batch_texts", "Texts per Embed call (one job).", textsBuckets)
 	m.chunkTokens = sizes("jetembed_chunk_tokens", "Padded tokens (batch x seq) per session run.", tokensBuckets)
 	m.queueWait = seconds("jetembed_queue_wait_seconds", "Time from publish of a job to its fetch.")

@@ -21,6 +21,7 @@ const (
 	labelCode    = attribute.Key("code")
 	labelReason  = attribute.Key("reason")
 	labelSession = attribute.Key("session")
+	labelOp      = attribute.Key("op")
 )
 
 func codeLabel(c schema.Code) attribute.KeyValue {
@@ -203,4 +204,37 @@ func (m *Metrics) SetBreakerOpen(ctx context.Context, session string, open bool)
 		v = 1
 	}
 	m.breaker.Record(ctx, v, m.labels.one(labelSession, session))
+}
+
+// CacheHits counts n texts answered from the result cache.
+func (m *Metrics) CacheHits(ctx context.Context, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.cacheHits.Add(ctx, int64(n))
+}
+
+// CacheMisses counts n texts the result cache did not answer, by reason.
+func (m *Metrics) CacheMisses(ctx context.Context, reason string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.cacheMiss.Add(ctx, int64(n), m.labels.one(labelReason, reason))
+}
+
+// CacheBytes counts n bytes read from or written to the result cache (op
+// read or write).
+func (m *Metrics) CacheBytes(ctx context.Context, op string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.cacheBytes.Add(ctx, int64(n), m.labels.one(labelOp, op))
+}
+
+// CacheErrors counts n failed calls to the result cache, by op (get, put).
+func (m *Metrics) CacheErrors(ctx context.Context, op string, n int) {
+	if m == nil || n <= 0 {
+		return
+	}
+	m.cacheErr.Add(ctx, int64(n), m.labels.one(labelOp, op))
 }
