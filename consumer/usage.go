@@ -123,10 +123,12 @@ func (c *Loop) usageOf(j *job, out outcome) schema.UsageEvent {
 	return e
 }
 
-// cachedOf returns how many of a result's texts, and of its tokens, the
-// fleet's cache answered instead of a model run: none until a cache
-// answers texts (it reports them in the result's usage).
-func cachedOf(*schema.Result) (texts, tokens int64) { return 0, 0 }
+// cachedOf returns how many of a result's texts, and of their tokens, the
+// fleet's cache answered instead of a model run (cache.go reports them in
+// the result's usage).
+func cachedOf(res *schema.Result) (texts, tokens int64) {
+	return int64(res.Usage.Cached), int64(res.Usage.CachedTokens)
+}
 
 // ranReport keeps what a job's Embed call ran, for its usage.
 func (j *job) ranReport(rep engine.CallReport) {

@@ -206,3 +206,34 @@ func TestUsageStoreDown(t *testing.T) {
 		t.Errorf("request usage %q %+v", keys, events)
 	}
 }
+
+// TestUsageCountsCachedTexts: a job answered from the fleet's cache is
+// metered as the texts it is (its real tokens count, so a cache is no way
+// around a quota or a bill), and its event says how many came from the
+// cache: none ran, none padded.
+func TestUsageCountsCachedTexts(t *testing.T) {
+	u := &fakeUsage{}
+	r := newRig(t, Config{Cache: newMemCache(), Usage: u}, nil, nil)
+	texts := []string{"alpha", "beta", "beta"}
+	for i, id := range []string{"first", "again"} {
+		j := schema.NewJob(id, texts...)
+		j.Reply = "r.x"
+		d, m := stored(t, j, uint64(10+i), 1)
+		if got := settleOne(t, r, d, m); !slices.Equal(got, []string{"ack"}) {
+			t.Fatalf("%s: %v", id, got)
+		}
+	}
+	_, events := u.stored()
+	if len(events) != 2 {
+		t.Fatalf("events %+v, want one a job", events)
+	}
+	first, again := events[0], events[1]
+	if first.Tokens == 0 || again.Tokens != first.Tokens || again.Texts != 3 {
+		t.Errorf("again counted %d texts, %d tokens; want 3 and the first run's %d", again.Texts, again.Tokens, first.Tokens)
+	}
+	// The first run ran "beta" once: its twin is no cache hit.
+	if first.CachedTexts != 0 || again.CachedTexts != 3 || again.CachedTokens != first.Tokens || again.PaddedTokens != 0 {
+		t.Errorf("cached %d texts, %d tokens, %d padded (first cached %d); want 3, %d, 0 (0)",
+			again.CachedTexts, again.CachedTokens, again.PaddedTokens, first.CachedTexts, first.Tokens)
+	}
+}

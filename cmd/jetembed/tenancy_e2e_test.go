@@ -708,3 +708,46 @@ func TestTenancyToolsRunAsTheirUsers(t *testing.T) {
 		t.Error("gateway did not stop")
 	}
 }
+
+// TestTenancyCacheUnderShippedPermissions: serve --cache kv as the shipped
+// embedder user, in both permission layouts, reads and writes EMBED_CACHE
+// (no permission violation), answers a tenant's repeated texts from it,
+// and never answers another tenant's from it (the tenant is in the key).
+func TestTenancyCacheUnderShippedPermissions(t *testing.T) {
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+			defer cancel()
+			r := newTenancyRigConf(t, ctx, l.conf, "--cache", "kv")
+			var in strings.Builder
+			for i, s := range []string{"a licence header", "a footer", "a chunk"} {
+				fmt.Fprintf(&in, `{"id":"c%d","text":%q}`+"\n", i, s)
+			}
+			inFile := filepath.Join(t.TempDir(), "in.jsonl")
+			if err := os.WriteFile(inFile, []byte(in.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			submit := func(user, run string) string {
+				t.Helper()
+				code, _, errOut := r.cli(t, ctx, user, "submit", "--run", run, inFile, "-o", filepath.Join(t.TempDir(), "out.jsonl"))
+				if code != 0 {
+					t.Fatalf("submit as %s: exit %d: %s", user, code, errOut)
+				}
+				return errOut
+			}
+			const hit = "3 of 3 texts came from the fleet's cache"
+			if first := submit("producer-a", "first"); strings.Contains(first, "from the fleet's cache") {
+				t.Errorf("first run: %s", first)
+			}
+			if again := submit("producer-a", "again"); !strings.Contains(again, hit) {
+				t.Errorf("producer-a's repeat: %s, want %q", again, hit)
+			}
+			if other := submit("producer-b", "theirs"); strings.Contains(other, "from the fleet's cache") {
+				t.Errorf("producer-b was answered from producer-a's cache: %s", other)
+			}
+			if logs := strings.ToLower(r.s.log.String()); strings.Contains(logs, "permission") || strings.Contains(logs, "violation") || strings.Contains(logs, "cache is not available") {
+				t.Errorf("serve could not use the cache bucket:\n%s", logs)
+			}
+		})
+	}
+}
