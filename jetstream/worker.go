@@ -203,7 +203,7 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 	}
 	w := &Worker{nc: nc, js: js, cfg: cfg, log: cfg.Logger, cons: cons, sink: cons, settings: st,
 		template: jc.CachedInfo().Config,
-		runDone: make(chan error, 1), stopped: make(chan struct{}), stopReq: make(chan struct{})}
+		runDone:  make(chan error, 1), stopped: make(chan struct{}), stopReq: make(chan struct{})}
 	if cfg.Sink != nil {
 		w.sink = cfg.Sink(cons)
 	}
