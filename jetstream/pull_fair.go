@@ -13,7 +13,7 @@ import (
 // tenants that have one waiting by start-time fair queueing over their
 // bytes (a tenant's share follows its weight; a tenant that was idle
 // starts at the current virtual time, so it neither banks credit nor
-// waits behind another's backlog), and never lets a tenant over its quota
+// waits behind another's backlog; see maxLag), and never lets a tenant over its quota
 // in. A fetch loop submits its buffer's head and waits in Submit, where
 // its own heartbeats keep the message alive: buffers are per tenant, so
 // one tenant's backlog never stands in front of another's.
@@ -40,6 +40,10 @@ type fairGate struct {
 	jobs    map[string]uint64      // deliveries handed over, per tenant
 	timer   *time.Timer            // wakes the gate when a quota frees
 }
+
+// maxLag is the credit, in deliveries of its current size, a tenant keeps
+// when it had nothing waiting (see [fairGate.submit]).
+const maxLag = 8
 
 type gateWaiter struct {
 	tenant  string
@@ -108,8 +112,11 @@ func (g *fairGate) submit(ctx context.Context, tenant string, d consumer.Deliver
 	size := float64(max(len(d.Data), 1))
 	w := &gateWaiter{tenant: tenant, size: len(d.Data), ready: make(chan struct{})}
 	g.mu.Lock()
-	w.start = max(g.finish[tenant], g.v)
-	g.finish[tenant] = w.start + size/float64(g.shares.Weight(tenant))
+	cost := size / float64(g.shares.Weight(tenant))
+	// A tenant keeps up to maxLag deliveries of credit: its buffer may run
+	// dry for the moment of a pull request without losing its share.
+	w.start = max(g.finish[tenant], g.v-maxLag*cost)
+	g.finish[tenant] = w.start + cost
 	g.waiting[tenant] = w
 	if g.onDeck == tenant {
 		g.onDeck = ""

@@ -418,7 +418,7 @@ func (w *Worker) watch() {
 // refresh reads the consumer's info; changed settings go to the job loop,
 // and the fetch loop is reopened with them.
 func (w *Worker) refresh() {
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Refresh)
+	ctx, cancel := context.WithTimeout(context.Background(), max(w.cfg.Refresh, 10*time.Second))
 	defer cancel()
 	jc, err := w.js.Consumer(ctx, w.cfg.Config.Jobs.Name, w.cfg.Config.Consumer.Name)
 	if err != nil {

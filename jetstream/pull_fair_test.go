@@ -1,0 +1,190 @@
+package jetstream_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/jetstream"
+	"github.com/jetembed/jetembed/schema"
+)
+
+// steppedEmbedder embeds nothing real: each call waits for a token from
+// step (or the end of the test), so the test decides when a job ends.
+func steppedEmbedder(t *testing.T, step <-chan struct{}) engine.Embedder {
+	done := make(chan struct{})
+	t.Cleanup(func() { close(done) })
+	return engine.EmbedderFunc(func(ctx context.Context, texts []engine.Text) ([]engine.Embedding, engine.CallReport, error) {
+		select {
+		case <-step:
+		case <-done:
+		case <-ctx.Done():
+			return nil, engine.CallReport{}, ctx.Err()
+		}
+		out := make([]engine.Embedding, len(texts))
+		for i := range out {
+			out[i] = engine.Embedding{Dense: []float32{1}, Tokens: 1}
+		}
+		return out, engine.CallReport{Tokens: len(texts)}, nil
+	})
+}
+
+// intake records the tenants of the deliveries the job loop takes, in
+// order.
+type intake struct {
+	mu    sync.Mutex
+	order []string
+}
+
+func (in *intake) sink(c *consumer.Loop) jetstream.Sink {
+	return sinkFunc(func(ctx context.Context, d consumer.Delivery) error {
+		if d.Respond == nil {
+			in.mu.Lock()
+			in.order = append(in.order, schema.SubjectToken(d.Subject, 3))
+			in.mu.Unlock()
+		}
+		return c.Submit(ctx, d)
+	})
+}
+
+func (in *intake) snapshot() []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return append([]string(nil), in.order...)
+}
+
+func publishJobs(t *testing.T, srv *server, tenant string, n int, text string) {
+	t.Helper()
+	for i := range n {
+		j := schema.NewJob(fmt.Sprintf("%s-%04d", tenant, i), text)
+		j.Reply = "embed.results." + tenant + ".r"
+		data, err := schema.EncodeJob(j, schema.EncodingMsgpack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		publishRaw(t, srv.js, "embed.jobs."+tenant+".run."+j.ID, nil, data)
+	}
+}
+
+func startFairWorker(t *testing.T, srv *server, emb engine.Embedder, in *intake, shares jetstream.Shares, pull ...jetstream.PullOption) *jetstream.Worker {
+	t.Helper()
+	nc := connect(t, srv.url)
+	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
+		Config: srv.cfg, Consumer: consumer.Config{InFlightTokens: 1}, Embedder: emb, Sink: in.sink,
+		Service: jetstream.ServiceOptions{Version: "test"}, Logger: testLogger(t),
+		Refresh: 50 * time.Millisecond, PrefetchMax: 64, Pull: pull,
+		Fair:    jetstream.FairConfig{Shares: shares, Scan: 100 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+		nc.Close()
+	})
+	return w
+}
+
+func perTenant(c *jetstream.Config) { c.Consumer.PerTenant = true }
+
+// TestFairPullNewTenantNotBehindBacklog: tenant a has 300 jobs queued and
+// the job loop is full; tenant b's one job, published then, gets a
+// consumer of its own and enters the job loop at most two deliveries
+// after it was published (the one a had in hand, and at most one more),
+// not behind a's prefetch buffer or queue.
+func TestFairPullNewTenantNotBehindBacklog(t *testing.T) {
+	srv := newServer(t, perTenant)
+	step := make(chan struct{})
+	in := &intake{}
+	publishJobs(t, srv, "a", 300, "a text")
+	w := startFairWorker(t, srv, steppedEmbedder(t, step), in, jetstream.Shares{})
+	// The loop holds one job (its budget) and a's buffer is full.
+	natstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if n := len(in.snapshot()); n < 1 {
+			return fmt.Errorf("%d jobs taken", n)
+		}
+		return nil
+	})
+	publishJobs(t, srv, "b", 1, "b text")
+	natstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if ts := w.Tenants(); len(ts) != 2 {
+			return fmt.Errorf("tenants %v", ts)
+		}
+		return nil
+	})
+	before := len(in.snapshot())
+	// Jobs end one at a time until b's is taken.
+	for i := 0; ; i++ {
+		order := in.snapshot()
+		if idx := indexOf(order, "b"); idx >= 0 {
+			t.Logf("b's job taken %d deliveries after it was published (a had %d taken before; 300 queued)", idx-before+1, before)
+			if idx-before+1 > 2 {
+				t.Fatalf("b's job taken as delivery %d after it was published: %v", idx-before+1, order)
+			}
+			break
+		}
+		if i > 20 {
+			t.Fatalf("b's job not taken after %d jobs: %v", i, order)
+		}
+		step <- struct{}{}
+		natstest.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+			if len(in.snapshot()) <= len(order) {
+				return fmt.Errorf("no new intake")
+			}
+			return nil
+		})
+	}
+}
+
+func indexOf(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// TestFairPullWeights: tenants a (weight 3) and b (weight 1) both
+// backlogged with jobs of one size: the job loop takes them 3:1 (+-10%).
+func TestFairPullWeights(t *testing.T) {
+	srv := newServer(t, perTenant)
+	step := make(chan struct{})
+	in := &intake{}
+	text := strings.Repeat("same size ", 10)
+	publishJobs(t, srv, "a", 150, text)
+	publishJobs(t, srv, "b", 150, text)
+	shares := jetstream.Shares{Weights: map[string]int{"a": 3, "b": 1}}
+	// A prefetch that does not run dry between two jobs, as with a real
+	// engine (these jobs take no time: the test steps them as fast as it
+	// can).
+	startFairWorker(t, srv, steppedEmbedder(t, step), in, shares, jetstream.PrefetchLimits(64, 64))
+	// Both tenants' loops have jobs buffered before the first ends.
+	natstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		if n := len(in.snapshot()); n < 1 {
+			return fmt.Errorf("%d jobs taken", n)
+		}
+		return nil
+	})
+	const n = 120
+	for len(in.snapshot()) < n {
+		step <- struct{}{}
+	}
+	counts := map[string]int{}
+	for _, tn := range in.snapshot()[:n] {
+		counts[tn]++
+	}
+	ratio := float64(counts["a"]) / float64(max(counts["b"], 1))
+	t.Logf("first %d jobs: a %d, b %d (ratio %.2f, want 3): %s", n, counts["a"], counts["b"], ratio, strings.Join(in.snapshot()[:n], ""))
+	if ratio < 2.7 || ratio > 3.3 {
+		t.Fatalf("a:b = %d:%d, want 3:1 +-10%%", counts["a"], counts["b"])
+	}
+}
