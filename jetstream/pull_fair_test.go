@@ -79,7 +79,7 @@ func startFairWorker(t *testing.T, srv *server, emb engine.Embedder, in *intake,
 		Config: srv.cfg, Consumer: consumer.Config{InFlightTokens: 1}, Embedder: emb, Sink: in.sink,
 		Service: jetstream.ServiceOptions{Version: "test"}, Logger: testLogger(t),
 		Refresh: 50 * time.Millisecond, PrefetchMax: 64, Pull: pull,
-		Fair:    jetstream.FairConfig{Shares: shares, Scan: 100 * time.Millisecond},
+		Fair: jetstream.FairConfig{Shares: shares, Scan: 100 * time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
