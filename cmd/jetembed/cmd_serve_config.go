@@ -42,6 +42,9 @@ type serveFlags struct {
 	tenantResults  string
 	tenantInbox    string
 	interTenants   string
+	tenantWeights  string
+	tenantQuotas   string
+	tenantIdle     time.Duration
 	api            *gatewayFlags
 }
 
@@ -70,6 +73,9 @@ func addServeFlags(fs *flagSet, provision string) *serveFlags {
 	fs.StringVar(&f.tenantResults, "tenant-results-prefix", schema.DefaultTenantResultsPrefix, "a tenant's results space: <prefix>.<tenant>.>")
 	fs.StringVar(&f.tenantInbox, "tenant-inbox-prefix", schema.DefaultTenantInboxPrefix, "a tenant's inbox space: <prefix><tenant>.> (its connection's nats inbox prefix)")
 	fs.StringVar(&f.interTenants, "interactive-tenants", "*", "tenants whose queued jobs may ask for priority interactive, comma separated; another tenant's run as bulk, so a bulk producer cannot take the budget of the callers who wait (*: every tenant; empty: none; requests are interactive whatever it says)")
+	fs.StringVar(&f.tenantWeights, "tenant-weight", "", "tenants' weights in the fair share of per-tenant consumers (jetembed provision --per-tenant): NAME=WEIGHT, comma separated, 1 to 1000 (*=W: every tenant not named; default 1)")
+	fs.StringVar(&f.tenantQuotas, "tenant-quota", "", "tenants' quotas: NAME=TOKENS_PER_MINUTE[/IN_FLIGHT_TOKENS], comma separated (0: no bound; *=...: every tenant not named; default none); tokens are estimated at 4 bytes of a job's body; over it a tenant's queued jobs wait in the stream unfetched (with per-tenant consumers) and its requests are refused quota_exceeded with a retry-after")
+	fs.DurationVar(&f.tenantIdle, "tenant-idle", jetstream.DefaultTenantIdle, "delete a tenant's consumer after it has been empty this long (per-tenant consumers); its next job makes it again")
 	f.api = addGatewayFlags(fs, "http-api", "")
 	return f
 }
@@ -149,6 +155,14 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 	if err != nil {
 		return c, err
 	}
+	weights, err := jetstream.ParseWeights(sf.tenantWeights)
+	if err != nil {
+		return c, fmt.Errorf("%w: --tenant-weight: %w", errUsage, err)
+	}
+	quotas, err := jetstream.ParseQuotas(sf.tenantQuotas)
+	if err != nil {
+		return c, fmt.Errorf("%w: --tenant-quota: %w", errUsage, err)
+	}
 	var api *node.APIConfig
 	if sf.api.listen != "" {
 		api = &node.APIConfig{Listen: sf.api.listen, Gateway: sf.api.config()}
@@ -162,6 +176,7 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		MaxResultBytes: int64(sf.maxResult),
 		PrefetchMax:    sf.prefetchMax,
 		PrefetchBytes:  sf.prefetchBytes,
+		Fair:           jetstream.FairConfig{Shares: jetstream.Shares{Weights: weights, Quotas: quotas}, Idle: sf.tenantIdle},
 		Sample:         ff.poll,
 		Grace:          sf.grace,
 		Fleet:          fc,
