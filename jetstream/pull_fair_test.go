@@ -2,12 +2,16 @@ package jetstream_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
+	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
@@ -186,5 +190,91 @@ func TestFairPullWeights(t *testing.T) {
 	t.Logf("first %d jobs: a %d, b %d (ratio %.2f, want 3): %s", n, counts["a"], counts["b"], ratio, strings.Join(in.snapshot()[:n], ""))
 	if ratio < 2.7 || ratio > 3.3 {
 		t.Fatalf("a:b = %d:%d, want 3:1 +-10%%", counts["a"], counts["b"])
+	}
+}
+
+// TestQuotaHoldsJobsInStream: tenant a's quota (60 tokens a minute) lets
+// one of its jobs in (about 100 estimated tokens) and then holds the rest:
+// they wait in the stream, neither NAKed nor redelivered (no walk to
+// MaxDeliver), while
+// tenant b, without a quota, is served whole.
+func TestQuotaHoldsJobsInStream(t *testing.T) {
+	srv := newServer(t, perTenant)
+	step := make(chan struct{})
+	close(step) // every job ends at once
+	in := &intake{}
+	text := strings.Repeat("quota text ", 36) // ~400 bytes: ~100 tokens
+	publishJobs(t, srv, "a", 10, text)
+	publishJobs(t, srv, "b", 5, text)
+	shares := jetstream.Shares{Quotas: map[string]jetstream.Quota{"a": {TokensPerMinute: 60}}}
+	startFairWorker(t, srv, steppedEmbedder(t, step), in, shares)
+	ctx := context.Background()
+	natstest.CheckFor(t, 20*time.Second, 10*time.Millisecond, func() error {
+		order := in.snapshot()
+		counts := map[string]int{}
+		for _, tn := range order {
+			counts[tn]++
+		}
+		if counts["b"] < 5 || counts["a"] < 1 {
+			return fmt.Errorf("taken %v", counts)
+		}
+		return nil
+	})
+	counts := map[string]int{}
+	for _, tn := range in.snapshot() {
+		counts[tn]++
+	}
+	if counts["a"] != 1 {
+		t.Fatalf("a over its quota had %d jobs taken, want 1", counts["a"])
+	}
+	jc, err := srv.js.Consumer(ctx, srv.cfg.Jobs.Name, jetstream.TenantConsumerName(srv.cfg.Consumer.Name, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	info := jc.CachedInfo()
+	t.Logf("a: %d pending in the stream, %d fetched and held unsettled (heartbeated), %d redelivered", info.NumPending, info.NumAckPending, info.NumRedelivered)
+	// A tenant with a quota pulls one job at a time: at most one is held
+	// here beyond its quota, the rest wait in the stream.
+	if info.NumRedelivered != 0 || info.NumPending+uint64(info.NumAckPending) != 9 || info.NumPending < 8 {
+		t.Fatalf("a's held jobs: %d pending, %d fetched, %d redelivered; want 9 waiting, at least 8 in the stream, none redelivered",
+			info.NumPending, info.NumAckPending, info.NumRedelivered)
+	}
+}
+
+// TestQuotaRefusesRequests: a request of a tenant over its quota is
+// answered quota_exceeded, retriable, with a retry-after; another tenant's
+// is answered.
+func TestQuotaRefusesRequests(t *testing.T) {
+	srv := newServer(t, perTenant)
+	step := make(chan struct{})
+	close(step)
+	shares := jetstream.Shares{Quotas: map[string]jetstream.Quota{"a": {TokensPerMinute: 60}}}
+	startFairWorker(t, srv, steppedEmbedder(t, step), &intake{}, shares)
+	request := func(tenant string) error {
+		nc, err := nats.Connect(srv.url, nats.CustomInboxPrefix("_INBOX_"+tenant))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		c, err := client.New(nc, client.WithTenant(tenant))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = c.Embed(ctx, strings.Repeat("quota text ", 36))
+		return err
+	}
+	if err := request("a"); err != nil {
+		t.Fatalf("a's first request: %v", err)
+	}
+	err := request("a")
+	var se *schema.Error
+	if !errors.As(err, &se) || se.Code != schema.CodeQuotaExceeded || !se.Retriable || se.RetryAfterMS < 1000 {
+		t.Fatalf("a's second request: %v (%+v), want quota_exceeded, retriable, retry after about 40 s", err, se)
+	}
+	t.Logf("a over quota: %v (retry after %d ms)", se, se.RetryAfterMS)
+	if err := request("b"); err != nil {
+		t.Fatalf("b's request: %v", err)
 	}
 }

@@ -36,6 +36,13 @@ func (o pullOptions) holdFor() time.Duration {
 	return o.hold()
 }
 
+// pullMinOne starts the adaptive prefetch at one message (a tenant with
+// a quota: what it pulls ahead of its quota is held unsettled, so it
+// pulls little ahead and grows with the throughput it gets).
+func pullMinOne() PullOption {
+	return func(o *pullOptions) { o.min = 1 }
+}
+
 // pullHold makes the loop ask hold before every pull request and wait
 // what it says.
 func pullHold(hold func() time.Duration) PullOption {

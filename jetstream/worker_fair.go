@@ -240,7 +240,11 @@ func (tp *tenantPull) startLoop(ctx context.Context, tl *tenantLoop, st ServerSe
 	}
 	sink := tp.gate.forTenant(tl.tenant, more)
 	q, tenant := tp.q, tl.tenant
-	loop, err := tp.w.pullWith(jc, st, sink, pullHold(func() time.Duration { return q.wait(tenant) }))
+	opts := []PullOption{pullHold(func() time.Duration { return q.wait(tenant) })}
+	if q.limited(tenant) {
+		opts = append(opts, pullMinOne())
+	}
+	loop, err := tp.w.pullWith(jc, st, sink, opts...)
 	if err != nil {
 		return err
 	}
