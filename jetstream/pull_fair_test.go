@@ -124,6 +124,17 @@ func TestFairPullNewTenantNotBehindBacklog(t *testing.T) {
 		}
 		return nil
 	})
+	// b's loop has its job (a pull request was waiting for it).
+	natstest.CheckFor(t, 10*time.Second, 5*time.Millisecond, func() error {
+		jc, err := srv.js.Consumer(context.Background(), srv.cfg.Jobs.Name, jetstream.TenantConsumerName(srv.cfg.Consumer.Name, "b"))
+		if err != nil {
+			return err
+		}
+		if jc.CachedInfo().NumAckPending < 1 {
+			return fmt.Errorf("b's job not fetched")
+		}
+		return nil
+	})
 	before := len(in.snapshot())
 	// Jobs end one at a time until b's is taken.
 	for i := 0; ; i++ {
@@ -178,8 +189,25 @@ func TestFairPullWeights(t *testing.T) {
 		}
 		return nil
 	})
+	// A job ends only when both tenants have jobs fetched beyond the one in
+	// hand, as with an engine slower than a pull request (these jobs take
+	// no time otherwise, and a pull request delayed on a loaded machine
+	// would look like a tenant with nothing to do).
+	ready := func() error {
+		for _, tn := range []string{"a", "b"} {
+			jc, err := srv.js.Consumer(context.Background(), srv.cfg.Jobs.Name, jetstream.TenantConsumerName(srv.cfg.Consumer.Name, tn))
+			if err != nil {
+				return err
+			}
+			if n := jc.CachedInfo().NumAckPending; n < 4 {
+				return fmt.Errorf("%s has %d jobs fetched", tn, n)
+			}
+		}
+		return nil
+	}
 	const n = 120
 	for len(in.snapshot()) < n {
+		natstest.CheckFor(t, 10*time.Second, time.Millisecond, ready)
 		step <- struct{}{}
 	}
 	counts := map[string]int{}
