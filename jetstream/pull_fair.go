@@ -41,8 +41,10 @@ type fairGate struct {
 	timer   *time.Timer            // wakes the gate when a quota frees
 }
 
-// maxLag is the credit, in deliveries of its current size, a tenant keeps
-// when it had nothing waiting (see [fairGate.submit]).
+// maxLag is the credit a tenant keeps when it had nothing waiting (see
+// [fairGate.submit]): as many deliveries of its current size as a tenant
+// of weight 1 gets in maxLag turns, so a heavier tenant rides out a dry
+// buffer of as many more.
 const maxLag = 8
 
 type gateWaiter struct {
@@ -115,7 +117,7 @@ func (g *fairGate) submit(ctx context.Context, tenant string, d consumer.Deliver
 	cost := size / float64(g.shares.Weight(tenant))
 	// A tenant keeps up to maxLag deliveries of credit: its buffer may run
 	// dry for the moment of a pull request without losing its share.
-	w.start = max(g.finish[tenant], g.v-maxLag*cost)
+	w.start = max(g.finish[tenant], g.v-maxLag*size)
 	g.finish[tenant] = w.start + cost
 	g.waiting[tenant] = w
 	if g.onDeck == tenant {
