@@ -25,7 +25,7 @@ func tinyConfig(t *testing.T) Config {
 	if _, err := ort.Init(ort.LibraryOptions{Path: lib}); errors.Is(err, ort.ErrNoCgo) {
 		t.Skip(err)
 	}
-	return Config{ModelDir: filepath.Join("..", "..", "testdata", "models", "tiny-hidden"), ORTLib: lib,
+	return Config{ModelDir: filepath.Join("..", "..", "..", "testdata", "models", "tiny-hidden"), ORTLib: lib,
 		Sessions: 1, Threads: 1, Texts: 120, Requests: 10}.WithDefaults()
 }
 
@@ -127,7 +127,7 @@ func TestRunTiny(t *testing.T) {
 
 func TestHFLayout(t *testing.T) {
 	dir := t.TempDir()
-	model := filepath.Join("..", "..", "testdata", "models", "tiny-hidden")
+	model := filepath.Join("..", "..", "..", "testdata", "models", "tiny-hidden")
 	hf := filepath.Join(dir, "m")
 	if err := hfLayout(hf, model, filepath.Join(model, "model.onnx"), filepath.Join(model, "tokenizer.json")); err != nil {
 		t.Fatal(err)

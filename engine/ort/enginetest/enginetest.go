@@ -20,7 +20,7 @@ import (
 // "tiny-heads").
 func ModelDir(name string) string {
 	_, file, _, _ := runtime.Caller(0)
-	return filepath.Join(filepath.Dir(file), "..", "..", "testdata", "models", name)
+	return filepath.Join(filepath.Dir(file), "..", "..", "..", "testdata", "models", name)
 }
 
 // Open opens the tiny-hidden model with cfg, one intra-op thread a

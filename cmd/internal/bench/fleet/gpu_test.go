@@ -142,7 +142,7 @@ type modelFiles struct {
 
 func openModel(t testing.TB) modelFiles {
 	t.Helper()
-	m, err := model.Open(filepath.Join("..", "..", "..", "testdata", "models", "tiny-hidden"), model.DefaultOptions())
+	m, err := model.Open(filepath.Join("..", "..", "..", "..", "testdata", "models", "tiny-hidden"), model.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
