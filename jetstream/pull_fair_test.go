@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/consumer"
@@ -304,5 +305,37 @@ func TestQuotaRefusesRequests(t *testing.T) {
 	t.Logf("a over quota: %v (retry after %d ms)", se, se.RetryAfterMS)
 	if err := request("b"); err != nil {
 		t.Fatalf("b's request: %v", err)
+	}
+}
+
+// TestProvisionPerTenantAndBack: provision --per-tenant makes the durable
+// the template (filtered on the bare prefix, max-delivery advisories of
+// every consumer captured); provision without it deletes the tenants'
+// consumers and makes it the catch-all again.
+func TestProvisionPerTenantAndBack(t *testing.T) {
+	srv := newServer(t, perTenant)
+	ctx := context.Background()
+	jc, err := srv.js.Consumer(ctx, srv.cfg.Jobs.Name, srv.cfg.Consumer.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := jc.CachedInfo().Config.FilterSubject; f != "embed.jobs" {
+		t.Fatalf("template filter %q, want embed.jobs", f)
+	}
+	name := jetstream.TenantConsumerName(srv.cfg.Consumer.Name, "a")
+	if _, err := srv.js.CreateConsumer(ctx, srv.cfg.Jobs.Name, natsjs.ConsumerConfig{Durable: name, AckPolicy: natsjs.AckExplicitPolicy,
+		FilterSubjects: []string{"embed.jobs.a", "embed.jobs.a.>"}, Metadata: map[string]string{jetstream.MetaTemplate: srv.cfg.Consumer.Name, jetstream.MetaTenant: "a"}}); err != nil {
+		t.Fatal(err)
+	}
+	back := srv.cfg
+	back.Consumer.PerTenant = false
+	if _, err := jetstream.Provision(ctx, srv.js, back, jetstream.AllowDowngrade()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.js.Consumer(ctx, srv.cfg.Jobs.Name, name); !errors.Is(err, natsjs.ErrConsumerNotFound) {
+		t.Fatalf("tenant's consumer after provision without per-tenant: %v, want deleted", err)
+	}
+	if jc, err = srv.js.Consumer(ctx, srv.cfg.Jobs.Name, srv.cfg.Consumer.Name); err != nil || jc.CachedInfo().Config.FilterSubject != "" {
+		t.Fatalf("durable after provision without per-tenant: %v, want the catch-all", err)
 	}
 }
