@@ -101,6 +101,10 @@ type Request struct {
 	// refused reply is bad_reply: no answer, a dead letter). Bad input
 	// gets its dead letter and its answer (through Answer when set).
 	Refusal *schema.Error
+	// Settled, when set, is called once when the loop has settled the
+	// request (answered it, or refused it without an answer): a quota's
+	// charge is given back there.
+	Settled func()
 
 	// witness, set by this package's tests only, records the verdict the
 	// request got as a stored job's message would (a request has none).

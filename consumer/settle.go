@@ -192,6 +192,9 @@ func (c *Loop) ackMessage(j *job, out outcome) {
 	m := j.msg
 	if j.req != nil {
 		m = j.req.witness
+		if done := j.req.Settled; done != nil {
+			defer done() // after the witness, before j.mu is unlocked
+		}
 	}
 	if m == nil {
 		return

@@ -111,8 +111,10 @@ var codeStatus = map[schema.Code]int{
 	schema.CodeShapeNotWarmed:    http.StatusServiceUnavailable,
 	schema.CodeEngineUnavailable: http.StatusServiceUnavailable,
 	schema.CodeOverloaded:        http.StatusTooManyRequests,
-	schema.CodeDeadlineExceeded:  http.StatusGatewayTimeout,
-	schema.CodeInternal:          http.StatusInternalServerError,
+	// The caller's tenant is over its quota: Retry-After is the fleet's.
+	schema.CodeQuotaExceeded:    http.StatusTooManyRequests,
+	schema.CodeDeadlineExceeded: http.StatusGatewayTimeout,
+	schema.CodeInternal:         http.StatusInternalServerError,
 	// The fleet refused the gateway's own reply inbox: a deployment
 	// mismatch (reply policy, inbox prefix), not the caller's fault.
 	schema.CodeBadReply: http.StatusBadGateway,
@@ -129,6 +131,10 @@ func CodeStatus(c schema.Code) (status int, ok bool) {
 	return status, ok
 }
 
+// maxFleetRetryAfter bounds the retry-after a fleet's answer may ask of
+// the gateway's clients.
+const maxFleetRetryAfter = time.Hour
+
 // fleetError maps what a fleet call returned to the answer.
 func fleetError(err error) *apiError {
 	var se *schema.Error
@@ -144,7 +150,11 @@ func fleetError(err error) *apiError {
 				status = http.StatusServiceUnavailable
 			}
 		}
-		return newError(status, string(se.Code), "%s", se.Message)
+		e := newError(status, string(se.Code), "%s", se.Message)
+		if se.RetryAfterMS > 0 && e.retry {
+			e.retryAfter = time.Duration(min(se.RetryAfterMS, maxFleetRetryAfter.Milliseconds())) * time.Millisecond
+		}
+		return e
 	case errors.Is(err, ErrFleetUnreachable):
 		e := newError(http.StatusServiceUnavailable, codeFleetUnreachable, "the gateway lost its connection to the fleet during the call: retry shortly")
 		return e

@@ -140,6 +140,7 @@ func TestErrorMapping(t *testing.T) {
 		{"shape_not_warmed", "", `{"input":"code:shape_not_warmed"}`, 503, "server_error", "shape_not_warmed", true},
 		{"engine_unavailable", "", `{"input":"code:engine_unavailable"}`, 503, "server_error", "engine_unavailable", true},
 		{"overloaded", "", `{"input":"code:overloaded"}`, 429, "rate_limit_error", "overloaded", true},
+		{"quota_exceeded", "", `{"input":"code:quota_exceeded"}`, 429, "rate_limit_error", "quota_exceeded", true},
 		{"deadline_exceeded", "", `{"input":"code:deadline_exceeded"}`, 504, "server_error", "deadline_exceeded", false},
 		{"internal", "", `{"input":"code:internal"}`, 500, "server_error", "internal", false},
 		{"bad_reply", "", `{"input":"code:bad_reply"}`, 502, "server_error", "bad_reply", false},
@@ -171,6 +172,10 @@ func TestErrorMapping(t *testing.T) {
 			}
 			if got := a.header.Get("Retry-After") != ""; got != c.retry {
 				t.Errorf("Retry-After %q, want one: %v", a.header.Get("Retry-After"), c.retry)
+			}
+			// The fleet's retry-after (7.5 s), rounded up to whole seconds.
+			if c.code == "quota_exceeded" && a.header.Get("Retry-After") != "8" {
+				t.Errorf("quota_exceeded: Retry-After %q, want the fleet's 7.5 s as 8", a.header.Get("Retry-After"))
 			}
 		})
 	}

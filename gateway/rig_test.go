@@ -107,6 +107,8 @@ func (f *fakeFleet) handle(req micro.Request) {
 	}
 	for _, text := range job.Texts {
 		switch {
+		case text == "code:quota_exceeded":
+			res = schema.ErrorResult(job.ID, schema.QuotaExceeded(7500*time.Millisecond))
 		case strings.HasPrefix(text, "code:"):
 			res = schema.ErrorResult(job.ID, schema.Errorf(schema.Code(strings.TrimPrefix(text, "code:")), "fake refusal"))
 		case text == "slow":

@@ -43,6 +43,10 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config, opts ...Pro
 	for _, sc := range cfg.streamConfigs() {
 		r.Outcomes = append(r.Outcomes, ensureStream(ctx, js, sc, o))
 	}
+	if !cfg.Consumer.PerTenant && !o.serverTuning {
+		// A catch-all overlaps every tenant's consumer: they go first.
+		r.Outcomes = append(r.Outcomes, retireTenantConsumers(ctx, js, cfg, o)...)
+	}
 	r.Outcomes = append(r.Outcomes, ensureConsumer(ctx, js, cfg.Jobs.Name, cfg.consumerConfig(), o))
 	r.Outcomes = append(r.Outcomes, ensureBucket(ctx, js, cfg.bucketConfig(), cfg.Replicas, o))
 	r.Outcomes = append(r.Outcomes, ensureObjectStore(ctx, js, cfg.blobsConfig(), o))
@@ -107,6 +111,10 @@ func (c Config) streamConfigs() []natsjs.StreamConfig {
 }
 
 func (c Config) consumerConfig() natsjs.ConsumerConfig {
+	filter := ""
+	if c.Consumer.PerTenant {
+		filter = c.templateFilter()
+	}
 	return natsjs.ConsumerConfig{
 		Durable:       c.Consumer.Name,
 		DeliverPolicy: natsjs.DeliverAllPolicy,
@@ -116,6 +124,7 @@ func (c Config) consumerConfig() natsjs.ConsumerConfig {
 		MaxDeliver:    c.Consumer.MaxDeliver,
 		BackOff:       slices.Clone(c.Consumer.BackOff),
 		MaxAckPending: c.Consumer.MaxAckPending,
+		FilterSubject: filter,
 	}
 }
 
@@ -202,14 +211,36 @@ func changeList(cs []Change) string {
 	return strings.Join(parts, ", ")
 }
 
-// lostSubjects reports whether have holds a subject that want has not.
+// lostSubjects reports whether have holds a subject that no subject of
+// want covers.
 func lostSubjects(have, want []string) bool {
 	for _, s := range have {
-		if !slices.Contains(want, s) {
+		if !slices.ContainsFunc(want, func(w string) bool { return subjectCovers(w, s) }) {
 			return true
 		}
 	}
 	return false
+}
+
+// subjectCovers reports whether every subject pattern s matches is
+// matched by pattern w.
+func subjectCovers(w, s string) bool {
+	wt, st := strings.Split(w, "."), strings.Split(s, ".")
+	for i, tok := range wt {
+		switch {
+		case tok == ">":
+			return i < len(st)
+		case i >= len(st):
+			return false
+		case tok == "*":
+			if st[i] == ">" {
+				return false
+			}
+		case tok != st[i]:
+			return false
+		}
+	}
+	return len(wt) == len(st)
 }
 
 func ensureStream(ctx context.Context, js natsjs.JetStream, want natsjs.StreamConfig, o provisionOptions) ObjectOutcome {
@@ -273,7 +304,10 @@ func ensureConsumer(ctx context.Context, js natsjs.JetStream, stream string, wan
 		d.check("BackOff", have.BackOff, want.BackOff, true)
 		d.check("MaxAckPending", have.MaxAckPending, want.MaxAckPending, true)
 	}
-	d.check("FilterSubject", have.FilterSubject, want.FilterSubject, true)
+	if !o.serverTuning {
+		// serve takes the mode (one consumer or per tenant) from the server.
+		d.check("FilterSubject", have.FilterSubject, want.FilterSubject, true)
+	}
 	return d.outcome(ctx, "consumer", name, o, func(ctx context.Context) error {
 		upd := have
 		upd.AckWait, upd.MaxDeliver, upd.BackOff = want.AckWait, want.MaxDeliver, want.BackOff
@@ -379,4 +413,38 @@ func ensureObjectStore(ctx context.Context, js natsjs.JetStream, want natsjs.Obj
 		_, err := js.UpdateObjectStore(ctx, want)
 		return err
 	})
+}
+
+// retireTenantConsumers deletes the tenants' consumers made from the
+// template (ModeApply only: elsewhere they are reported Drifted), so that
+// the durable can become the catch-all again.
+func retireTenantConsumers(ctx context.Context, js natsjs.JetStream, cfg Config, o provisionOptions) []ObjectOutcome {
+	s, err := js.Stream(ctx, cfg.Jobs.Name)
+	if err != nil {
+		return nil // no stream, no consumers (reported with the stream)
+	}
+	var out []ObjectOutcome
+	lister := s.ListConsumers(ctx)
+	for info := range lister.Info() {
+		if info.Config.Metadata[MetaTemplate] != cfg.Consumer.Name {
+			continue
+		}
+		name := cfg.Jobs.Name + "/" + info.Name
+		oc := ObjectOutcome{Kind: "consumer", Name: name, Action: Updated,
+			Changes: []Change{{Field: "Exists", Have: "true", Want: "false (the catch-all replaces per-tenant consumers)"}}}
+		switch {
+		case o.mode != ModeApply:
+			oc.Action = Drifted
+		case o.dryRun:
+		default:
+			if err := js.DeleteConsumer(ctx, cfg.Jobs.Name, info.Name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {
+				oc.Action, oc.Err = Failed, fmt.Errorf("delete consumer %s: %w", name, err)
+			}
+		}
+		out = append(out, oc)
+	}
+	if err := lister.Err(); err != nil {
+		out = append(out, failed("consumer", cfg.Jobs.Name+"/*", fmt.Errorf("list: %w", err)))
+	}
+	return out
 }

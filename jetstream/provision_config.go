@@ -46,8 +46,15 @@ type ConsumerSpec struct {
 	// at most MaxDeliver entries.
 	BackOff []time.Duration
 	// MaxAckPending is the number of jobs in flight over the whole fleet:
-	// the flow-control knob.
+	// the flow-control knob. With PerTenant, it is each tenant's.
 	MaxAckPending int
+	// PerTenant makes the durable a template rather than the consumer of
+	// every job: filtered on the jobs subject's bare prefix (embed.jobs),
+	// which no job is published on, it holds the settings from which the
+	// members make one consumer a tenant (<Name>_<tenant>, filtered on
+	// embed.jobs.<tenant> and embed.jobs.<tenant>.>), so that one tenant's
+	// backlog is never pulled ahead of another's. See pull_tenants.go.
+	PerTenant bool
 }
 
 // BucketSpec is the wanted shape of the engines KV bucket.
@@ -227,7 +234,11 @@ func ExponentialBackOff(first time.Duration, n int) []time.Duration {
 
 // MaxDeliveriesSubject is the advisory subject the server publishes on when
 // the consumer gives up a job after MaxDeliver deliveries.
+// With per-tenant consumers it is every consumer's of the jobs stream.
 func (c Config) MaxDeliveriesSubject() string {
+	if c.Consumer.PerTenant {
+		return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + c.Jobs.Name + ".*"
+	}
 	return "$JS.EVENT.ADVISORY.CONSUMER.MAX_DELIVERIES." + c.Jobs.Name + "." + c.Consumer.Name
 }
 
@@ -274,6 +285,11 @@ func (c Config) Validate() error {
 		}
 	}
 	c.Consumer.validate(add)
+	if c.Consumer.PerTenant {
+		if _, err := c.jobsPrefix(); err != nil {
+			add("consumer %s: %v", c.Consumer.Name, err)
+		}
+	}
 	if err := validName(c.Engines.Name); err != nil {
 		add("engines bucket: %w", err)
 	}

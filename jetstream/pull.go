@@ -131,6 +131,14 @@ func Pull(ctx context.Context, cons natsjs.Consumer, sink Sink, opts ...PullOpti
 	return p, nil
 }
 
+// hasMore reports whether the loop holds a message after the one it is
+// handing to the sink (false once stopped: the rest is NAKed).
+func (p *PullLoop) hasMore() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.nak && len(p.buf) > 1
+}
+
 // Prefetch is the current prefetch size in messages.
 func (p *PullLoop) Prefetch() int {
 	p.mu.Lock()
@@ -191,6 +199,15 @@ func (p *PullLoop) fetcher() {
 		}
 		if p.fetchCtx.Err() != nil {
 			return
+		}
+		// A tenant over its quota: its jobs wait in the stream, not here.
+		if d := p.o.holdFor(); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-p.fetchCtx.Done():
+				return
+			}
+			continue
 		}
 		if p.o.onRequest != nil {
 			p.o.onRequest()

@@ -24,6 +24,29 @@ type pullOptions struct {
 	logger             *slog.Logger
 	now                func() time.Time
 	onRequest          func() // test hook: called before each pull request
+	// hold, when set, says how long to wait before the next pull request
+	// (a tenant over its quota); 0 pulls now.
+	hold func() time.Duration
+}
+
+func (o pullOptions) holdFor() time.Duration {
+	if o.hold == nil {
+		return 0
+	}
+	return o.hold()
+}
+
+// pullMinOne starts the adaptive prefetch at one message (a tenant with
+// a quota: what it pulls ahead of its quota is held unsettled, so it
+// pulls little ahead and grows with the throughput it gets).
+func pullMinOne() PullOption {
+	return func(o *pullOptions) { o.min = 1 }
+}
+
+// pullHold makes the loop ask hold before every pull request and wait
+// what it says.
+func pullHold(hold func() time.Duration) PullOption {
+	return func(o *pullOptions) { o.hold = hold }
 }
 
 // Default prefetch limits of [Pull], in messages.

@@ -54,6 +54,10 @@ type WorkerConfig struct {
 	PrefetchMax int
 	// Pull are further options of the fetch loop.
 	Pull []PullOption
+	// Fair tunes the per-tenant pulling, which the worker runs when the
+	// jobs consumer on the server is a per-tenant template (`jetembed
+	// provision --per-tenant`), and the tenants' quotas.
+	Fair FairConfig
 	// Refresh is how often the worker samples the consumer's info: the
 	// one reading of it in the process, for [Worker.Backlog] (the gauges,
 	// the heartbeat and the fleet's idleness read it there) and for
@@ -66,6 +70,22 @@ type WorkerConfig struct {
 	// Logger receives start, settings changes and stop; default
 	// slog.Default().
 	Logger *slog.Logger
+}
+
+// FairConfig tunes per-tenant pulling (see [ConsumerSpec.PerTenant]).
+type FairConfig struct {
+	// Shares are the tenants' weights and quotas. Job quotas need
+	// per-tenant consumers (a job over quota waits in the stream, never
+	// fetched); request quotas apply in either mode.
+	Shares Shares
+	// Idle is how long a tenant's consumer stays empty before it is
+	// deleted (default [DefaultTenantIdle]).
+	Idle time.Duration
+	// Scan bounds how often the stream's subjects are listed to find
+	// tenants without a consumer (default [DefaultTenantScan]); they are
+	// also listed at any refresh whose counts show jobs no consumer
+	// covers, at most once a Refresh.
+	Scan time.Duration
 }
 
 // ServerSettings are the durable consumer's settings as the server has
@@ -122,8 +142,10 @@ type Worker struct {
 	err     error // why it stopped on its own; set before stopped closes
 
 	mu       sync.Mutex
-	loop     *PullLoop
+	loop     *PullLoop   // the fetch loop of the one consumer, or nil
+	tenants  *tenantPull // the per-tenant fetch loops, or nil
 	settings ServerSettings
+	template natsjs.ConsumerConfig
 
 	pending, ackPending atomic.Int64
 }
@@ -202,10 +224,29 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 		return nil, err
 	}
 	w := &Worker{nc: nc, js: js, cfg: cfg, log: cfg.Logger, cons: cons, sink: cons, settings: st,
-		runDone: make(chan error, 1), stopped: make(chan struct{}), stopReq: make(chan struct{})}
+		template: jc.CachedInfo().Config,
+		runDone:  make(chan error, 1), stopped: make(chan struct{}), stopReq: make(chan struct{})}
 	if cfg.Sink != nil {
 		w.sink = cfg.Sink(cons)
 	}
+	perTenant := cfg.Config.isPerTenantTemplate(jc.CachedInfo().Config)
+	if err := cfg.Fair.Shares.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", consumer.ErrConfig, err)
+	}
+	// Requests over their tenant's quota are refused quota_exceeded; the
+	// per-tenant pulling keeps queued jobs within it.
+	q := newQuotas(cfg.Fair.Shares, nil)
+	if perTenant {
+		prefix, _ := cfg.Config.jobsPrefix()
+		if t := cc.Replies.Tenancy; t.Off || t.WithDefaults().Token != cfg.Config.TenantToken() {
+			return nil, fmt.Errorf("%w: the jobs consumer %s is a per-tenant template: tenants must be on, at token %d of a job's subject",
+				consumer.ErrConfig, cfg.Config.Consumer.Name, cfg.Config.TenantToken())
+		}
+		w.tenants = newTenantPull(w, prefix, q, w.sink)
+	} else if len(cfg.Fair.Shares.Quotas) > 0 {
+		w.log.Warn("tenant quotas refuse requests only: queued jobs are held back by per-tenant consumers (jetembed provision --per-tenant)")
+	}
+	w.sink = quotaSink{Sink: w.sink, q: q}
 	w.setBacklog(jc.CachedInfo())
 	// The consumer is stopped by Drain, not by a context: a stop must let
 	// it finish what it holds.
@@ -217,26 +258,45 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 		w.drain(context.Background())
 		return nil, err
 	}
-	loop, err := w.pull(jc, st)
-	if err != nil {
-		_ = w.svc.Stop()
-		w.drain(context.Background())
-		return nil, err
+	if w.tenants != nil {
+		pending, ackPending, err := w.tenants.sync(ctx, w.template, st, false)
+		if err != nil {
+			w.tenants.stop()
+			_ = w.svc.Stop()
+			w.drain(context.Background())
+			return nil, err
+		}
+		w.pending.Store(int64(pending))
+		w.ackPending.Store(int64(ackPending))
+		w.log.Info("pulling per tenant", "tenants", fmt.Sprint(w.tenants.tenants()), "shares", cfg.Fair.Shares.String())
+	} else {
+		loop, err := w.pull(jc, st)
+		if err != nil {
+			_ = w.svc.Stop()
+			w.drain(context.Background())
+			return nil, err
+		}
+		w.loop = loop
 	}
-	w.loop = loop
 	go w.watch()
 	return w, nil
 }
 
 // pull opens the fetch loop sized by the server's settings.
 func (w *Worker) pull(jc natsjs.Consumer, st ServerSettings) (*PullLoop, error) {
+	return w.pullWith(jc, st, w.sink)
+}
+
+// pullWith opens a fetch loop of jc into sink.
+func (w *Worker) pullWith(jc natsjs.Consumer, st ServerSettings, sink Sink, extra ...PullOption) (*PullLoop, error) {
 	hi := max(w.cfg.PrefetchMax, 1)
 	if st.MaxAckPending > 0 {
 		hi = min(hi, st.MaxAckPending)
 	}
 	opts := []PullOption{PullLogger(w.log), PullConn(w.nc), PullAckWait(st.limits().AckWait),
 		PrefetchLimits(min(DefaultPrefetchMin, hi), hi)}
-	return Pull(context.Background(), jc, w.sink, append(opts, w.cfg.Pull...)...)
+	opts = append(opts, w.cfg.Pull...)
+	return Pull(context.Background(), jc, sink, append(opts, extra...)...)
 }
 
 // Loop is the job loop, for its Stats.
@@ -259,7 +319,19 @@ func (w *Worker) Backlog() (pending uint64, ackPending int) {
 func (w *Worker) Prefetch() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.tenants != nil {
+		return w.tenants.prefetch()
+	}
 	return w.loop.Prefetch()
+}
+
+// Tenants lists the tenants pulled from through a consumer of their own
+// (nil without per-tenant consumers).
+func (w *Worker) Tenants() []string {
+	if w.tenants == nil {
+		return nil
+	}
+	return w.tenants.tenants()
 }
 
 // Done is closed once the worker has stopped, after [Worker.Stop] or on
@@ -296,12 +368,23 @@ func (w *Worker) stop(ctx context.Context, cause error) error {
 	w.mu.Lock()
 	loop := w.loop
 	w.mu.Unlock()
-	loop.Stop()
+	if loop != nil {
+		loop.Stop()
+	}
+	tenantsDone := make(chan struct{})
+	if w.tenants != nil {
+		go func() { defer close(tenantsDone); w.tenants.stop() }()
+	} else {
+		close(tenantsDone)
+	}
 	if err := w.svc.Stop(); err != nil {
 		w.log.Warn("micro service stop", "err", err)
 	}
 	err := w.drain(ctx)
-	<-loop.Done()
+	if loop != nil {
+		<-loop.Done()
+	}
+	<-tenantsDone
 	close(w.stopped)
 	return err
 }
@@ -324,7 +407,12 @@ func (w *Worker) watch() {
 	defer t.Stop()
 	for {
 		w.mu.Lock()
-		closed := w.loop.Done()
+		var closed <-chan struct{}
+		if w.tenants != nil {
+			closed = w.tenants.Done()
+		} else {
+			closed = w.loop.Done()
+		}
 		w.mu.Unlock()
 		var cause error
 		select {
@@ -352,7 +440,7 @@ func (w *Worker) watch() {
 // refresh reads the consumer's info; changed settings go to the job loop,
 // and the fetch loop is reopened with them.
 func (w *Worker) refresh() {
-	ctx, cancel := context.WithTimeout(context.Background(), w.cfg.Refresh)
+	ctx, cancel := context.WithTimeout(context.Background(), max(w.cfg.Refresh, 10*time.Second))
 	defer cancel()
 	jc, err := w.js.Consumer(ctx, w.cfg.Config.Jobs.Name, w.cfg.Config.Consumer.Name)
 	if err != nil {
@@ -360,8 +448,12 @@ func (w *Worker) refresh() {
 		return
 	}
 	info := jc.CachedInfo()
-	w.setBacklog(info)
 	st := settingsOf(info.Config)
+	if w.tenants != nil {
+		w.refreshTenants(ctx, info.Config, st)
+		return
+	}
+	w.setBacklog(info)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if st.equal(w.settings) {
@@ -389,6 +481,37 @@ func (w *Worker) refresh() {
 	}
 	old.Drain()
 	w.loop = loop
+}
+
+// refreshTenants is refresh with per-tenant consumers: the template's
+// settings go to the job loop and every tenant's consumer and loop.
+func (w *Worker) refreshTenants(ctx context.Context, template natsjs.ConsumerConfig, st ServerSettings) {
+	w.mu.Lock()
+	changed := !st.equal(w.settings)
+	if changed {
+		if err := w.cons.SetDeliveryLimits(st.limits()); err != nil {
+			w.mu.Unlock()
+			w.log.Warn("consumer settings from the server not usable", "err", err)
+			return
+		}
+		w.log.Info("consumer settings changed on the server", "ack_wait", st.AckWait.String(), "max_deliver", st.MaxDeliver,
+			"backoff", fmt.Sprint(st.BackOff), "max_ack_pending", st.MaxAckPending)
+		w.settings, w.template = st, template
+	}
+	template = w.template
+	w.mu.Unlock()
+	select {
+	case <-w.stopReq:
+		return
+	default:
+	}
+	pending, ackPending, err := w.tenants.sync(ctx, template, st, changed)
+	if err != nil {
+		w.log.Debug("tenants' consumers", "err", err)
+		return
+	}
+	w.pending.Store(int64(pending))
+	w.ackPending.Store(int64(ackPending))
 }
 
 func (w *Worker) setBacklog(info *natsjs.ConsumerInfo) {

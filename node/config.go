@@ -105,6 +105,9 @@ type Config struct {
 	// more than the server's MaxAckPending); PrefetchBytes their bytes.
 	// Zero means jetstream's defaults.
 	PrefetchMax, PrefetchBytes int
+	// Fair are the tenants' weights and quotas, and how per-tenant
+	// consumers are retired (see [jetstream.FairConfig]).
+	Fair jetstream.FairConfig
 	// Sample is how often the jobs consumer's info is read: the backlog
 	// the gauges, the heartbeat and the fleet's idleness see, and changed
 	// server settings (which reopen the fetch loop). Default

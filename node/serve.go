@@ -110,6 +110,7 @@ func (r *Node) workerConfig(emb engine.Embedder, e *engine.Engine) jetstream.Wor
 			Metadata: map[string]string{schema.MetaModel: e.ModelID(),
 				schema.MetaInteractiveTokens: strconv.Itoa(interactive), schema.MetaMaxTokens: strconv.Itoa(e.MaxTokens())}},
 		PrefetchMax: r.cfg.PrefetchMax,
+		Fair:        r.cfg.Fair,
 		Pull:        []jetstream.PullOption{jetstream.PrefetchBytes(r.cfg.PrefetchBytes)},
 		Refresh:     r.cfg.Sample,
 		Grace:       r.cfg.Grace,

@@ -216,6 +216,10 @@ func (r reader) errorValue() (*Error, error) {
 			e.Message, err = r.str()
 		case "retriable":
 			e.Retriable, err = r.boolean()
+		case "retry_after_ms":
+			var v int64
+			v, err = r.integer()
+			e.RetryAfterMS = max(v, 0)
 		default:
 			err = r.skip()
 		}

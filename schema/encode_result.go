@@ -137,12 +137,16 @@ func (w *mpWriter) item(it *Item) {
 }
 
 func (w *mpWriter) errorValue(e *Error) {
-	w.do(w.enc.EncodeMapLen(2 + count(e.Retriable)))
+	w.do(w.enc.EncodeMapLen(2 + count(e.Retriable) + count(e.RetryAfterMS > 0)))
 	w.str("code", string(e.Code))
 	w.str("message", e.Message)
 	if e.Retriable {
 		w.key("retriable")
 		w.do(w.enc.EncodeBool(true))
+	}
+	if e.RetryAfterMS > 0 {
+		w.key("retry_after_ms")
+		w.do(w.enc.EncodeInt(e.RetryAfterMS))
 	}
 }
 

@@ -1,6 +1,9 @@
 package schema
 
-import "fmt"
+import (
+	"fmt"
+	"time"
+)
 
 // Code is a stable error code of the wire contract. Codes are never free
 // text: clients switch on them.
@@ -27,13 +30,18 @@ const (
 	// payload and blobs are off: final, never retried (it would only be
 	// computed again at the same size).
 	CodeResultTooLarge Code = "result_too_large"
+	// CodeQuotaExceeded means the tenant is over its quota (tokens per
+	// minute or in flight): retriable after the error's RetryAfterMS. A
+	// queued job is never refused with it (it waits in the stream); a
+	// request is.
+	CodeQuotaExceeded Code = "quota_exceeded"
 )
 
 // Retriable reports whether a job refused with this code may succeed when
 // delivered again (it is NAKed with a delay rather than terminated).
 func (c Code) Retriable() bool {
 	switch c {
-	case CodeShapeNotWarmed, CodeEngineUnavailable, CodeOverloaded:
+	case CodeShapeNotWarmed, CodeEngineUnavailable, CodeOverloaded, CodeQuotaExceeded:
 		return true
 	}
 	return false
@@ -46,6 +54,17 @@ type Error struct {
 	Code      Code   `msgpack:"code" json:"code"`
 	Message   string `msgpack:"message" json:"message"`
 	Retriable bool   `msgpack:"retriable,omitempty" json:"retriable,omitempty"`
+	// RetryAfterMS, when set, is how long to wait before trying again, in
+	// milliseconds (quota_exceeded).
+	RetryAfterMS int64 `msgpack:"retry_after_ms,omitempty" json:"retry_after_ms,omitempty"`
+}
+
+// QuotaExceeded is the refusal of a request whose tenant is over its
+// quota: retriable after retryAfter (at least a millisecond).
+func QuotaExceeded(retryAfter time.Duration) *Error {
+	e := Errorf(CodeQuotaExceeded, "the tenant is over its quota: retry after %v", retryAfter.Round(time.Millisecond))
+	e.RetryAfterMS = max(retryAfter.Milliseconds(), 1)
+	return e
 }
 
 // Errorf returns an *Error with code c; Retriable follows the code.

@@ -104,6 +104,7 @@ type tuningFlags struct {
 	ackWait                   *time.Duration
 	maxDeliver, maxAckPending *int
 	backoff                   *string
+	perTenant                 *bool
 }
 
 // addProvisionFlags defines the object flags on fs, and the consumer's
@@ -148,6 +149,7 @@ func addProvisionFlags(fs *flagSet, tuning bool) *provisionFlags {
 			maxDeliver:    fs.Int("max-deliver", d.Consumer.MaxDeliver, "deliveries of a job before it is given up (-1: unlimited)"),
 			maxAckPending: fs.Int("max-ack-pending", d.Consumer.MaxAckPending, "jobs in flight over the whole fleet"),
 			backoff:       fs.String("backoff", "", `redelivery delays after ack timeouts, comma separated; the first must equal --ack-wait ("": doubling from --ack-wait, "none": no backoff)`),
+			perTenant:     fs.Bool("per-tenant", false, "fair share: the durable becomes the template of one consumer a tenant (<consumer>_<tenant>, filtered on embed.jobs.<tenant>.>, each with --max-ack-pending), which the members create, pull from in turn and retire, so one tenant's backlog is never pulled ahead of another's (false: one consumer of every job; switching back deletes the tenants' consumers)"),
 		}
 	}
 	return f
@@ -175,6 +177,7 @@ func (f *provisionFlags) config() (jetstream.Config, error) {
 		c.Consumer.AckWait = *t.ackWait
 		c.Consumer.MaxDeliver = *t.maxDeliver
 		c.Consumer.MaxAckPending = *t.maxAckPending
+		c.Consumer.PerTenant = *t.perTenant
 		backoff, err := t.backoffs(c.Consumer.AckWait, c.Consumer.MaxDeliver)
 		if err != nil {
 			return c, err

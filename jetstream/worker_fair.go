@@ -1,0 +1,312 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// tenantPull runs one fetch loop a tenant's consumer, all into one
+// [fairGate]; it finds the tenants, creates their consumers from the
+// template, keeps them in step with it and retires the idle ones.
+type tenantPull struct {
+	w      *Worker
+	prefix string
+	gate   *fairGate
+	q      *quotas
+	idle   time.Duration
+	scan   time.Duration
+
+	mu       sync.Mutex // guards the fields below; no server call under it
+	loops    map[string]*tenantLoop
+	lastScan time.Time
+	stopped  bool
+	done     chan struct{} // closed when a loop ended on its own
+	doneOnce sync.Once
+}
+
+type tenantLoop struct {
+	tenant, name string
+	mu           sync.Mutex
+	loop         *PullLoop
+	emptySince   time.Time
+	stopping     bool
+}
+
+func (tl *tenantLoop) get() *PullLoop {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return tl.loop
+}
+
+func newTenantPull(w *Worker, prefix string, q *quotas, sink Sink) *tenantPull {
+	f := w.cfg.Fair
+	idle, scan := f.Idle, f.Scan
+	if idle <= 0 {
+		idle = DefaultTenantIdle
+	}
+	if scan <= 0 {
+		scan = DefaultTenantScan
+	}
+	return &tenantPull{w: w, prefix: prefix, q: q, gate: newFairGate(sink, f.Shares, q), idle: idle, scan: scan,
+		loops: map[string]*tenantLoop{}, done: make(chan struct{})}
+}
+
+// Done is closed when a tenant's fetch loop ended on its own (the
+// connection closed).
+func (tp *tenantPull) Done() <-chan struct{} { return tp.done }
+
+// prefetch sums the loops' prefetch.
+func (tp *tenantPull) prefetch() int {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	n := 0
+	for _, tl := range tp.loops {
+		if l := tl.get(); l != nil {
+			n += l.Prefetch()
+		}
+	}
+	return n
+}
+
+// listTenants returns the consumers made from template, by tenant.
+func (tp *tenantPull) listTenants(ctx context.Context, template string) (map[string]*natsjs.ConsumerInfo, error) {
+	s, err := tp.w.js.Stream(ctx, tp.w.cfg.Config.Jobs.Name)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]*natsjs.ConsumerInfo{}
+	lister := s.ListConsumers(ctx)
+	for info := range lister.Info() {
+		if info.Config.Metadata[MetaTemplate] != template {
+			continue
+		}
+		if t := info.Config.Metadata[MetaTenant]; t != "" && info.Name == TenantConsumerName(template, t) {
+			out[t] = info
+		}
+	}
+	return out, lister.Err()
+}
+
+// scanTenants lists the tenants that have jobs in the stream.
+func (tp *tenantPull) scanTenants(ctx context.Context) (map[string]bool, error) {
+	s, err := tp.w.js.Stream(ctx, tp.w.cfg.Config.Jobs.Name)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx, natsjs.WithSubjectFilter(tp.prefix+".>"))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]bool{}
+	for subj := range info.State.Subjects {
+		if t, ok := tenantOfSubject(tp.prefix, subj); ok {
+			out[t] = true
+		}
+	}
+	return out, nil
+}
+
+// sync brings the tenants' consumers and loops in line with the server:
+// it lists them, creates the missing ones of tenants with jobs (after a
+// scan), updates the ones whose settings differ from template's, deletes
+// the ones idle for longer than tp.idle, and starts or stops loops to
+// match. reopen reopens every loop (the template's settings changed). It
+// returns the backlog over every tenant's consumer.
+func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, st ServerSettings, reopen bool) (pending uint64, ackPending int, err error) {
+	js, log := tp.w.js, tp.w.log
+	stream := tp.w.cfg.Config.Jobs.Name
+	infos, err := tp.listTenants(ctx, template.Durable)
+	if err != nil {
+		return 0, 0, fmt.Errorf("list the tenants' consumers: %w", err)
+	}
+	var covered uint64
+	for t, info := range infos {
+		want := tenantConsumerConfig(template, tp.prefix, t)
+		if !settingsOf(info.Config).equal(settingsOf(want)) {
+			if _, err := js.CreateOrUpdateConsumer(ctx, stream, want); err != nil {
+				log.Warn("tenant's consumer not brought in step with the template", "tenant", t, "err", err)
+			}
+		}
+		pending += info.NumPending
+		ackPending += info.NumAckPending
+		covered += info.NumPending + uint64(info.NumAckPending)
+	}
+	now := time.Now()
+	tp.mu.Lock()
+	first, last := tp.lastScan.IsZero(), tp.lastScan
+	tp.mu.Unlock()
+	scan := first || now.Sub(last) >= tp.scan
+	if !scan && now.Sub(last) >= tp.w.cfg.Refresh {
+		// Jobs no consumer covers: a new tenant (or one retired).
+		if s, err := js.Stream(ctx, stream); err == nil && s.CachedInfo().State.Msgs > covered {
+			scan = true
+		}
+	}
+	if scan {
+		tp.mu.Lock()
+		tp.lastScan = now
+		tp.mu.Unlock()
+		tenants, err := tp.scanTenants(ctx)
+		if err != nil {
+			log.Warn("listing the tenants with jobs", "err", err)
+		}
+		for t := range tenants {
+			if infos[t] != nil {
+				continue
+			}
+			info, err := js.CreateOrUpdateConsumer(ctx, stream, tenantConsumerConfig(template, tp.prefix, t))
+			if err != nil {
+				log.Warn("tenant's consumer not created; its jobs wait in the stream", "tenant", t, "err", err)
+				continue
+			}
+			log.Info("tenant's consumer created", "tenant", t, "consumer", info.CachedInfo().Name)
+			infos[t] = info.CachedInfo()
+			pending += infos[t].NumPending
+		}
+	}
+	tp.reconcile(ctx, infos, st, reopen, now)
+	return pending, ackPending, nil
+}
+
+// reconcile starts a loop for every consumer in infos that has none,
+// reopens them all when reopen, stops the loops of consumers gone, and
+// retires the consumers empty for longer than tp.idle.
+func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.ConsumerInfo, st ServerSettings, reopen bool, now time.Time) {
+	var retire []*tenantLoop
+	tp.mu.Lock()
+	if tp.stopped {
+		tp.mu.Unlock()
+		return
+	}
+	for t, tl := range tp.loops {
+		if infos[t] == nil {
+			delete(tp.loops, t)
+			go tp.stopLoop(tl)
+		}
+	}
+	for t, info := range infos {
+		tl := tp.loops[t]
+		if tl == nil {
+			tl = &tenantLoop{tenant: t, name: info.Name}
+			tp.loops[t] = tl
+		}
+		if info.NumPending == 0 && info.NumAckPending == 0 {
+			if tl.emptySince.IsZero() {
+				tl.emptySince = now
+			} else if now.Sub(tl.emptySince) >= tp.idle {
+				delete(tp.loops, t)
+				retire = append(retire, tl)
+				continue
+			}
+		} else {
+			tl.emptySince = time.Time{}
+		}
+		if tl.get() == nil || reopen {
+			if err := tp.startLoop(ctx, tl, st); err != nil {
+				tp.w.log.Warn("tenant's fetch loop not started", "tenant", t, "err", err)
+			}
+		}
+	}
+	tp.mu.Unlock()
+	for _, tl := range retire {
+		tp.stopLoop(tl)
+		// Another member may still pull from it: its requests fail until
+		// it sees the consumer gone. A job that came meanwhile stays in the
+		// stream and gets the consumer back at the next scan.
+		if err := tp.w.js.DeleteConsumer(ctx, tp.w.cfg.Config.Jobs.Name, tl.name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) {
+			tp.w.log.Warn("idle tenant's consumer not deleted", "tenant", tl.tenant, "err", err)
+			continue
+		}
+		tp.w.log.Info("idle tenant's consumer retired", "tenant", tl.tenant, "idle", tp.idle.String())
+	}
+}
+
+// startLoop opens (or reopens: the old one drains) tl's fetch loop.
+// tp.mu is held.
+func (tp *tenantPull) startLoop(ctx context.Context, tl *tenantLoop, st ServerSettings) error {
+	jc, err := tp.w.js.Consumer(ctx, tp.w.cfg.Config.Jobs.Name, tl.name)
+	if err != nil {
+		return err
+	}
+	more := func() bool {
+		l := tl.get()
+		return l != nil && l.hasMore()
+	}
+	sink := tp.gate.forTenant(tl.tenant, more)
+	q, tenant := tp.q, tl.tenant
+	opts := []PullOption{pullHold(func() time.Duration { return q.wait(tenant) })}
+	if q.limited(tenant) {
+		opts = append(opts, pullMinOne())
+	}
+	loop, err := tp.w.pullWith(jc, st, sink, opts...)
+	if err != nil {
+		return err
+	}
+	tl.mu.Lock()
+	old := tl.loop
+	tl.loop = loop
+	tl.mu.Unlock()
+	if old != nil {
+		old.Drain()
+	}
+	go func() {
+		<-loop.Done()
+		tl.mu.Lock()
+		asked := tl.stopping || tl.loop != loop
+		tl.mu.Unlock()
+		if !asked {
+			tp.doneOnce.Do(func() { close(tp.done) })
+		}
+	}()
+	return nil
+}
+
+// stopLoop stops tl's loop (its buffered messages go back at once) and
+// waits for it.
+func (tp *tenantPull) stopLoop(tl *tenantLoop) {
+	tl.mu.Lock()
+	tl.stopping = true
+	loop := tl.loop
+	tl.mu.Unlock()
+	if loop == nil {
+		return
+	}
+	loop.Stop()
+	<-loop.Done()
+	tp.gate.forget(tl.tenant)
+}
+
+// stop stops every loop and waits for them.
+func (tp *tenantPull) stop() {
+	tp.mu.Lock()
+	tp.stopped = true
+	loops := make([]*tenantLoop, 0, len(tp.loops))
+	for _, tl := range tp.loops {
+		loops = append(loops, tl)
+	}
+	tp.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, tl := range loops {
+		wg.Add(1)
+		go func() { defer wg.Done(); tp.stopLoop(tl) }()
+	}
+	wg.Wait()
+}
+
+// tenants lists the tenants with a running loop, sorted.
+func (tp *tenantPull) tenants() []string {
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	var out []string
+	for t := range tp.loops {
+		out = append(out, t)
+	}
+	slices.Sort(out)
+	return out
+}
