@@ -84,6 +84,9 @@ func (a *admission) weight(tenant string) int {
 	if w := a.weights[tenant]; w > 0 {
 		return w
 	}
+	if w := a.weights[AnyTenant]; w > 0 {
+		return w
+	}
 	return 1
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -24,10 +25,16 @@ func admitAsync(a *admission, call Call, n int) <-chan *schema.Error {
 // TestAdmissionWeightedTurns: calls that wait are admitted tenant by
 // tenant, by deficit round robin over tokens: a tenant of weight 3 is
 // admitted three times the tokens of one of weight 1 in a round, and each
-// tenant's calls in arrival order.
+// tenant's calls in arrival order. AnyTenant weighs the tenants not named.
 func TestAdmissionWeightedTurns(t *testing.T) {
+	for _, weights := range []map[string]int{{"heavy": 3}, {AnyTenant: 3, "light": 1}} {
+		t.Run(fmt.Sprint(weights), func(t *testing.T) { weightedTurns(t, weights) })
+	}
+}
+
+func weightedTurns(t *testing.T, weights map[string]int) {
 	synctest.Test(t, func(t *testing.T) {
-		a := newAdmission(Config{AdmissionTokens: 100, InteractiveTokens: 10, MaxTokens: 2, QueueTokens: 100, TenantWeights: map[string]int{"heavy": 3}})
+		a := newAdmission(Config{AdmissionTokens: 100, InteractiveTokens: 10, MaxTokens: 2, QueueTokens: 100, TenantWeights: weights})
 		if _, se := a.acquire(context.Background(), Call{Class: Interactive, Tenant: "x"}, 10); se != nil {
 			t.Fatal(se)
 		}

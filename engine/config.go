@@ -71,7 +71,8 @@ type Config struct {
 	QueueTokens int
 	// TenantWeights are the tenants' weights in the deficit round robin
 	// of the admission queue: a tenant of weight 3 is admitted three
-	// times the tokens of one of weight 1 while both wait. Default 1.
+	// times the tokens of one of weight 1 while both wait. [AnyTenant]
+	// ("*") weighs every tenant not named; default 1.
 	TenantWeights map[string]int
 	// Aging is how long bulk work may wait without progress while
 	// interactive work runs before its next chunk goes first; default 1 s.
@@ -194,6 +195,9 @@ func DefaultBudgets(inFlight, interactiveTokens, maxBatchTokens, sessions int) (
 	}
 	return inFlight, interactiveTokens
 }
+
+// AnyTenant in [Config.TenantWeights] weighs every tenant not named.
+const AnyTenant = "*"
 
 // ErrConfig reports an unusable [Config].
 var ErrConfig = errors.New("engine: invalid config")

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/consumer"
+	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -32,7 +33,7 @@ const BytesPerToken = 4
 func estimateTokens(body int) int { return max(body/BytesPerToken, 1) }
 
 // AnyTenant keys the quota (or weight) of every tenant not named.
-const AnyTenant = "*"
+const AnyTenant = engine.AnyTenant
 
 // Shares are the per-tenant weights and quotas of a member: how its
 // per-tenant pulling splits the job loop between tenants that are all

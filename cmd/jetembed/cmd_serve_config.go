@@ -79,7 +79,7 @@ func addServeFlags(fs *flagSet, provision, api string) *serveFlags {
 	fs.BoolVar(&f.tenantAccounts, "tenant-accounts", true, "tenants are NATS accounts importing the fleet's subjects (deploy/nats/accounts.conf): a request's reply may be the server's routed reply (_R_.>), which goes back to the requester alone (false: one account, replies only in the tenant's inbox or results)")
 	fs.StringVar(&f.interTenants, "interactive-tenants", "*", "tenants whose queued jobs may ask for priority interactive, comma separated; another tenant's run as bulk, so a bulk producer cannot take the budget of the callers who wait (*: every tenant; empty: none; requests are interactive whatever it says)")
 	fs.IntVar(&f.metricTenants, "metrics-tenants", telemetry.DefaultMetricTenants, "how many tenants get a tenant label of their own in the per-tenant usage metrics (jetembed_tenant_jobs_total and the others): the first this process meets; every other is counted as tenant=*other, so the series stay bounded (0: none; exact per-tenant figures are in the usage stream: jetembed usage)")
-	fs.StringVar(&f.tenantWeights, "tenant-weight", "", "tenants' weights in the fair share of per-tenant consumers (jetembed provision --per-tenant): NAME=WEIGHT, comma separated, 1 to 1000 (*=W: every tenant not named; default 1)")
+	fs.StringVar(&f.tenantWeights, "tenant-weight", "", "tenants' weights in the fair share: the engine's queue admits tokens, and per-tenant consumers (jetembed provision --per-tenant) are pulled, in proportion to them while tenants wait; NAME=WEIGHT, comma separated, 1 to 1000 (*=W: every tenant not named; default 1)")
 	fs.StringVar(&f.tenantQuotas, "tenant-quota", "", "tenants' quotas: NAME=TOKENS_PER_MINUTE[/IN_FLIGHT_TOKENS], comma separated (0: no bound; *=...: every tenant not named; default none); tokens are estimated at 4 bytes of a job's body; over it a tenant's queued jobs wait in the stream unfetched (with per-tenant consumers) and its requests are refused quota_exceeded with a retry-after")
 	fs.DurationVar(&f.tenantIdle, "tenant-idle", jetstream.DefaultTenantIdle, "delete a tenant's consumer after it has been empty this long (per-tenant consumers); its next job makes it again")
 	f.api = addGatewayFlags(fs, "http-api", api)
@@ -165,6 +165,9 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 	if err != nil {
 		return c, fmt.Errorf("%w: --tenant-weight: %w", errUsage, err)
 	}
+	// One weight a tenant: the engine's queue admits by it, and the
+	// per-tenant pulling takes from the stream by it.
+	c.Engine.Engine.TenantWeights = weights
 	quotas, err := jetstream.ParseQuotas(sf.tenantQuotas)
 	if err != nil {
 		return c, fmt.Errorf("%w: --tenant-quota: %w", errUsage, err)

@@ -249,6 +249,30 @@ func TestServeBudgetFlags(t *testing.T) {
 	}
 }
 
+// TestServeTenantWeightOneKnob: --tenant-weight is one setting for both
+// places fairness lives: the engine's admission queue and the per-tenant
+// pulling; a bad value is a usage error.
+func TestServeTenantWeightOneKnob(t *testing.T) {
+	parse := func(args ...string) (serveConfig, error) {
+		sc := addServeCommand(newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard}), true, true, "off")
+		c, _, err := sc.parse(args, stdio{out: io.Discard, err: io.Discard})
+		return c, err
+	}
+	c, err := parse("--tenant-weight", "acme=3,*=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := c.Engine.Engine.TenantWeights; w["acme"] != 3 || w["*"] != 2 {
+		t.Errorf("engine weights %v", w)
+	}
+	if s := c.Runtime.Fair.Shares; s.Weight("acme") != 3 || s.Weight("other") != 2 {
+		t.Errorf("pull weights %v", s.Weights)
+	}
+	if _, err := parse("--tenant-weight", "acme=zero"); !errors.Is(err, errUsage) {
+		t.Errorf("--tenant-weight acme=zero: %v, want a usage error", err)
+	}
+}
+
 // TestRemovedFlags: the flags issue 31 removed are refused, as flags and
 // as variables, with what to set instead named, in every command that had
 // them; nothing else is printed.
