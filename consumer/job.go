@@ -126,9 +126,12 @@ func (c *Loop) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 			j.id = rj.ID
 		}
 	case r != nil && r.Job != nil:
-		// Decoded in this process: checked as a decoded body would be.
+		// Decoded in this process: checked as a decoded body would be,
+		// its size by its texts (a lower bound of any encoding of it).
 		sj = r.Job
-		jobErr, items = c.cfg.Limits.Validate(sj)
+		if jobErr = c.cfg.Limits.CheckPayload(textBytes(sj)); jobErr == nil {
+			jobErr, items = c.cfg.Limits.Validate(sj)
+		}
 	default:
 		sj, items, jobErr = c.cfg.Limits.DecodeJob(j.a.Data, j.enc)
 	}
@@ -175,6 +178,15 @@ func (c *Loop) admit(d Delivery, now time.Time) (*job, *schema.Error) {
 		j.tokens += c.cfg.EstimateTokens(t)
 	}
 	return j, nil
+}
+
+// textBytes is the bytes of a job's texts.
+func textBytes(j *schema.Job) int {
+	n := 0
+	for _, t := range j.Texts {
+		n += len(t)
+	}
+	return n
 }
 
 // mayInteract reports whether tenant's queued jobs may run as

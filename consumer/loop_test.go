@@ -443,3 +443,34 @@ func TestCallOptions(t *testing.T) {
 		})
 	}
 }
+
+// TestLocalRequestSizeChecked: a request decoded in this process (the HTTP
+// API inside serve) is held to the job size limit as an encoded body is:
+// over it, it is answered job_too_large and nothing runs.
+func TestLocalRequestSizeChecked(t *testing.T) {
+	r := newRig(t, Config{Limits: schema.Limits{MaxJobBytes: 64}}, nil, nil)
+	answers := make(chan *schema.Result, 2)
+	submit := func(j *schema.Job) *schema.Result {
+		t.Helper()
+		err := r.c.Submit(context.Background(), &Request{
+			Arrival: Arrival{Header: map[string][]string{}, Received: time.Now()},
+			Job:     j, Local: true,
+			Answer: func(res *schema.Result) (map[string][]string, []byte) { answers <- res; return nil, nil },
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return <-answers
+	}
+	if res := submit(schema.NewJob("small", "fits")); res.Error != nil {
+		t.Fatalf("small: %v", res.Error)
+	}
+	before := len(embedded(r.emb))
+	res := submit(schema.NewJob("big", strings.Repeat("x", 40), strings.Repeat("y", 40)))
+	if res.Error == nil || res.Error.Code != schema.CodeJobTooLarge {
+		t.Errorf("big: %+v, want job_too_large", res.Error)
+	}
+	if n := len(embedded(r.emb)) - before; n != 0 {
+		t.Errorf("big ran %d texts", n)
+	}
+}
