@@ -282,7 +282,7 @@ var serveCommonFlags = []string{
 	"nats", "nats-creds", "nats-user", "nats-password", "nats-token", "nats-nkey", "nats-tls-ca",
 	// The model and the hardware.
 	"model", "provider", "device", "sessions", "threads", "max-tokens", "max-batch-tokens", "memory-budget",
-	"warmup-batches", "warmup-max-seq", "trt-cache", "fp16",
+	"precision", "warmup-batches", "trt-cache", "fp16",
 	// Capacity and shutdown.
 	"in-flight-tokens", "interactive-tokens", "prefetch-max", "grace",
 	// Operations.
@@ -290,7 +290,7 @@ var serveCommonFlags = []string{
 	// The HTTP API in this process.
 	"http-api", "api-key", "tls-cert", "tls-key",
 	// Tenancy and results.
-	"tenant-token", "reply-allow", "max-result-bytes", "blobs",
+	"tenant-token", "tenant-weight", "reply-allow", "max-result-bytes", "blobs", "cache",
 }
 
 // parse parses the flags of serve and dev into a [serveConfig]; done is
