@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/schema"
 )
 
 // Cache is the fleet's store of per-text results (serve --cache kv), keyed
@@ -130,8 +131,12 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 		for i, k := range miss {
 			run[i] = texts[k]
 		}
+		call, se := c.runCall(j, twin, miss, embs, from)
+		if se != nil {
+			return nil, nil, nil, rep, se
+		}
 		var got []engine.Embedding
-		got, rep, err = c.embed(ctx, run, c.call(j))
+		got, rep, err = c.embed(ctx, run, call)
 		if err != nil {
 			return nil, nil, nil, rep, err
 		}
@@ -167,6 +172,40 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 		}
 	}
 	return embs, seq, from, rep, nil
+}
+
+// runCall is how the job's texts that run are admitted: the job's call,
+// with the output limit counting every copy of a deduplicated text
+// (Copies) and net of the vectors the cache answered, so that a job whose
+// result would be too large is refused before anything runs, as it would
+// be without deduplication or a cache.
+func (c *Loop) runCall(j *job, twin, miss []int, embs []engine.Embedding, from []textFrom) (engine.Call, *schema.Error) {
+	call := c.call(j)
+	if call.OutputLimit <= 0 {
+		return call, nil
+	}
+	copies := make(map[int]int, len(miss))
+	var cached int64
+	for _, f := range twin {
+		copies[f]++
+		if from[f] == fromCache {
+			cached += int64(len(embs[f].Dense)+len(embs[f].ColBERT)) * 4
+		}
+	}
+	if cached > call.OutputLimit {
+		return call, schema.Errorf(schema.CodeResultTooLarge, "the job's vectors would take at least %d bytes, over the result limit of %d bytes", cached, call.OutputLimit)
+	}
+	call.OutputLimit -= cached
+	repeated := false
+	call.Copies = make([]int, len(miss))
+	for i, k := range miss {
+		call.Copies[i] = copies[k]
+		repeated = repeated || copies[k] > 1
+	}
+	if !repeated {
+		call.Copies = nil
+	}
+	return call, nil
 }
 
 // lookup asks the cache for the unique texts, fills embs and from for the

@@ -58,6 +58,10 @@ type Call struct {
 	// from the token counts right after tokenizing, before the call waits
 	// or runs.
 	OutputLimit int64
+	// Copies, when set (one count per text), is how many times each text's
+	// vectors appear in the caller's result, for a caller that runs each
+	// distinct text once: OutputLimit counts every copy (0 counts as 1).
+	Copies []int
 	// NoWait refuses the call overloaded at once instead of waiting when
 	// its class's budget is full (a caller that would rather retry
 	// elsewhere).

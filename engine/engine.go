@@ -204,7 +204,7 @@ func (e *Engine) Embed(ctx context.Context, texts []Text, opts Call) ([]Embeddin
 	if total == 0 {
 		return out, CallReport{}, nil
 	}
-	if err := e.checkOutputLimit(opts.OutputLimit, texts, toks); err != nil {
+	if err := e.checkOutputLimit(opts.OutputLimit, opts.Copies, texts, toks); err != nil {
 		return nil, CallReport{}, err
 	}
 	held, se := e.adm.acquire(ctx, opts, total)

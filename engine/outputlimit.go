@@ -33,16 +33,21 @@ func (e *Engine) colbertDim() int {
 }
 
 // checkOutputLimit refuses a call whose vectors would exceed limit bytes
-// ([Call.OutputLimit]; 0 or less: none); toks are the call's tokenized
-// texts (the failed ones skipped).
-func (e *Engine) checkOutputLimit(limit int64, texts []Text, toks []tokenized) *schema.Error {
+// ([Call.OutputLimit]; 0 or less: none), each text counted as often as
+// copies says ([Call.Copies]); toks are the call's tokenized texts (the
+// failed ones skipped).
+func (e *Engine) checkOutputLimit(limit int64, copies []int, texts []Text, toks []tokenized) *schema.Error {
 	if limit <= 0 {
 		return nil
 	}
 	var n int64
 	for i, t := range toks {
 		if t.err == nil {
-			n += e.OutputBytes(len(t.ids), texts[i].Outputs)
+			k := int64(1)
+			if i < len(copies) && copies[i] > 1 {
+				k = int64(copies[i])
+			}
+			n += k * e.OutputBytes(len(t.ids), texts[i].Outputs)
 		}
 	}
 	if n <= limit {

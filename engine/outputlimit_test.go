@@ -68,6 +68,15 @@ func TestOutputLimit(t *testing.T) {
 			if runs.Load() != before {
 				t.Errorf("%d session runs for a refused call", runs.Load()-before)
 			}
+			// A caller that runs each distinct text once counts its copies:
+			// the first text twice is over the limit of the texts once.
+			copies := make([]int, len(texts))
+			copies[0] = 2
+			before = runs.Load()
+			_, _, err = e.Embed(context.Background(), texts, engine.Call{OutputLimit: want, Copies: copies})
+			if !errors.Is(err, &schema.Error{Code: schema.CodeResultTooLarge}) || runs.Load() != before {
+				t.Errorf("the first text twice: %v after %d runs, want result_too_large and none", err, runs.Load()-before)
+			}
 		})
 	}
 }

@@ -35,8 +35,8 @@ func testCtx(t *testing.T, d time.Duration) context.Context {
 
 func wantActions(t *testing.T, r ProvisionReport, want Action) {
 	t.Helper()
-	if len(r.Outcomes) != 7 {
-		t.Fatalf("report has %d outcomes, want 7:\n%s", len(r.Outcomes), r)
+	if len(r.Outcomes) != 8 {
+		t.Fatalf("report has %d outcomes, want 8:\n%s", len(r.Outcomes), r)
 	}
 	for _, o := range r.Outcomes {
 		if o.Action != want {
@@ -105,7 +105,7 @@ func TestProvisionFreshThenNoop(t *testing.T) {
 	if r.Changed() {
 		t.Error("re-run reports a change")
 	}
-	if got := r.String(); strings.Count(got, "unchanged") != 7 || strings.Count(got, "\n") != 7 {
+	if got := r.String(); strings.Count(got, "unchanged") != 8 || strings.Count(got, "\n") != 8 {
 		t.Errorf("report:\n%s", got)
 	}
 }

@@ -30,8 +30,8 @@ func TestProvisionCommand(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if n := strings.Count(out, " created"); n != 7 {
-		t.Errorf("%d objects created, want 7 (three streams, the usage stream, the consumer, two buckets):\n%s", n, out)
+	if n := strings.Count(out, " created"); n != 8 {
+		t.Errorf("%d objects created, want 8 (three streams, the usage stream, the consumer, three buckets):\n%s", n, out)
 	}
 
 	nc, err := nats.Connect(s.ClientURL())
@@ -50,7 +50,7 @@ func TestProvisionCommand(t *testing.T) {
 	}
 
 	code, out, errOut = runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--max-ack-pending", "64", "--ack-wait", "30s")
-	if code != 0 || strings.Count(out, " unchanged") != 7 {
+	if code != 0 || strings.Count(out, " unchanged") != 8 {
 		t.Fatalf("re-run: exit %d, %s\n%s", code, errOut, out)
 	}
 
@@ -122,7 +122,7 @@ func TestProvisionCommandDryRunAndDowngrade(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	code, out, errOut := runCmd(t, ctx, "provision", "--nats", s.ClientURL(), "--dry-run")
-	if code != 0 || strings.Count(out, "would be created") != 7 || !strings.Contains(out, "nothing changed") {
+	if code != 0 || strings.Count(out, "would be created") != 8 || !strings.Contains(out, "nothing changed") {
 		t.Fatalf("dry run: exit %d: %s\n%s", code, errOut, out)
 	}
 	if code, _, errOut := runCmd(t, ctx, "serve", "--nats", s.ClientURL(), "--model", tinyModel(t, "tiny-hidden"), "--http", ""); code != 78 {

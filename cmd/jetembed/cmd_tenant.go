@@ -29,7 +29,7 @@ type tenantFlags struct {
 
 func runTenant(_ context.Context, args []string, io stdio) error {
 	if len(args) == 0 || args[0] != "add" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "--help-all") {
 			fmt.Fprintf(io.out, "Usage: jetembed tenant add NAME [flags]\n\n%s\n", tenantUsage)
 			return nil
 		}

@@ -59,8 +59,9 @@ func (r *Runner) Run(ctx context.Context, in engine.RunInput) (engine.RunOutput,
 
 // Embedder is an [engine.Embedder] whose calls are slow as the test says
 // and are recorded: the first call waits Hold (a wait that does not end
-// with its context: a call stuck in the engine), every call waits Delay or
-// its context's end (a slow engine), then it runs and its report is kept.
+// with its context: a call stuck in the engine), then every call runs and,
+// admitted, waits Delay or its context's end (a slow engine: the wait holds
+// the engine's budget as a long session run would), and its report is kept.
 type Embedder struct {
 	engine.Embedder
 	Hold, Delay time.Duration
@@ -74,13 +75,14 @@ func (e *Embedder) Embed(ctx context.Context, texts []engine.Text, call engine.C
 	if e.Hold > 0 {
 		e.once.Do(func() { time.Sleep(e.Hold) })
 	}
-	if e.Delay > 0 {
+	embs, rep, err := e.Embedder.Embed(ctx, texts, call)
+	if e.Delay > 0 && err == nil {
 		select {
 		case <-time.After(e.Delay):
 		case <-ctx.Done():
+			embs, err = nil, ctx.Err()
 		}
 	}
-	embs, rep, err := e.Embedder.Embed(ctx, texts, call)
 	e.mu.Lock()
 	e.reports = append(e.reports, rep)
 	e.mu.Unlock()
