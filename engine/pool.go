@@ -21,8 +21,6 @@ var (
 	ErrUnavailable = errors.New("engine: no model session available")
 	// ErrClosed means the engine was closed.
 	ErrClosed = errors.New("engine: closed")
-
-	errOverloaded = errors.New("engine: in-flight token budget full")
 )
 
 // pool is the sessions and the scheduler they pull from. Each session is

@@ -321,12 +321,3 @@ func (s quotaSink) Stats() consumer.Stats {
 	}
 	return consumer.Stats{}
 }
-
-// nopMessage settles a request, which has no message to settle.
-type nopMessage struct{}
-
-func (nopMessage) Ack() error                       { return nil }
-func (nopMessage) Nak() error                       { return nil }
-func (nopMessage) NakWithDelay(time.Duration) error { return nil }
-func (nopMessage) InProgress() error                { return nil }
-func (nopMessage) Term() error                      { return nil }
