@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jetembed/jetembed/engine"
-	"github.com/jetembed/jetembed/schema"
 )
 
 // Cache is the fleet's store of per-text results (serve --cache kv), keyed
@@ -88,125 +87,6 @@ const (
 	fromCache                 // the fleet's cache
 	fromTwin                  // an identical text of the same job
 )
-
-// embedTexts embeds a job's texts (all with the job's outputs and
-// truncation): each distinct text once, from the cache when it has it,
-// the rest in one Embed call. embs, seq (the padded length of the chunk
-// that ran a text, 0 for one that did not run) and from are aligned with
-// texts; the report's chunk items index texts.
-func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (embs []engine.Embedding, seq []int, from []textFrom, rep engine.CallReport, err error) {
-	n := len(texts)
-	embs, seq, from = make([]engine.Embedding, n), make([]int, n), make([]textFrom, n)
-	// twin[k] is the first text equal to text k; unique are the firsts.
-	twin := make([]int, n)
-	unique := make([]int, 0, n)
-	if n > 1 {
-		first := make(map[string]int, n)
-		for k, t := range texts {
-			if f, ok := first[t.Text]; ok {
-				twin[k] = f
-				continue
-			}
-			first[t.Text] = k
-			twin[k] = k
-			unique = append(unique, k)
-		}
-	} else if n == 1 {
-		unique = append(unique, 0)
-	}
-
-	var keys []cacheKey
-	miss := unique
-	if c.cfg.Cache != nil && len(unique) > 0 {
-		keys = make([]cacheKey, n)
-		for _, k := range unique {
-			t := texts[k]
-			keys[k] = makeCacheKey(c.model, c.precision, j.tenant, t.Outputs, t.Truncate, c.maxTokens, t.Text)
-		}
-		miss = c.lookup(ctx, j.id, texts, unique, keys, embs, from)
-	}
-
-	if len(miss) > 0 {
-		run := make([]engine.Text, len(miss))
-		for i, k := range miss {
-			run[i] = texts[k]
-		}
-		call, se := c.runCall(j, twin, miss, embs, from)
-		if se != nil {
-			return nil, nil, nil, rep, se
-		}
-		var got []engine.Embedding
-		got, rep, err = c.embed(ctx, run, call)
-		if err != nil {
-			return nil, nil, nil, rep, err
-		}
-		if len(got) != len(run) {
-			return got, nil, nil, rep, errCount(len(got), len(run))
-		}
-		for i, k := range miss {
-			embs[k] = got[i]
-		}
-		for ci := range rep.Chunks {
-			ch := &rep.Chunks[ci]
-			items := make([]int, 0, len(ch.Items))
-			for _, i := range ch.Items {
-				if i >= 0 && i < len(miss) {
-					items = append(items, miss[i])
-					seq[miss[i]] = ch.Seq
-				}
-			}
-			ch.Items = items
-		}
-		if keys != nil {
-			c.store(ctx, miss, keys, embs)
-		}
-	}
-	for k := range texts {
-		if f := twin[k]; f != k {
-			// A twin of a cached text is a cached text too (usage and
-			// metering count it so); a twin of a run one ran no model.
-			embs[k], from[k] = embs[f], fromTwin
-			if from[f] == fromCache {
-				from[k] = fromCache
-			}
-		}
-	}
-	return embs, seq, from, rep, nil
-}
-
-// runCall is how the job's texts that run are admitted: the job's call,
-// with the output limit counting every copy of a deduplicated text
-// (Copies) and net of the vectors the cache answered, so that a job whose
-// result would be too large is refused before anything runs, as it would
-// be without deduplication or a cache.
-func (c *Loop) runCall(j *job, twin, miss []int, embs []engine.Embedding, from []textFrom) (engine.Call, *schema.Error) {
-	call := c.call(j)
-	if call.OutputLimit <= 0 {
-		return call, nil
-	}
-	copies := make(map[int]int, len(miss))
-	var cached int64
-	for _, f := range twin {
-		copies[f]++
-		if from[f] == fromCache {
-			cached += int64(len(embs[f].Dense)+len(embs[f].ColBERT)) * 4
-		}
-	}
-	if cached > call.OutputLimit {
-		return call, schema.Errorf(schema.CodeResultTooLarge, "the job's vectors would take at least %d bytes, over the result limit of %d bytes", cached, call.OutputLimit)
-	}
-	call.OutputLimit -= cached
-	repeated := false
-	call.Copies = make([]int, len(miss))
-	for i, k := range miss {
-		call.Copies[i] = copies[k]
-		repeated = repeated || copies[k] > 1
-	}
-	if !repeated {
-		call.Copies = nil
-	}
-	return call, nil
-}
 
 // lookup asks the cache for the unique texts, fills embs and from for the
 // hits and returns the misses, in order.

@@ -103,9 +103,6 @@ func newJob(d Delivery, now time.Time) *job {
 	return j
 }
 
-// local reports whether the job is a request made inside this process.
-func (j *job) local() bool { return j.req != nil && j.req.Local }
-
 // admit decodes and validates a delivery. It returns the job, and the
 // job-level error that refuses it (the job is still returned, to address
 // the error result).
@@ -275,27 +272,6 @@ func (c *Loop) replyOf(j *job) (string, *schema.Error) {
 	}
 	return reply, nil
 }
-
-// since is when the job's queue wait began: stored in the stream (for a
-// redelivery too, so the wait includes earlier attempts), else received,
-// else queued here.
-func (j *job) since() time.Time {
-	switch {
-	case !j.storedAt.IsZero():
-		return j.storedAt
-	case !j.a.Received.IsZero():
-		return j.a.Received
-	}
-	return j.queued
-}
-
-// expired reports whether the job's deadline passed at now.
-func (j *job) expired(now time.Time) bool {
-	return !j.deadline.IsZero() && !j.deadline.After(now)
-}
-
-// outputs returns the engine outputs the job asks for.
-func (j *job) outputs() engine.Output { return engine.OutputsOf(j.wire.Outputs) }
 
 // heartbeat sends InProgress when the message has waited every since its
 // delivery or its last InProgress, unless it was settled meanwhile.

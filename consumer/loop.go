@@ -242,24 +242,6 @@ func (j *job) isAdmitted() bool {
 	return j.admittedSet
 }
 
-// call is how the engine admits j: its class, its tenant, and how long it
-// may wait for room. A request waits until its deadline, at most
-// [MaxRequestWait], or [Config.RequestWait] without one; a stored job
-// until its deadline (the fetch loop waits with it).
-func (c *Loop) call(j *job) engine.Call {
-	call := engine.Call{Tenant: j.tenant, Deadline: j.deadline, OutputLimit: c.cfg.MaxResultBytes, Admitted: j.markAdmitted}
-	if j.interactive {
-		call.Class = engine.Interactive
-	}
-	if j.req != nil {
-		call.MaxWait = c.cfg.RequestWait
-		if !j.deadline.IsZero() {
-			call.MaxWait = MaxRequestWait
-		}
-	}
-	return call
-}
-
 // safeAdmit is admit with a panic (a decoder bug) turned into an internal
 // error: NAKed with backoff, then terminated at MaxDeliver, never a crash.
 func (c *Loop) safeAdmit(d Delivery, now time.Time) (j *job, jobErr error) {

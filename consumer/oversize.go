@@ -73,27 +73,6 @@ func (c *Loop) putSealed(ctx context.Context, j *job, h map[string][]string, dat
 	return blob, nil
 }
 
-// msgSize is the size NATS counts against max_payload: the header block
-// (NATS/1.0, one line per value, a blank line) and the body.
-func msgSize(h map[string][]string, data []byte) int64 {
-	n := len("NATS/1.0\r\n\r\n") + len(data)
-	for k, vs := range h {
-		for _, v := range vs {
-			n += len(k) + len(": \r\n") + len(v)
-		}
-	}
-	return int64(n)
-}
-
-// payloadLimit is the largest body with header h that fits, or 0 when the
-// publisher does not know the limit.
-func (c *Loop) payloadLimit() int64 {
-	if pl, ok := c.pub.(PayloadLimiter); ok {
-		return pl.MaxPayload()
-	}
-	return 0
-}
-
 // oversized handles a result whose message would exceed the max payload
 // (limit): with blobs, the result is stored and a small result naming it
 // is returned for sending; without, the job fails result_too_large (DLQ,

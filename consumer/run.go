@@ -4,9 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/schema"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // runJob embeds one job's texts in its own Embed call (the engine's queue
@@ -46,7 +52,8 @@ func (c *Loop) runJob(ctx context.Context, j *job) {
 		// Session runs and their busy time are the engine's to record
 		// (engine.Metrics): an Embed call spans queueing and sessions.
 		// Identical texts of the job run once, and with a cache only the
-		// texts it does not have run (cache.go).
+		// texts it does not have run (embedTexts, below; the cache's
+		// lookup and store are in cache.go).
 		embs, seq, from, rep, err = c.embedTexts(runCtx, j, texts)
 		j.ranReport(rep)
 		endRun(runSpan, rep, err)
@@ -78,16 +85,186 @@ func (c *Loop) runJob(ctx context.Context, j *job) {
 	c.settle(ctx, j, c.decide(j, res, jobErr))
 }
 
-// safeAssemble is assemble with a panic turned into the job's internal
-// error, so one job's bug leaves the other jobs alone.
-func (c *Loop) safeAssemble(j *job, embs []engine.Embedding, seq, idx []int, from []textFrom) (res *schema.Result, err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			c.cfg.Logger.Error("assembling a result panicked", "job", j.id, "panic", fmt.Sprint(p), "delivered", j.delivered)
-			res, err = nil, schema.Errorf(schema.CodeInternal, "internal error")
+// expired reports whether the job's deadline passed at now.
+func (j *job) expired(now time.Time) bool {
+	return !j.deadline.IsZero() && !j.deadline.After(now)
+}
+
+// since is when the job's queue wait began: stored in the stream (for a
+// redelivery too, so the wait includes earlier attempts), else received,
+// else queued here.
+func (j *job) since() time.Time {
+	switch {
+	case !j.storedAt.IsZero():
+		return j.storedAt
+	case !j.a.Received.IsZero():
+		return j.a.Received
+	}
+	return j.queued
+}
+
+// outputs returns the engine outputs the job asks for.
+func (j *job) outputs() engine.Output { return engine.OutputsOf(j.wire.Outputs) }
+
+// A job's trace starts at its producer, whose context arrives in the
+// message headers. The run span of a batch serves many jobs, so it cannot be
+// a child of each: it links to them instead, and each job's publish span is
+// a child of its producer's span that links back to the run (startPublish,
+// in settle.go).
+
+// startRun starts the span of one Embed call, linked to the trace of every
+// job it serves.
+func startRun(ctx context.Context, jobs []*job, texts int) (context.Context, trace.Span) {
+	var links []trace.Link
+	for _, j := range jobs {
+		if sc := trace.SpanContextFromContext(j.producer(context.Background())); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{telemetry.AttrJobID.String(j.id)}})
 		}
-	}()
-	return c.assemble(j, embs, seq, idx, from)
+	}
+	return telemetry.Tracer().Start(ctx, string(telemetry.SpanRun), trace.WithLinks(links...),
+		trace.WithAttributes(telemetry.AttrTexts.Int(texts)))
+}
+
+// producer returns ctx carrying the trace context of the job's producer.
+func (j *job) producer(ctx context.Context) context.Context {
+	return telemetry.ExtractHeaders(ctx, j.a.Header)
+}
+
+// embedTexts embeds a job's texts (all with the job's outputs and
+// truncation): each distinct text once, from the cache when it has it,
+// the rest in one Embed call. embs, seq (the padded length of the chunk
+// that ran a text, 0 for one that did not run) and from are aligned with
+// texts; the report's chunk items index texts.
+func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (embs []engine.Embedding, seq []int, from []textFrom, rep engine.CallReport, err error) {
+	n := len(texts)
+	embs, seq, from = make([]engine.Embedding, n), make([]int, n), make([]textFrom, n)
+	// twin[k] is the first text equal to text k; unique are the firsts.
+	twin := make([]int, n)
+	unique := make([]int, 0, n)
+	if n > 1 {
+		first := make(map[string]int, n)
+		for k, t := range texts {
+			if f, ok := first[t.Text]; ok {
+				twin[k] = f
+				continue
+			}
+			first[t.Text] = k
+			twin[k] = k
+			unique = append(unique, k)
+		}
+	} else if n == 1 {
+		unique = append(unique, 0)
+	}
+
+	var keys []cacheKey
+	miss := unique
+	if c.cfg.Cache != nil && len(unique) > 0 {
+		keys = make([]cacheKey, n)
+		for _, k := range unique {
+			t := texts[k]
+			keys[k] = makeCacheKey(c.model, c.precision, j.tenant, t.Outputs, t.Truncate, c.maxTokens, t.Text)
+		}
+		miss = c.lookup(ctx, j.id, texts, unique, keys, embs, from)
+	}
+
+	if len(miss) > 0 {
+		run := make([]engine.Text, len(miss))
+		for i, k := range miss {
+			run[i] = texts[k]
+		}
+		call, se := c.runCall(j, twin, miss, embs, from)
+		if se != nil {
+			return nil, nil, nil, rep, se
+		}
+		var got []engine.Embedding
+		got, rep, err = c.embed(ctx, run, call)
+		if err != nil {
+			return nil, nil, nil, rep, err
+		}
+		if len(got) != len(run) {
+			return got, nil, nil, rep, errCount(len(got), len(run))
+		}
+		for i, k := range miss {
+			embs[k] = got[i]
+		}
+		for ci := range rep.Chunks {
+			ch := &rep.Chunks[ci]
+			items := make([]int, 0, len(ch.Items))
+			for _, i := range ch.Items {
+				if i >= 0 && i < len(miss) {
+					items = append(items, miss[i])
+					seq[miss[i]] = ch.Seq
+				}
+			}
+			ch.Items = items
+		}
+		if keys != nil {
+			c.store(ctx, miss, keys, embs)
+		}
+	}
+	for k := range texts {
+		if f := twin[k]; f != k {
+			// A twin of a cached text is a cached text too (usage and
+			// metering count it so); a twin of a run one ran no model.
+			embs[k], from[k] = embs[f], fromTwin
+			if from[f] == fromCache {
+				from[k] = fromCache
+			}
+		}
+	}
+	return embs, seq, from, rep, nil
+}
+
+// runCall is how the job's texts that run are admitted: the job's call,
+// with the output limit counting every copy of a deduplicated text
+// (Copies) and net of the vectors the cache answered, so that a job whose
+// result would be too large is refused before anything runs, as it would
+// be without deduplication or a cache.
+func (c *Loop) runCall(j *job, twin, miss []int, embs []engine.Embedding, from []textFrom) (engine.Call, *schema.Error) {
+	call := c.call(j)
+	if call.OutputLimit <= 0 {
+		return call, nil
+	}
+	copies := make(map[int]int, len(miss))
+	var cached int64
+	for _, f := range twin {
+		copies[f]++
+		if from[f] == fromCache {
+			cached += int64(len(embs[f].Dense)+len(embs[f].ColBERT)) * 4
+		}
+	}
+	if cached > call.OutputLimit {
+		return call, schema.Errorf(schema.CodeResultTooLarge, "the job's vectors would take at least %d bytes, over the result limit of %d bytes", cached, call.OutputLimit)
+	}
+	call.OutputLimit -= cached
+	repeated := false
+	call.Copies = make([]int, len(miss))
+	for i, k := range miss {
+		call.Copies[i] = copies[k]
+		repeated = repeated || copies[k] > 1
+	}
+	if !repeated {
+		call.Copies = nil
+	}
+	return call, nil
+}
+
+// call is how the engine admits j: its class, its tenant, and how long it
+// may wait for room. A request waits until its deadline, at most
+// [MaxRequestWait], or [Config.RequestWait] without one; a stored job
+// until its deadline (the fetch loop waits with it).
+func (c *Loop) call(j *job) engine.Call {
+	call := engine.Call{Tenant: j.tenant, Deadline: j.deadline, OutputLimit: c.cfg.MaxResultBytes, Admitted: j.markAdmitted}
+	if j.interactive {
+		call.Class = engine.Interactive
+	}
+	if j.req != nil {
+		call.MaxWait = c.cfg.RequestWait
+		if !j.deadline.IsZero() {
+			call.MaxWait = MaxRequestWait
+		}
+	}
+	return call
 }
 
 // embed calls the Embedder, turning a panic into an internal error: a bug
@@ -100,4 +277,91 @@ func (c *Loop) embed(ctx context.Context, texts []engine.Text, call engine.Call)
 		}
 	}()
 	return c.emb.Embed(ctx, texts, call)
+}
+
+// ranReport keeps what a job's Embed call ran, for its usage.
+func (j *job) ranReport(rep engine.CallReport) {
+	j.report = engine.CallReport{Tokens: rep.Tokens, PaddedTokens: rep.PaddedTokens, Compute: rep.Compute}
+}
+
+// endRun records the chunks of the call (or its failure) and ends span.
+func endRun(span trace.Span, rep engine.CallReport, err error) {
+	for _, ch := range rep.Chunks {
+		span.AddEvent("chunk", trace.WithAttributes(telemetry.ChunkShape(ch.Batch, ch.Seq, strconv.Itoa(ch.Session))...))
+	}
+	span.SetAttributes(telemetry.AttrTokens.Int(rep.Tokens), telemetry.AttrChunkTokens.Int(rep.PaddedTokens))
+	if err != nil {
+		span.SetStatus(codes.Error, "embed failed")
+		var se *schema.Error
+		if errors.As(err, &se) {
+			span.SetAttributes(telemetry.AttrErrorCode.String(string(se.Code)))
+		}
+	}
+	span.End()
+}
+
+// safeAssemble is assemble with a panic turned into the job's internal
+// error, so one job's bug leaves the other jobs alone.
+func (c *Loop) safeAssemble(j *job, embs []engine.Embedding, seq, idx []int, from []textFrom) (res *schema.Result, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.cfg.Logger.Error("assembling a result panicked", "job", j.id, "panic", fmt.Sprint(p), "delivered", j.delivered)
+			res, err = nil, schema.Errorf(schema.CodeInternal, "internal error")
+		}
+	}()
+	return c.assemble(j, embs, seq, idx, from)
+}
+
+// assemble builds a job's result from the embeddings of its texts that ran
+// (embs[k] is text idx[k] of the job, run in a chunk padded to seq[k], or
+// taken from the cache or an identical text of the job as from[k] says:
+// those count their tokens, not padded ones). It
+// returns the job-level error instead when any text met a retriable refusal:
+// the whole job is then tried again, since a partial result would be final.
+func (c *Loop) assemble(j *job, embs []engine.Embedding, seq, idx []int, from []textFrom) (*schema.Result, error) {
+	for _, e := range embs {
+		if e.Err != nil && (e.Err.Retriable || e.Err.Code.Retriable()) {
+			return nil, e.Err
+		}
+	}
+	sj := j.wire
+	res := &schema.Result{V: schema.Version, ID: j.id, Model: c.model, Items: make([]schema.Item, len(sj.Texts))}
+	res.EchoMeta(sj)
+	for i, e := range j.items {
+		if e != nil {
+			res.Items[i].Error = e
+		}
+	}
+	want := j.outputs()
+	for k := range embs {
+		e := &embs[k]
+		res.Items[idx[k]] = e.Item(want)
+		if e.Err == nil {
+			n := c.runTokens(e, seq[k])
+			res.Usage.Tokens += n
+			res.Usage.PaddedTokens += seq[k]
+			if k < len(from) && from[k] == fromCache {
+				res.Usage.Cached++
+				res.Usage.CachedTokens += n
+			}
+		}
+	}
+	if res.Usage.Cached > 0 {
+		c.cache.hits.Add(uint64(res.Usage.Cached))
+		c.cache.hitTokens.Add(uint64(res.Usage.CachedTokens))
+	}
+	return res, nil
+}
+
+// runTokens is how many real tokens a text ran: its count, or the model's
+// maximum when it was cut, never more than the chunk's padded length.
+func (c *Loop) runTokens(e *engine.Embedding, seq int) int {
+	n := e.Tokens
+	if e.Truncated && c.maxTokens > 0 {
+		n = min(n, c.maxTokens)
+	}
+	if seq > 0 {
+		n = min(n, seq)
+	}
+	return n
 }

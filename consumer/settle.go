@@ -8,6 +8,9 @@ import (
 
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/schema"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // settle carries out an outcome: copy to the DLQ (if asked), send the
@@ -42,6 +45,20 @@ func (c *Loop) settle(ctx context.Context, j *job, out outcome) {
 	// it counted.
 	c.record(ctx, j, out)
 	c.ackMessage(j, out)
+}
+
+// startPublish starts the span that settles one job, as a child of its
+// producer's span, linked to the run that computed it (if any).
+func (j *job) startPublish(ctx context.Context) (context.Context, trace.Span) {
+	texts := 0
+	if j.wire != nil {
+		texts = len(j.wire.Texts)
+	}
+	opts := []trace.SpanStartOption{trace.WithAttributes(telemetry.Job(j.id, texts)...)}
+	if j.run.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: j.run}))
+	}
+	return telemetry.Tracer().Start(j.producer(ctx), string(telemetry.SpanPublish), opts...)
 }
 
 // deadLetter stores the DLQ copy of a job the outcome terminates, once. When
@@ -181,6 +198,30 @@ func (c *Loop) sendResult(ctx context.Context, j *job, out outcome) outcome {
 	return out
 }
 
+// payloadLimit is the largest body with header h that fits, or 0 when the
+// publisher does not know the limit.
+func (c *Loop) payloadLimit() int64 {
+	if pl, ok := c.pub.(PayloadLimiter); ok {
+		return pl.MaxPayload()
+	}
+	return 0
+}
+
+// local reports whether the job is a request made inside this process.
+func (j *job) local() bool { return j.req != nil && j.req.Local }
+
+// msgSize is the size NATS counts against max_payload: the header block
+// (NATS/1.0, one line per value, a blank line) and the body.
+func msgSize(h map[string][]string, data []byte) int64 {
+	n := len("NATS/1.0\r\n\r\n") + len(data)
+	for k, vs := range h {
+		for _, v := range vs {
+			n += len(k) + len(": \r\n") + len(v)
+		}
+	}
+	return int64(n)
+}
+
 // ackMessage applies the verdict to the message, once.
 func (c *Loop) ackMessage(j *job, out outcome) {
 	j.mu.Lock()
@@ -287,4 +328,19 @@ func (c *Loop) recordItems(ctx context.Context, res *schema.Result) {
 	}
 	c.texts.Add(uint64(ok))
 	c.tokens.Add(uint64(res.Usage.Tokens))
+}
+
+// verdictKey is the span attribute of a job's verdict: ack, nak or term.
+const verdictKey = attribute.Key("jetembed.verdict")
+
+// endPublish records the outcome and ends span.
+func endPublish(span trace.Span, out outcome) {
+	span.SetAttributes(verdictKey.String(out.verdict.String()))
+	if out.code != "" {
+		span.SetAttributes(telemetry.AttrErrorCode.String(string(out.code)))
+	}
+	if out.verdict != verdictAck {
+		span.SetStatus(codes.Error, out.verdict.String())
+	}
+	span.End()
 }

@@ -5,7 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/telemetry"
 	"github.com/jetembed/jetembed/schema"
 )
@@ -124,13 +123,8 @@ func (c *Loop) usageOf(j *job, out outcome) schema.UsageEvent {
 }
 
 // cachedOf returns how many of a result's texts, and of their tokens, the
-// fleet's cache answered instead of a model run (cache.go reports them in
-// the result's usage).
+// fleet's cache answered instead of a model run (assemble, in run.go,
+// reports them in the result's usage).
 func cachedOf(res *schema.Result) (texts, tokens int64) {
 	return int64(res.Usage.Cached), int64(res.Usage.CachedTokens)
-}
-
-// ranReport keeps what a job's Embed call ran, for its usage.
-func (j *job) ranReport(rep engine.CallReport) {
-	j.report = engine.CallReport{Tokens: rep.Tokens, PaddedTokens: rep.PaddedTokens, Compute: rep.Compute}
 }
