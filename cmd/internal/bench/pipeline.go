@@ -125,7 +125,13 @@ func startWorker(ctx context.Context, opts jetstream.Options, cfg jetstream.Conf
 		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_ = w.Stop(dctx)
 		cancel()
+		// Drain is asynchronous; wait until the connection is closed, so
+		// that no pull request of this worker is left on the server to
+		// take jobs queued next (they would wait out the ack wait).
 		_ = wnc.Drain()
+		for deadline := time.Now().Add(10 * time.Second); !wnc.IsClosed() && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 	}, nil
 }
 
