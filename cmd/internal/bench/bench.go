@@ -96,6 +96,9 @@ type Report struct {
 	// Backlog is the latency while the producer queues at twice the
 	// pipeline's rate, so a bulk backlog builds up.
 	Idle, Loaded, Backlog Latency
+	// Reindex is the result cache on the corpus: a first run, the same
+	// texts under new job ids, and new texts with repeats.
+	Reindex *Reindex
 	// Busy is the sessions' busy fraction (time in Run / wall time /
 	// sessions) during the best pipeline round.
 	Busy float64
@@ -146,8 +149,9 @@ func (u *suite) logf(format string, args ...any) {
 	fmt.Fprintf(u.cfg.Log, "%s bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
-// Run runs the suite: the bare engine against the pipeline, request-reply
-// latency, the transformers.js peer, the baselines and the no-op loop.
+// Run runs the suite: the bare engine against the pipeline, the re-index
+// with the result cache, request-reply latency, the transformers.js peer,
+// the baselines and the no-op loop.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg = cfg.WithDefaults()
 	s, err := openStack(cfg)
@@ -205,6 +209,9 @@ func (u *suite) engineRuns(ctx context.Context) (engine.Cost, error) {
 	if err := u.rounds(ctx, e); err != nil {
 		return engine.Cost{}, err
 	}
+	if err := u.reindex(ctx, e); err != nil {
+		return engine.Cost{}, err
+	}
 	if err := u.latencies(ctx, e); err != nil {
 		return engine.Cost{}, err
 	}
@@ -249,6 +256,19 @@ func (u *suite) rounds(ctx context.Context, e *engine.Engine) error {
 		}
 		u.logf("round %d: pipeline %.1f texts/s, peak RSS %d MiB", round+1, pipe.PerSecond(), pipe.PeakRSS>>20)
 	}
+	return nil
+}
+
+// reindex runs the re-index measurement on the engine and the bulk jobs.
+func (u *suite) reindex(ctx context.Context, e *engine.Engine) error {
+	x, err := reindexRuns(ctx, e, u.cc, u.jobs, u.cfg.Seed)
+	if err != nil {
+		return fmt.Errorf("re-index: %w", err)
+	}
+	u.r.Reindex = x
+	u.logf("re-index: first %.2f s, same texts under new ids %.2f s (ratio %.3f, %d texts run, %d cached); %d new texts with %d repeats: %d run of %d distinct, at most %d runs of one",
+		x.First.Elapsed.Seconds(), x.Again.Elapsed.Seconds(), x.Ratio(), x.Again.Ran, x.Again.Cached,
+		x.Repeats.Texts, x.Repeated, x.Repeats.Ran, x.Repeats.Distinct, x.Repeats.MaxRuns)
 	return nil
 }
 

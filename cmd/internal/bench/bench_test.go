@@ -114,6 +114,9 @@ func TestRunTiny(t *testing.T) {
 	if r.Pipeline.PeakRSS == 0 || r.Pipeline.BaseRSS == 0 {
 		t.Errorf("peak RSS %d, base %d", r.Pipeline.PeakRSS, r.Pipeline.BaseRSS)
 	}
+	if x := r.Reindex; x == nil || x.First.Ran != cfg.Texts || x.Again.Ran != 0 || x.Again.Cached != cfg.Texts || x.Repeats.Distinct != cfg.Texts-x.Repeated {
+		t.Errorf("re-index: %+v", x)
+	}
 	var b bytes.Buffer
 	if err := r.Markdown(&b); err != nil {
 		t.Fatal(err)
@@ -121,7 +124,7 @@ func TestRunTiny(t *testing.T) {
 	if p := r.Precision; p == nil || !p.Plan.Int8 || p.Int8.Texts != p.FP32.Texts || p.Int8.PerSecond() <= 0 || p.FP32CPU <= 0 || p.Int8CPU <= 0 {
 		t.Errorf("int8 vs fp32: %+v (%v)", p, r.PrecisionErr)
 	}
-	for _, want := range []string{"Pipeline efficiency", "Loop overhead", "naive baseline", "Packing", "added latency", "HTTP gateway / bare request-reply", "Peak RSS", "Bare engine int8 / fp32"} {
+	for _, want := range []string{"Pipeline efficiency", "Loop overhead", "naive baseline", "Packing", "added latency", "HTTP gateway / bare request-reply", "Peak RSS", "Bare engine int8 / fp32", "Re-index: the same", "Re-index: texts the model ran", "Repeats: "} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}

@@ -30,6 +30,9 @@ type natsEnv struct {
 	// startWorker runs a consumer on emb like serve does: fetch loop,
 	// publisher and request-reply service. stop drains it.
 	startWorker func(ctx context.Context, emb engine.Embedder, cc consumer.Config) (stop func(), err error)
+	// startCacheWorker is startWorker with the result cache on (serve
+	// --cache kv: the EMBED_CACHE bucket, which provisioning made).
+	startCacheWorker func(ctx context.Context, emb engine.Embedder, cc consumer.Config) (stop func(), err error)
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -81,7 +84,10 @@ func withNATS(ctx context.Context, f func(env *natsEnv) error) error {
 		return info.State.Msgs, nil
 	}
 	env.startWorker = func(ctx context.Context, emb engine.Embedder, cc consumer.Config) (func(), error) {
-		return startWorker(ctx, opts, cfg, emb, cc)
+		return startWorker(ctx, opts, cfg, emb, cc, false)
+	}
+	env.startCacheWorker = func(ctx context.Context, emb engine.Embedder, cc consumer.Config) (func(), error) {
+		return startWorker(ctx, opts, cfg, emb, cc, true)
 	}
 	return f(env)
 }
@@ -99,7 +105,11 @@ func (env *natsEnv) readResults(ctx context.Context) (stop func()) {
 		// A result that does not decode still counts: it was stored.
 		for res := range env.client.Results(rctx, env.client.Run()) {
 			if res.Subject != "" {
-				env.seen.add(res.Subject)
+				cached := 0
+				if res.Result != nil {
+					cached = res.Usage.Cached
+				}
+				env.seen.add(res.Subject, cached)
 			}
 		}
 	}()
@@ -107,14 +117,15 @@ func (env *natsEnv) readResults(ctx context.Context) (stop func()) {
 }
 
 // startWorker runs a worker like serve's on its own connection, as a serve
-// process would have; stop drains it.
-func startWorker(ctx context.Context, opts jetstream.Options, cfg jetstream.Config, emb engine.Embedder, cc consumer.Config) (stop func(), err error) {
+// process would have, with the result cache on when cache is; stop drains
+// it.
+func startWorker(ctx context.Context, opts jetstream.Options, cfg jetstream.Config, emb engine.Embedder, cc consumer.Config, cache bool) (stop func(), err error) {
 	wnc, err := jetstream.Connect(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	w, err := jetstream.StartWorker(ctx, wnc, jetstream.WorkerConfig{
-		Config: cfg, Consumer: cc, Embedder: emb,
+		Config: cfg, Consumer: cc, Embedder: emb, Cache: cache,
 		Service: jetstream.ServiceOptions{Version: "0.0.0-bench"}, Logger: quiet,
 	})
 	if err != nil {
@@ -125,7 +136,13 @@ func startWorker(ctx context.Context, opts jetstream.Options, cfg jetstream.Conf
 		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_ = w.Stop(dctx)
 		cancel()
+		// Drain is asynchronous; wait until the connection is closed, so
+		// that no pull request of this worker is left on the server to
+		// take jobs queued next (they would wait out the ack wait).
 		_ = wnc.Drain()
+		for deadline := time.Now().Add(10 * time.Second); !wnc.IsClosed() && time.Now().Before(deadline); {
+			time.Sleep(5 * time.Millisecond)
+		}
 	}, nil
 }
 
@@ -139,17 +156,22 @@ func (env *natsEnv) queue(ctx context.Context, prefix string, jobs [][]string) e
 	return nil
 }
 
-// resultCounter counts distinct results (by subject: one per job) and
-// signals on ch after each new one.
+// resultCounter counts distinct results (by subject: one per job), sums
+// their usage.cached (the texts the fleet's cache answered) and signals on
+// ch after each new one.
 type resultCounter struct {
-	mu  sync.Mutex
-	ids map[string]struct{}
-	ch  chan struct{}
+	mu     sync.Mutex
+	ids    map[string]struct{}
+	cached int
+	ch     chan struct{}
 }
 
-func (c *resultCounter) add(key string) {
+func (c *resultCounter) add(key string, cached int) {
 	c.mu.Lock()
-	c.ids[key] = struct{}{}
+	if _, ok := c.ids[key]; !ok {
+		c.ids[key] = struct{}{}
+		c.cached += cached
+	}
 	c.mu.Unlock()
 	select {
 	case c.ch <- struct{}{}:
@@ -161,6 +183,13 @@ func (c *resultCounter) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.ids)
+}
+
+// cachedTexts is the sum of usage.cached over the distinct results.
+func (c *resultCounter) cachedTexts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cached
 }
 
 // waitResults waits until n distinct results (one per job: a redelivered

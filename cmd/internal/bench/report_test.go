@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -18,5 +19,40 @@ func TestDenseFLOPs(t *testing.T) {
 	}
 	if got := r.GFLOPsPerCore(4000, 0); got != 0 {
 		t.Errorf("GFLOPsPerCore over no time = %v, want 0", got)
+	}
+}
+
+// TestReindexRows renders the re-index rows of the table and their
+// verdicts.
+func TestReindexRows(t *testing.T) {
+	run := func(texts, ran, distinct, maxRuns, cached int, d time.Duration) CacheRun {
+		return CacheRun{Rate: Rate{Texts: texts, Elapsed: d}, Jobs: 10, Ran: ran, Distinct: distinct, MaxRuns: maxRuns, Cached: cached}
+	}
+	for _, c := range []struct {
+		name string
+		x    Reindex
+		want []string
+	}{
+		{"met", Reindex{First: run(100, 100, 100, 1, 0, 10*time.Second), Again: run(100, 0, 100, 0, 100, time.Second),
+			Repeats: run(100, 90, 90, 1, 0, 10*time.Second), Repeated: 10, SameJob: 4},
+			[]string{"| 0.100 (1.00 s / 10.00 s; 0.100 with the queueing of each counted in) | <= 0.20 | met |",
+				"usage.cached: 100 of 100) | 0 | 0 | met |",
+				"(4 in its job, 6 in another job)", "| 90 / 90, 1 | each distinct text once | met |"}},
+		{"missed", Reindex{First: run(100, 100, 100, 1, 0, 10*time.Second), Again: run(100, 3, 100, 1, 97, 3*time.Second),
+			Repeats: run(100, 96, 90, 2, 0, 10*time.Second), Repeated: 10, SameJob: 4},
+			[]string{"| 0.300 (3.00 s / 10.00 s; 0.300 with the queueing of each counted in) | <= 0.20 | **missed** |",
+				"usage.cached: 97 of 100) | 3 | 0 | **missed** |",
+				"| 96 / 90, 2 | each distinct text once | **missed** |"}},
+	} {
+		r := &Report{Reindex: &c.x}
+		var b strings.Builder
+		if err := r.Markdown(&b); err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(b.String(), w) {
+				t.Errorf("%s: table lacks %q:\n%s", c.name, w, b.String())
+			}
+		}
 	}
 }
