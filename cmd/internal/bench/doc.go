@@ -2,7 +2,8 @@
 // `make bench`: it measures, in one run on one machine, how close the whole
 // NATS pipeline comes to the bare engine, what the loop costs around a no-op
 // engine, what bin-packing gains over arrival-order batching, the added
-// latency of request-reply (idle and under load), a naive one-run-per-message
+// latency of request-reply (idle and under load), tenant B's latency under
+// tenant A's backlog and the split of weighted tenants, a naive one-run-per-message
 // baseline, the transformers.js peer on the same model files and texts, and
 // the peak RSS of the bulk run against the in-flight budget.
 //
