@@ -117,6 +117,12 @@ type Report struct {
 	// PrecisionErr when it could not run).
 	Precision    *Precision
 	PrecisionErr error
+	// Fair is tenant B's latency under tenant A's backlog in each mode
+	// (one consumer, per-tenant consumers, per-tenant with a bounded
+	// budget); Weighted the split of two backlogged tenants of weights
+	// 3 and 1 (issue 32).
+	Fair     []Fairness
+	Weighted Weighted
 	// DenseFLOPs is what one token costs in the encoder's dense layers
 	// alone (2 x layers x (4h^2 + 2h x intermediate)): a floor on the
 	// arithmetic of a run, to read a rate against the cores' peak.
@@ -150,8 +156,8 @@ func (u *suite) logf(format string, args ...any) {
 }
 
 // Run runs the suite: the bare engine against the pipeline, the re-index
-// with the result cache, request-reply latency, the transformers.js peer,
-// the baselines and the no-op loop.
+// with the result cache, request-reply latency, per-tenant fairness, the
+// transformers.js peer, the baselines and the no-op loop.
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cfg = cfg.WithDefaults()
 	s, err := openStack(cfg)
@@ -170,6 +176,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	cost, err := u.engineRuns(ctx)
 	if err != nil {
+		return nil, err
+	}
+	if err := u.fairRuns(ctx); err != nil {
 		return nil, err
 	}
 	if u.r.Precision, err = u.precisionRuns(ctx); err != nil {

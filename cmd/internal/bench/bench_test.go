@@ -117,6 +117,17 @@ func TestRunTiny(t *testing.T) {
 	if x := r.Reindex; x == nil || x.First.Ran != cfg.Texts || x.Again.Ran != 0 || x.Again.Cached != cfg.Texts || x.Repeats.Distinct != cfg.Texts-x.Repeated {
 		t.Errorf("re-index: %+v", x)
 	}
+	if len(r.Fair) != 3 {
+		t.Errorf("fairness modes: %+v", r.Fair)
+	}
+	for _, f := range r.Fair {
+		if f.Backlog == 0 || f.Drain <= 0 || f.BacklogTokens == 0 || len(f.Idle) != fairIdleJobs || len(f.Under) == 0 {
+			t.Errorf("fairness, %s: %+v", f.Mode, f)
+		}
+	}
+	if w := r.Weighted; w.Window == 0 || w.Results[0] == 0 || w.Results[1] == 0 || w.Tokens[0] == 0 || w.Tokens[1] == 0 {
+		t.Errorf("weights: %+v", w)
+	}
 	var b bytes.Buffer
 	if err := r.Markdown(&b); err != nil {
 		t.Fatal(err)
@@ -124,7 +135,7 @@ func TestRunTiny(t *testing.T) {
 	if p := r.Precision; p == nil || !p.Plan.Int8 || p.Int8.Texts != p.FP32.Texts || p.Int8.PerSecond() <= 0 || p.FP32CPU <= 0 || p.Int8CPU <= 0 {
 		t.Errorf("int8 vs fp32: %+v (%v)", p, r.PrecisionErr)
 	}
-	for _, want := range []string{"Pipeline efficiency", "Loop overhead", "naive baseline", "Packing", "added latency", "HTTP gateway / bare request-reply", "Peak RSS", "Bare engine int8 / fp32", "Re-index: the same", "Re-index: texts the model ran", "Repeats: "} {
+	for _, want := range []string{"Pipeline efficiency", "Loop overhead", "naive baseline", "Packing", "added latency", "HTTP gateway / bare request-reply", "Peak RSS", "Bare engine int8 / fp32", "Re-index: the same", "Re-index: texts the model ran", "Repeats: ", "Tenant B's job under tenant A's backlog", "drained", "Weights A=3, B=1"} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, b.String())
 		}

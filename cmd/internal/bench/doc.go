@@ -2,11 +2,12 @@
 // `make bench`: it measures, in one run on one machine, how close the whole
 // NATS pipeline comes to the bare engine, what the loop costs around a no-op
 // engine, what bin-packing gains over arrival-order batching, the added
-// latency of request-reply (idle and under load), a naive one-run-per-message
-// baseline, the transformers.js peer on the same model files and texts,
-// the peak RSS of the bulk run against the in-flight budget, and the
-// result cache (serve --cache kv): a re-index of the corpus under new job
-// ids against the first run, and a run with repeated texts.
+// latency of request-reply (idle and under load), tenant B's latency under
+// tenant A's backlog and the split of weighted tenants, a naive
+// one-run-per-message baseline, the transformers.js peer on the same model
+// files and texts, the peak RSS of the bulk run against the in-flight
+// budget, and the result cache (serve --cache kv): a re-index of the corpus
+// under new job ids against the first run, and a run with repeated texts.
 //
 // Every figure is a ratio of two measurements taken in the same run, so that
 // the machine cancels out; [Report.Markdown] prints them with the raw rates.

@@ -33,6 +33,11 @@ type natsEnv struct {
 	// startCacheWorker is startWorker with the result cache on (serve
 	// --cache kv: the EMBED_CACHE bucket, which provisioning made).
 	startCacheWorker func(ctx context.Context, emb engine.Embedder, cc consumer.Config) (stop func(), err error)
+	// startFair is startWorker with serve's --tenant-weight shares.
+	startFair func(ctx context.Context, emb engine.Embedder, cc consumer.Config, fair jetstream.FairConfig) (stop func(), err error)
+	// newClient is a producer client of its own on the server's
+	// connection (a tenant's, with client.WithTenant).
+	newClient func(opts ...client.Option) (*client.Client, error)
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -40,6 +45,12 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // withNATS starts a fresh embedded server in a temporary directory, runs f
 // and tears everything down.
 func withNATS(ctx context.Context, f func(env *natsEnv) error) error {
+	return withNATSConfig(ctx, nil, f)
+}
+
+// withNATSConfig is withNATS with the provisioned configuration changed by
+// mod first (nil: the defaults).
+func withNATSConfig(ctx context.Context, mod func(*jetstream.Config), f func(env *natsEnv) error) error {
 	dir, err := os.MkdirTemp("", "jetembed-bench-")
 	if err != nil {
 		return err
@@ -64,6 +75,9 @@ func withNATS(ctx context.Context, f func(env *natsEnv) error) error {
 		return err
 	}
 	cfg := jetstream.DefaultConfig()
+	if mod != nil {
+		mod(&cfg)
+	}
 	if _, err := jetstream.Provision(ctx, js, cfg); err != nil {
 		return fmt.Errorf("provision: %w", err)
 	}
@@ -84,11 +98,15 @@ func withNATS(ctx context.Context, f func(env *natsEnv) error) error {
 		return info.State.Msgs, nil
 	}
 	env.startWorker = func(ctx context.Context, emb engine.Embedder, cc consumer.Config) (func(), error) {
-		return startWorker(ctx, opts, cfg, emb, cc, false)
+		return startWorker(ctx, opts, cfg, emb, cc, false, jetstream.FairConfig{})
 	}
 	env.startCacheWorker = func(ctx context.Context, emb engine.Embedder, cc consumer.Config) (func(), error) {
-		return startWorker(ctx, opts, cfg, emb, cc, true)
+		return startWorker(ctx, opts, cfg, emb, cc, true, jetstream.FairConfig{})
 	}
+	env.startFair = func(ctx context.Context, emb engine.Embedder, cc consumer.Config, fair jetstream.FairConfig) (func(), error) {
+		return startWorker(ctx, opts, cfg, emb, cc, false, fair)
+	}
+	env.newClient = func(o ...client.Option) (*client.Client, error) { return client.New(nc, o...) }
 	return f(env)
 }
 
@@ -117,16 +135,16 @@ func (env *natsEnv) readResults(ctx context.Context) (stop func()) {
 }
 
 // startWorker runs a worker like serve's on its own connection, as a serve
-// process would have, with the result cache on when cache is; stop drains
-// it.
-func startWorker(ctx context.Context, opts jetstream.Options, cfg jetstream.Config, emb engine.Embedder, cc consumer.Config, cache bool) (stop func(), err error) {
+// process would have, with the result cache on when cache is and fair's
+// shares; stop drains it.
+func startWorker(ctx context.Context, opts jetstream.Options, cfg jetstream.Config, emb engine.Embedder, cc consumer.Config, cache bool, fair jetstream.FairConfig) (stop func(), err error) {
 	wnc, err := jetstream.Connect(ctx, opts)
 	if err != nil {
 		return nil, err
 	}
 	w, err := jetstream.StartWorker(ctx, wnc, jetstream.WorkerConfig{
 		Config: cfg, Consumer: cc, Embedder: emb, Cache: cache,
-		Service: jetstream.ServiceOptions{Version: "0.0.0-bench"}, Logger: quiet,
+		Service: jetstream.ServiceOptions{Version: "0.0.0-bench"}, Logger: quiet, Fair: fair,
 	})
 	if err != nil {
 		wnc.Close()

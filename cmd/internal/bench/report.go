@@ -134,6 +134,7 @@ func (r *Report) Markdown(w io.Writer) error {
 		p("| Repeats: %d new texts, %.0f%% of them (%d) repeating an earlier text of the run (%d in its job, %d in another job): texts the model ran / distinct texts, most runs of one text | %d / %d, %d | each distinct text once | %s |\n",
 			x.Repeats.Texts, 100*repeatShare, x.Repeated, x.SameJob, x.Repeated-x.SameJob, x.Repeats.Ran, x.Repeats.Distinct, x.Repeats.MaxRuns, verdict(x.RepeatsMet()))
 	}
+	r.fairRows(p)
 	p("| Session busy fraction during the best bulk run (time in Run / wall / sessions) | %.3f | reported | |\n", r.Busy)
 	p("| Peak RSS of the bulk run (VmHWM) / RSS before it | %d MiB / %d MiB | bounded by the in-flight budget | |\n\n",
 		r.Pipeline.PeakRSS>>20, r.Pipeline.BaseRSS>>20)
@@ -188,6 +189,32 @@ func (r *Report) Markdown(w io.Writer) error {
 	return nil
 }
 
+// fairRows are the rows of issue 32: tenant B's jobs under tenant A's
+// backlog in each mode, A's drain in each, and the weights' split.
+func (r *Report) fairRows(p func(format string, args ...any)) {
+	for _, f := range r.Fair {
+		p("| Tenant B's job under tenant A's backlog of %d jobs, %s (engine in-flight budget %d tokens): p50 / p99 of %d jobs, A's results stored while each waited | %s / %s, %.0f | p99 <= %s (B's idle job p99 %s + 2 x max-chunk-latency %s) | %s |\n",
+			f.Backlog, f.Mode, f.InFlight, len(f.Under), ms(f.P50()), ms(f.P99()), f.Ahead,
+			ms(f.Bound()), ms(f.IdleP99()), ms(engine.DefaultMaxChunkLatency), verdict(f.Met()))
+	}
+	if len(r.Fair) > 0 {
+		var modes, drains []string
+		for _, f := range r.Fair {
+			modes = append(modes, f.Mode)
+			drains = append(drains, fmt.Sprintf("%.2f s (mean chunk %s)", f.Drain.Seconds(), ms(f.Chunk)))
+		}
+		f := r.Fair[0]
+		p("| Tenant A's backlog of %d jobs (%d real tokens) drained, B's jobs among it: %s | %s | reported | |\n",
+			f.Backlog, f.BacklogTokens, strings.Join(modes, " / "), strings.Join(drains, " / "))
+	}
+	if w := r.Weighted; w.Window > 0 {
+		want := float64(weightA) / float64(weightB)
+		p("| Weights A=%d, B=%d, both backlogged (%d jobs each; per-tenant consumers, in-flight budget %d): real tokens served to A / B in %d results (%d / %d) | %d / %d = %.2f | %.1f +-%.0f%% (%.2f to %.2f) | %s |\n",
+			weightA, weightB, w.Jobs, w.InFlight, w.Window, w.Results[0], w.Results[1], w.Tokens[0], w.Tokens[1], w.Split(),
+			want, 100*goalSplitTolerance, want*(1-goalSplitTolerance), want*(1+goalSplitTolerance), verdict(w.Met()))
+	}
+}
+
 // method says how each figure is made, under the table it explains.
 const method = `How each figure is made (package cmd/internal/bench):
 
@@ -200,6 +227,8 @@ const method = `How each figure is made (package cmd/internal/bench):
 - Gateway: a fresh nats-server and worker on the same engine, and jetembed's HTTP gateway (package gateway, as ` + "`jetembed gateway`" + ` runs it) in front of that service on a loopback port. The short text is asked alternately through the Go client (request-reply) and as POST /v1/embeddings through the gateway, sequentially, for the latencies; then 16 callers at once ask it for 2 s each way, twice, alternating, for the calls/s (each keeps its best). The ratio and the added latency are of the same run.
 - Arrival-order batching: fixed batches of 32 texts in arrival order on bare sessions, each padded to its longest text, tokenizing inside the timing.
 - Latency: sequential request-reply calls of one short text through the micro service, one every 200 ms (at most one minute), each preceded by a bare Embed of the same text; the added latency is the request percentile minus the bare p50. Under load a producer queues corpus jobs at half the measured pipeline rate meanwhile; under a backlog at twice that rate, so bulk work piles up in the stream and the engine; a request answered overloaded is counted as refused.
+- Fairness (issue 32): an engine opened as serve opens it with --tenant-weight wa=3,wb=1, a fresh nats-server for each mode. Tenant A (embed.jobs.a.fair.<id>, replies in embed.results.a.>) and tenant B each run one job first (so that per-tenant consumers exist), then B five jobs alone: its idle job latency, publish to result stored as B's reader of the results stream sees it. A then publishes its backlog: one-text jobs cycling through the corpus's texts of at most 40 words (twice the corpus, 300 to 2,000 jobs), while the worker runs; B publishes one job of the short text as soon as the backlog is published, then one at a time spaced over what is left of it at the rate A's results came meanwhile, until A's backlog is done (at most 12 jobs). Goal: B's p99 within its idle p99 + 2 x the engine's chunk cap (--max-chunk-latency, 100 ms; the measured mean chunk, time in Run / runs, is reported beside the drain). Modes: one consumer of every job (provision's default), per-tenant consumers (provision --per-tenant) with serve's default in-flight budget, and per-tenant consumers with --in-flight-tokens 512 (as cmd/jetembed's fair-share end-to-end tests run serve): the budget holds jobs already admitted ahead of B's, which the engine runs in their order. The drain is from A's first publish to its last result stored.
+- Weights: tenants wa (weight 3) and wb (weight 1) each queue half of A's backlog first, then a worker with those shares starts on per-tenant consumers (in-flight budget 512); the real tokens (the results' usage) of each tenant's results are summed in stream order from the first result after both tenants have one up to as many results as one tenant queued, so both still have jobs queued.
 - Peer: @huggingface/transformers feature-extraction (CLS pooling, normalized) on onnxruntime-node's bundled CPU ONNX Runtime, the same model.onnx and tokenizer.json through symlinks, intra-op threads = sessions x threads, every batch size warmed once and then timed over the same texts in two rounds, keeping the best; jetembed's bare engine is timed on those texts right before and right after the peer, keeping the best.
 - Peak RSS: /proc/self/status VmHWM, reset through /proc/self/clear_refs right before the bulk run. The process also holds the embedded nats-server, the producer and, during the bulk run, the stored jobs and results.
 `

@@ -75,7 +75,19 @@ func (s *stack) openInt8Engine(ctx context.Context) (*engine.Engine, ort.Precisi
 }
 
 func (s *stack) openPrecision(ctx context.Context, pr ort.Precision) (*engine.Engine, ort.PrecisionPlan, error) {
+	return s.openConfigured(ctx, pr, s.engineConfig())
+}
+
+// openWeighted opens the fp32 engine as serve does with --tenant-weight:
+// its admission queue weighs tenants by weights.
+func (s *stack) openWeighted(ctx context.Context, weights map[string]int) (*engine.Engine, error) {
 	cfg := s.engineConfig()
+	cfg.TenantWeights = weights
+	e, _, err := s.openConfigured(ctx, ort.PrecisionFP32, cfg)
+	return e, err
+}
+
+func (s *stack) openConfigured(ctx context.Context, pr ort.Precision, cfg engine.Config) (*engine.Engine, ort.PrecisionPlan, error) {
 	p := s.provider
 	p.Precision = pr
 	plan, err := ort.PlanAttention(s.m, p)
