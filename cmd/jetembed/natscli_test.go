@@ -153,13 +153,14 @@ func startDev(ctx context.Context, t *testing.T, model string, extra ...string) 
 	return d
 }
 
-// serveDev runs `jetembed dev` for the rest of the test and returns once
-// its request-reply endpoint answers, as a reader waits for the banner
-// before trying the commands; the test's cleanup stops it.
-func serveDev(t *testing.T, model string) *devRun {
+// serveDev runs `jetembed dev` (with the extra flags) for the rest of the
+// test and returns once its request-reply endpoint answers, as a reader
+// waits for the banner before trying the commands; the test's cleanup
+// stops it.
+func serveDev(t *testing.T, model string, extra ...string) *devRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	d := startDev(ctx, t, model)
+	d := startDev(ctx, t, model, extra...)
 	t.Cleanup(func() {
 		cancel()
 		select {
