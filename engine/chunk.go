@@ -55,29 +55,47 @@ func (s *sched) tier(n int) int {
 }
 
 // form takes the next chunk of class cl off the queue. Its anchor is the
-// class's oldest text, so calls finish in arrival order; it grows with the
-// texts nearest in length (in a length-sorted window of the oldest texts)
-// while the modelled cost per real token does not rise and the chunk
-// stays within the batch, token, memory and (bulk) latency budgets. On a
-// CPU, where a run's fixed cost is small, that is often batch 1 for long
-// texts and larger batches of similar short ones.
+// oldest text of the tenant whose turn it is (anchorIndex: the least
+// served, so one tenant's backlog does not run ahead of another's text;
+// with one tenant, the class's oldest text), so each tenant's calls finish
+// in arrival order; it grows with the texts nearest in length (in a
+// length-sorted window of the oldest texts, the anchor included) while
+// the modelled cost per real token does not rise and the chunk stays
+// within the batch, token, memory and (bulk) latency budgets. On a CPU,
+// where a run's fixed cost is small, that is often batch 1 for long texts
+// and larger batches of similar short ones.
 func (s *sched) form(cl class) *work {
 	q := s.queue[cl]
-	win := q[:min(len(q), s.window)]
+	ai := s.anchorIndex(cl)
+	// The window: the oldest texts, and the anchor where it is older
+	// than the window's end. idx maps a window position to the queue.
+	idx := s.idxBuf[:0]
+	for i := range min(len(q), s.window) {
+		idx = append(idx, i)
+	}
+	if ai >= len(idx) {
+		idx[len(idx)-1] = ai
+	}
+	win := s.winBuf[:0]
+	for _, i := range idx {
+		win = append(win, q[i])
+	}
+	s.idxBuf, s.winBuf = idx, win
+	at := slices.Index(idx, ai)
 	order := s.scratch[:0]
 	for i := range win {
 		order = append(order, i)
 	}
 	// Longest first; ties oldest first.
 	slices.SortStableFunc(order, func(a, b int) int { return win[b].n - win[a].n })
-	anchor := slices.Index(order, 0)
+	anchor := slices.Index(order, at)
 	lo, hi := anchor, anchor
-	seq := s.pad(win[0].n)
-	real := win[0].n
+	seq := s.pad(win[at].n)
+	real := win[at].n
 	if s.refused(seq) {
 		// Refused alone: no other text shares the refusal.
 		w := &work{seq: seq, cl: cl, err: schema.Errorf(schema.CodeShapeNotWarmed, "chunk 1x%d is above the warmed ceiling", seq)}
-		s.take(cl, order[anchor:anchor+1], w)
+		s.take(cl, idx, order[anchor:anchor+1], w)
 		s.scratch = order
 		return w
 	}
@@ -109,7 +127,7 @@ func (s *sched) form(cl class) *work {
 			seq = bestSeq
 		default:
 			w := &work{seq: seq, cl: cl}
-			s.take(cl, order[lo:hi+1], w)
+			s.take(cl, idx, order[lo:hi+1], w)
 			s.scratch = order
 			return w
 		}
@@ -131,17 +149,24 @@ func (s *sched) fits(cl class, rows, seq int) bool {
 	return true
 }
 
-// take moves the window entries at idx (longest first) into w.rows and
-// deletes them from the queue, keeping the others in arrival order.
-func (s *sched) take(cl class, idx []int, w *work) {
+// take moves the window entries at positions pos (longest first; idx
+// maps them to the queue) into w.rows, deletes them from the queue,
+// keeping the others in arrival order, and counts them to their tenants.
+func (s *sched) take(cl class, idx, pos []int, w *work) {
 	q := s.queue[cl]
 	if cap(s.selected) < len(q) {
 		s.selected = make([]bool, len(q))
 	}
 	sel := s.selected[:len(q)]
-	for _, i := range idx {
+	for _, p := range pos {
+		i := idx[p]
 		w.rows = append(w.rows, q[i])
 		sel[i] = true
+		if w.err == nil {
+			s.left(cl, q[i].c.tenant, q[i].n)
+		} else {
+			s.left(cl, q[i].c.tenant, 0)
+		}
 	}
 	k := 0
 	for i, e := range q {
@@ -152,6 +177,7 @@ func (s *sched) take(cl class, idx []int, w *work) {
 		sel[i] = false
 	}
 	clear(q[k:])
+	clear(s.winBuf)
 	s.queue[cl] = q[:k]
 	if cl == bulk {
 		s.bulkSince = s.now()

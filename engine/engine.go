@@ -66,6 +66,7 @@ func New(ctx context.Context, cfg Config, tok Tokenizer, m *model.Model, factory
 	}
 	e.special = e.sparseSkip()
 	e.sched = newSched(cfg, cost, e.refused)
+	e.sched.weight = e.adm.weight // one weight a tenant, in admission and in run order
 	if cfg.Cost != (pack.Cost{}) {
 		cost.use(cfg.Cost)
 	}
@@ -221,7 +222,7 @@ func (e *Engine) Embed(ctx context.Context, texts []Text, opts Call) ([]Embeddin
 		fail(out, items, runError(ErrUnavailable))
 		return out, CallReport{}, nil
 	}
-	c := &call{ctx: ctx, class: opts.Class, toks: toks, done: make(chan chunkDone, len(items))}
+	c := &call{ctx: ctx, class: opts.Class, tenant: opts.Tenant, toks: toks, done: make(chan chunkDone, len(items))}
 	if err := e.sched.enqueue(c, items, lengths); err != nil {
 		fail(out, items, runError(err))
 		return out, CallReport{}, nil

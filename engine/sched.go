@@ -11,9 +11,10 @@ import (
 
 // call is one Embed call as the scheduler sees it.
 type call struct {
-	ctx   context.Context
-	class class
-	toks  []tokenized
+	ctx    context.Context
+	class  class
+	tenant string // whose call: chunks are anchored on tenants in turn
+	toks   []tokenized
 	// done receives one chunkDone per chunk holding some of the call's
 	// texts; it has room for every queued text, so a session never blocks
 	// on a caller that gave up.
@@ -80,6 +81,17 @@ type sched struct {
 	window   int
 	scratch  []int
 	selected []bool
+	winBuf   []entry
+	idxBuf   []int
+
+	// Tenants take turns at anchoring a chunk, by deficit round robin
+	// over real tokens: served is each queued tenant's tokens run (over
+	// its weight), queued its texts waiting, per class. A tenant that
+	// arrives starts level with the least served one, so it cannot bank
+	// credit while it had nothing queued.
+	weight func(tenant string) int
+	served [nClasses]map[string]float64
+	queued [nClasses]map[string]int
 }
 
 func newSched(cfg Config, cost *costModel, refused func(int) bool) *sched {
@@ -93,7 +105,59 @@ func newSched(cfg Config, cost *costModel, refused func(int) bool) *sched {
 		s.tiers = cfg.Tiers
 	}
 	s.cond = sync.NewCond(&s.mu)
+	s.weight = func(string) int { return 1 }
+	for cl := range s.served {
+		s.served[cl], s.queued[cl] = map[string]float64{}, map[string]int{}
+	}
 	return s
+}
+
+// joined counts n texts of tenant t queued in class cl. s.mu is held.
+func (s *sched) joined(cl class, t string, n int) {
+	if _, ok := s.queued[cl][t]; !ok {
+		least, any := 0.0, false
+		for _, v := range s.served[cl] {
+			if !any || v < least {
+				least, any = v, true
+			}
+		}
+		s.served[cl][t] = least
+	}
+	s.queued[cl][t] += n
+}
+
+// left uncounts one text of tenant t that left class cl's queue, having
+// run tokens real tokens (0 when it was removed unrun). s.mu is held.
+func (s *sched) left(cl class, t string, tokens int) {
+	if tokens > 0 {
+		s.served[cl][t] += float64(tokens) / float64(max(s.weight(t), 1))
+	}
+	if s.queued[cl][t]--; s.queued[cl][t] <= 0 {
+		delete(s.queued[cl], t)
+		delete(s.served[cl], t)
+	}
+}
+
+// anchorIndex is the queue index of class cl's next anchor: the oldest
+// text of the least served tenant (the oldest text of all when one
+// tenant waits). s.mu is held.
+func (s *sched) anchorIndex(cl class) int {
+	if len(s.queued[cl]) <= 1 {
+		return 0
+	}
+	least := 0.0
+	first := true
+	for _, v := range s.served[cl] {
+		if first || v < least {
+			least, first = v, false
+		}
+	}
+	for i, e := range s.queue[cl] {
+		if s.served[cl][e.c.tenant] <= least {
+			return i
+		}
+	}
+	return 0
 }
 
 // enqueue queues a call's texts (items with n > 0 tokens).
@@ -110,6 +174,9 @@ func (s *sched) enqueue(c *call, items, lengths []int) error {
 	for k, it := range items {
 		*q = append(*q, entry{c: c, item: it, n: lengths[k]})
 	}
+	if len(items) > 0 {
+		s.joined(c.class, c.tenant, len(items))
+	}
 	s.cond.Broadcast()
 	return nil
 }
@@ -122,6 +189,9 @@ func (s *sched) remove(c *call) int {
 	q := &s.queue[c.class]
 	before := len(*q)
 	*q = slices.DeleteFunc(*q, func(e entry) bool { return e.c == c })
+	for range before - len(*q) {
+		s.left(c.class, c.tenant, 0)
+	}
 	return before - len(*q)
 }
 
