@@ -85,7 +85,7 @@ type textFrom uint8
 const (
 	fromRun   textFrom = iota // a session run
 	fromCache                 // the fleet's cache
-	fromTwin                  // an identical text of the same job
+	fromTwin                  // an identical text of the same job, or of one in flight
 )
 
 // lookup asks the cache for the unique texts, fills embs and from for the

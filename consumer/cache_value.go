@@ -3,7 +3,6 @@ package consumer
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"hash/crc32"
 	"math"
 
@@ -48,39 +47,6 @@ const (
 	valueHeader = 4 + sha256.Size + 1 + 4 // magic, digest, flags, tokens
 	valueCRC    = 4
 )
-
-// cacheKey is the digest of everything a text's result depends on: the
-// model (name@sha), its precision, the tenant (no tenant reads, or times,
-// another's entries), the outputs, the truncation (whether, and at how
-// many tokens) and the text. Fields are length-prefixed, so no two
-// different tuples share their bytes.
-type cacheKey [sha256.Size]byte
-
-// String is the KV key: the digest in hex.
-func (k cacheKey) String() string { return hex.EncodeToString(k[:]) }
-
-func makeCacheKey(model, precision, tenant string, out engine.Output, truncate bool, maxTokens int, text string) cacheKey {
-	h := sha256.New()
-	var buf [binary.MaxVarintLen64]byte
-	field := func(s string) {
-		h.Write(buf[:binary.PutUvarint(buf[:], uint64(len(s)))])
-		h.Write([]byte(s))
-	}
-	field("jetembed/cache/v1")
-	field(model)
-	field(precision)
-	field(tenant)
-	flags := byte(0)
-	if truncate {
-		flags = 1
-	}
-	h.Write([]byte{byte(out), flags})
-	h.Write(buf[:binary.PutUvarint(buf[:], uint64(max(maxTokens, 0)))])
-	field(text)
-	var k cacheKey
-	h.Sum(k[:0])
-	return k
-}
 
 // encodeValue is e's cache value under key k.
 func encodeValue(k cacheKey, e *engine.Embedding) []byte {

@@ -98,7 +98,7 @@ func TestDrain(t *testing.T) {
 	var waiting []*fakeMsg
 	refused := make(chan error, 2)
 	for _, id := range []string{"q1", "q2"} {
-		d, m := delivery(t, schema.NewJob(id, "b"), schema.EncodingJSON, 1)
+		d, m := delivery(t, schema.NewJob(id, "b "+id), schema.EncodingJSON, 1)
 		go func() { refused <- r.c.Submit(context.Background(), d) }()
 		waiting = append(waiting, m)
 	}
@@ -225,10 +225,12 @@ func TestBudget(t *testing.T) {
 				return nil
 			}}
 		r := newRig(t, Config{}, emb, nil)
+		// Texts of their own: an identical text in flight would be
+		// computed once, for both jobs (flight.go).
 		text := "aaaaaaaaa"
 		var msgs []*fakeMsg
 		for _, id := range []string{"a", "b"} {
-			d, m := delivery(t, schema.NewJob(id, text), schema.EncodingJSON, 1)
+			d, m := delivery(t, schema.NewJob(id, text+id), schema.EncodingJSON, 1)
 			if err := r.c.Submit(context.Background(), d); err != nil {
 				t.Fatal(err)
 			}
@@ -240,7 +242,7 @@ func TestBudget(t *testing.T) {
 			t.Errorf("stats %+v", s)
 		}
 
-		first, firstMsg := delivery(t, schema.NewJob("first-req", text), schema.EncodingJSON, 1)
+		first, firstMsg := delivery(t, schema.NewJob("first-req", text+"first-req"), schema.EncodingJSON, 1)
 		var firstAnswer []byte
 		if err := r.c.Submit(context.Background(), asRequest(first, func(_ map[string][]string, data []byte) error { firstAnswer = data; return nil })); err != nil {
 			t.Errorf("request Submit with the engine full: %v, want it queued", err)
@@ -261,7 +263,7 @@ func TestBudget(t *testing.T) {
 
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		defer cancel()
-		gaveUp, gm := delivery(t, schema.NewJob("gave-up", text), schema.EncodingJSON, 1)
+		gaveUp, gm := delivery(t, schema.NewJob("gave-up", text+"gave-up"), schema.EncodingJSON, 1)
 		if err := r.c.Submit(ctx, gaveUp); !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("Submit with an ended context: %v", err)
 		}
@@ -269,7 +271,7 @@ func TestBudget(t *testing.T) {
 			t.Errorf("calls %v, want [nak]", got)
 		}
 
-		waiting, wm := delivery(t, schema.NewJob("waiting", text), schema.EncodingJSON, 1)
+		waiting, wm := delivery(t, schema.NewJob("waiting", text+"waiting"), schema.EncodingJSON, 1)
 		submitted := make(chan error, 1)
 		go func() { submitted <- r.c.Submit(context.Background(), waiting) }()
 		synctest.Wait()

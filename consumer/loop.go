@@ -35,6 +35,7 @@ type Loop struct {
 	maxTokens int // the engine's, 0 when it does not say
 	precision string
 	cache     cacheState
+	flights   flights // texts in flight, computed once across jobs (flight.go)
 
 	mu   sync.Mutex
 	held map[*job]struct{}
@@ -203,7 +204,13 @@ func (j *job) leave() {
 func (j *job) markAdmitted(release func()) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	j.budget = release
+	// A job may make a second Embed call (texts another job had in
+	// flight and failed): it holds both budgets until it is settled.
+	if prev := j.budget; prev != nil && release != nil {
+		j.budget = func() { prev(); release() }
+	} else if release != nil {
+		j.budget = release
+	}
 	if j.leaving {
 		return
 	}

@@ -131,8 +131,9 @@ func (j *job) producer(ctx context.Context) context.Context {
 }
 
 // embedTexts embeds a job's texts (all with the job's outputs and
-// truncation): each distinct text once, from the cache when it has it,
-// the rest in one Embed call. embs, seq (the padded length of the chunk
+// truncation): each distinct text once; a text another job has in flight
+// is waited for (flight.go), one the cache has is taken from it, and the
+// rest run in one Embed call. embs, seq (the padded length of the chunk
 // that ran a text, 0 for one that did not run) and from are aligned with
 // texts; the report's chunk items index texts.
 func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (embs []engine.Embedding, seq []int, from []textFrom, rep engine.CallReport, err error) {
@@ -156,50 +157,77 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 		unique = append(unique, 0)
 	}
 
-	var keys []cacheKey
-	miss := unique
-	if c.cfg.Cache != nil && len(unique) > 0 {
-		keys = make([]cacheKey, n)
-		for _, k := range unique {
-			t := texts[k]
-			keys[k] = makeCacheKey(c.model, c.precision, j.tenant, t.Outputs, t.Truncate, c.maxTokens, t.Text)
+	keys := make([]cacheKey, n)
+	for _, k := range unique {
+		t := texts[k]
+		keys[k] = makeCacheKey(c.model, c.precision, j.tenant, t.Outputs, t.Truncate, c.maxTokens, t.Text)
+	}
+	lead, mine, theirs := c.flights.claim(unique, keys, n)
+	// Every flight this job claimed lands, whatever happens: unanswered,
+	// its followers run the text themselves.
+	defer func() {
+		for _, k := range lead {
+			if f := mine[k]; f != nil {
+				c.flights.land(keys[k], f, engine.Embedding{}, false, false)
+			}
 		}
-		miss = c.lookup(ctx, j.id, texts, unique, keys, embs, from)
+	}()
+	landed := func(k int, cached bool) {
+		c.flights.land(keys[k], mine[k], embs[k], true, cached)
+		mine[k] = nil
+	}
+
+	miss := lead
+	if c.cfg.Cache != nil && len(lead) > 0 {
+		miss = c.lookup(ctx, j.id, texts, lead, keys, embs, from)
+		for _, k := range lead {
+			if from[k] == fromCache {
+				landed(k, true)
+			}
+		}
 	}
 
 	if len(miss) > 0 {
-		run := make([]engine.Text, len(miss))
-		for i, k := range miss {
-			run[i] = texts[k]
-		}
-		call, se := c.runCall(j, twin, miss, embs, from)
-		if se != nil {
-			return nil, nil, nil, rep, se
-		}
-		var got []engine.Embedding
-		got, rep, err = c.embed(ctx, run, call)
-		if err != nil {
+		if rep, err = c.run(ctx, j, texts, miss, twin, embs, seq, from); err != nil {
 			return nil, nil, nil, rep, err
 		}
-		if len(got) != len(run) {
-			return got, nil, nil, rep, errCount(len(got), len(run))
-		}
-		for i, k := range miss {
-			embs[k] = got[i]
-		}
-		for ci := range rep.Chunks {
-			ch := &rep.Chunks[ci]
-			items := make([]int, 0, len(ch.Items))
-			for _, i := range ch.Items {
-				if i >= 0 && i < len(miss) {
-					items = append(items, miss[i])
-					seq[miss[i]] = ch.Seq
-				}
-			}
-			ch.Items = items
-		}
-		if keys != nil {
+		if c.cfg.Cache != nil {
 			c.store(ctx, miss, keys, embs)
+		}
+		for _, k := range miss {
+			landed(k, false)
+		}
+	} else {
+		// No Embed call: the job holds no engine budget, and the fetch
+		// loop need not wait for the texts it follows.
+		j.markAdmitted(nil)
+	}
+
+	var again []int
+	for k, f := range theirs {
+		if f == nil {
+			continue
+		}
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+		}
+		switch {
+		case isClosed(f.done) && f.ok && f.cached:
+			embs[k], from[k] = f.emb, fromCache
+		case isClosed(f.done) && f.ok:
+			embs[k], from[k] = f.emb, fromTwin
+		default:
+			again = append(again, k)
+		}
+	}
+	if len(again) > 0 {
+		// The job that had them in flight failed (or ctx ended): run them
+		// here; an error is the job's own.
+		more, err := c.run(ctx, j, texts, again, twin, embs, seq, from)
+		rep = mergeReports(rep, more)
+		if err != nil {
+			return nil, nil, nil, rep, err
 		}
 	}
 	for k := range texts {
@@ -213,6 +241,59 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 		}
 	}
 	return embs, seq, from, rep, nil
+}
+
+// run embeds the texts at idx in one Embed call, admitted as runCall says,
+// into embs and seq; the report's chunk items index texts.
+func (c *Loop) run(ctx context.Context, j *job, texts []engine.Text, idx, twin []int, embs []engine.Embedding, seq []int, from []textFrom) (engine.CallReport, error) {
+	in := make([]engine.Text, len(idx))
+	for i, k := range idx {
+		in[i] = texts[k]
+	}
+	call, se := c.runCall(j, twin, idx, embs, from)
+	if se != nil {
+		return engine.CallReport{}, se
+	}
+	got, rep, err := c.embed(ctx, in, call)
+	if err != nil {
+		return rep, err
+	}
+	if len(got) != len(in) {
+		return rep, errCount(len(got), len(in))
+	}
+	for i, k := range idx {
+		embs[k] = got[i]
+	}
+	for ci := range rep.Chunks {
+		ch := &rep.Chunks[ci]
+		items := make([]int, 0, len(ch.Items))
+		for _, i := range ch.Items {
+			if i >= 0 && i < len(idx) {
+				items = append(items, idx[i])
+				seq[idx[i]] = ch.Seq
+			}
+		}
+		ch.Items = items
+	}
+	return rep, nil
+}
+
+// mergeReports adds what a second Embed call of a job ran to the first's.
+func mergeReports(a, b engine.CallReport) engine.CallReport {
+	a.Chunks = append(a.Chunks, b.Chunks...)
+	a.Tokens += b.Tokens
+	a.PaddedTokens += b.PaddedTokens
+	a.Compute += b.Compute
+	return a
+}
+
+func isClosed(ch chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }
 
 // runCall is how the job's texts that run are admitted: the job's call,

@@ -1,0 +1,118 @@
+package consumer
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"sync"
+
+	"github.com/jetembed/jetembed/engine"
+)
+
+// A text's identity (the key of the cache and of the flights), and compute
+// once across jobs: a text in flight for one job (the same key as
+// the cache's: model, precision, tenant, outputs, truncation and text) is
+// not run again for another job that holds it at the same time; that job
+// waits for the first one's answer. The tenant is in the key, so no
+// tenant waits on (or learns the timing of) another's texts.
+//
+// Order closes the gap with the cache: a job claims its texts here before
+// it looks them up in the cache, and the job that ran a text stores it in
+// the cache before it lands the flight. A text is therefore, at any
+// moment, in flight (followed), in the cache (a hit), or neither (run).
+
+// cacheKey is the digest of everything a text's result depends on: the
+// model (name@sha), its precision, the tenant (no tenant reads, or times,
+// another's entries), the outputs, the truncation (whether, and at how
+// many tokens) and the text. Fields are length-prefixed, so no two
+// different tuples share their bytes.
+type cacheKey [sha256.Size]byte
+
+// String is the KV key: the digest in hex.
+func (k cacheKey) String() string { return hex.EncodeToString(k[:]) }
+
+func makeCacheKey(model, precision, tenant string, out engine.Output, truncate bool, maxTokens int, text string) cacheKey {
+	h := sha256.New()
+	var buf [binary.MaxVarintLen64]byte
+	field := func(s string) {
+		h.Write(buf[:binary.PutUvarint(buf[:], uint64(len(s)))])
+		h.Write([]byte(s))
+	}
+	field("jetembed/cache/v1")
+	field(model)
+	field(precision)
+	field(tenant)
+	flags := byte(0)
+	if truncate {
+		flags = 1
+	}
+	h.Write([]byte{byte(out), flags})
+	h.Write(buf[:binary.PutUvarint(buf[:], uint64(max(maxTokens, 0)))])
+	field(text)
+	var k cacheKey
+	h.Sum(k[:0])
+	return k
+}
+
+// flight is one text being computed for the job that claimed it.
+type flight struct {
+	done chan struct{} // closed when landed
+	// Set before done is closed. ok: emb is the text's answer (a
+	// retriable failure is not: a follower runs the text itself);
+	// cached: it came from the cache.
+	emb        engine.Embedding
+	ok, cached bool
+}
+
+// flights is the loop's board of texts in flight, by key.
+type flights struct {
+	mu sync.Mutex
+	m  map[cacheKey]*flight
+}
+
+// claim takes the texts unique (indexes of texts, with their keys) onto
+// the board: the ones no other job has in flight are this job's to run
+// (lead, and their flights in mine); the others are followed (theirs).
+// mine and theirs are aligned with the job's texts (n of them).
+func (b *flights) claim(unique []int, keys []cacheKey, n int) (lead []int, mine, theirs []*flight) {
+	mine, theirs = make([]*flight, n), make([]*flight, n)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = make(map[cacheKey]*flight)
+	}
+	for _, k := range unique {
+		if f, ok := b.m[keys[k]]; ok {
+			theirs[k] = f
+			continue
+		}
+		f := &flight{done: make(chan struct{})}
+		b.m[keys[k]] = f
+		mine[k] = f
+		lead = append(lead, k)
+	}
+	return lead, mine, theirs
+}
+
+// land answers the followers of f (the flight of key) and takes it off the
+// board. It is called once per claimed flight; ok false sends them to run
+// the text themselves.
+func (b *flights) land(key cacheKey, f *flight, emb engine.Embedding, ok, cached bool) {
+	b.mu.Lock()
+	if b.m[key] == f {
+		delete(b.m, key)
+	}
+	b.mu.Unlock()
+	if ok && emb.Err != nil && (emb.Err.Retriable || emb.Err.Code.Retriable()) {
+		ok = false
+	}
+	f.emb, f.ok, f.cached = emb, ok, cached
+	close(f.done)
+}
+
+// inFlight is how many texts are on the board (tests).
+func (b *flights) inFlight() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.m)
+}
