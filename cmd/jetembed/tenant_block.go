@@ -241,7 +241,7 @@ const tenantKeyVariable = "$TENANT_KEY"
 // importing account's public key there, not its name: the tenant's
 // subjects carry the key, its tools run with --tenant <key>, and the last
 // command records key -> name in tenants.tsv for whoever reports per
-// tenant (metering, quotas). The account is [newTenantAccount] of the key;
+// tenant (jetembed usage --tenant-names; quotas). The account is [newTenantAccount] of the key;
 // its user has the allow lists but not the deny list of the config block
 // (nothing there is allowed anyway).
 func tenantNscCommands(name, fleet string, consumers int) string {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -212,6 +213,25 @@ func TestTenantAddJWTMode(t *testing.T) {
 		}
 		return nil
 	})
+	// The key -> name table the commands append to (their own line, run
+	// by sh) names it in the usage report.
+	var record string
+	for _, line := range strings.Split(tenantNscCommands("acme", DefaultFleetAccount, schema.DefaultResultsConsumers), "\n") {
+		if strings.HasSuffix(line, ">> tenants.tsv") {
+			record = line
+		}
+	}
+	sh := exec.CommandContext(ctx, "sh", "-c", record)
+	sh.Dir, sh.Env = dir, append(os.Environ(), "TENANT_KEY="+key)
+	if b, err := sh.CombinedOutput(); err != nil || record == "" {
+		t.Fatalf("%q: %v %s", record, err, b)
+	}
+	code, stdout, errOut = runCmd(t, ctx, "usage", "--nats", url, "--nats-creds", provisioner, "--total",
+		"--tenant-names", filepath.Join(dir, "tenants.tsv"), "--tenant", "acme")
+	if code != 0 || !regexp.MustCompile(`\n\s*all\s+acme\s+2\s`).MatchString(stdout) {
+		t.Errorf("usage --tenant-names: exit %d: %s%s", code, stdout, errOut)
+	}
+
 	// The server binds the key token to the importer: mallory's imports
 	// of acme's subjects are void, its job reaches no stream.
 	mc, err := nats.Connect(url, nats.UserCredentials(malloryCreds))
