@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -31,6 +32,7 @@ func runUsage(ctx context.Context, args []string, io stdio) error {
 	stream := fs.String("usage-stream", d.Usage.Name, "name of the usage stream")
 	since := fs.Duration("since", 24*time.Hour, "sum the usage of this long before now (0: all the stream keeps)")
 	tenant := fs.String("tenant", "", "one tenant's usage only (empty: every tenant's)")
+	namesFile := fs.String("tenant-names", "", "JWT mode: a key -> name file (tenants.tsv, as the commands of tenant add --jwt write it: key TAB name a line) to show tenants by name; --tenant may then be a name")
 	total := fs.Bool("total", false, "one row per tenant for the whole span instead of one per tenant and hour")
 	asJSON := fs.Bool("json", false, "one JSON object per row instead of a table")
 	timeout := fs.Duration("timeout", 5*time.Minute, "bound on the whole command")
@@ -42,6 +44,18 @@ func runUsage(ctx context.Context, args []string, io stdio) error {
 	}
 	if *since < 0 {
 		return fmt.Errorf("%w: --since %v is negative", errUsage, *since)
+	}
+	var names map[string]string
+	if *namesFile != "" {
+		var err error
+		if names, err = readTenantNames(*namesFile); err != nil {
+			return fmt.Errorf("%w: --tenant-names: %v", errUsage, err)
+		}
+		for k, n := range names {
+			if n == *tenant {
+				*tenant = k
+			}
+		}
 	}
 	if *tenant != "" && !schema.ValidTenant(*tenant) {
 		return fmt.Errorf("%w: --tenant %q is not a tenant (one subject token)", errUsage, *tenant)
@@ -64,6 +78,11 @@ func runUsage(ctx context.Context, args []string, io stdio) error {
 	rep, err := jetstream.ReadUsage(ctx, js, q)
 	if err != nil {
 		return err
+	}
+	for i, r := range rep.Rows {
+		if n, ok := names[r.Tenant]; ok {
+			rep.Rows[i].Tenant = n
+		}
 	}
 	if rep.Skipped > 0 {
 		fmt.Fprintf(io.err, "warning: %d messages of %s are no usage event; skipped\n", rep.Skipped, *stream)
@@ -134,4 +153,26 @@ func tenantLabel(t string) string {
 		return telemetry.TenantNone
 	}
 	return t
+}
+
+// readTenantNames reads a key -> name file: a key, a tab and a name a
+// line (blank lines skipped); a later line of a key wins, as appending
+// to the file means.
+func readTenantNames(file string) (map[string]string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	names := map[string]string{}
+	for i, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(line) == "" {
+			continue
+		}
+		key, name, ok := strings.Cut(strings.TrimSuffix(line, "\r"), "\t")
+		if !ok || !schema.ValidTenant(key) || name == "" || strings.ContainsAny(name, "\t") {
+			return nil, fmt.Errorf("%s:%d: want a key, a tab and a name: %q", file, i+1, line)
+		}
+		names[key] = name
+	}
+	return names, nil
 }

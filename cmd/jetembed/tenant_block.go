@@ -98,6 +98,51 @@ var tenantDeny = [][]string{
 	{schema.SubjectEmbed, schema.SubjectRerank, schema.SubjectTokenize, schema.SubjectInfo},
 }
 
+// tenantImport is one import of a tenant's account from the fleet's:
+// remote is the fleet's subject, local the tenant's (the same but for
+// the alias of $JS.API.INFO).
+type tenantImport struct {
+	remote, local string
+	service       bool
+}
+
+// tenantAccount is what a tenant's account is, in either mode: its imports
+// from the fleet's account and its user's permissions. The config block
+// and the nsc commands both print it (name is the tenant's name there,
+// $TENANT_KEY here), and the JWT test signs it.
+type tenantAccount struct {
+	imports []tenantImport
+	// allowPub is what its user may publish: its service imports;
+	// allowSub what it may receive: its inbox and its stream imports.
+	allowPub, allowSub []string
+	// denyPub is [tenantDeny], in lines.
+	denyPub [][]string
+}
+
+// newTenantAccount is the account of tenant name with consumers results
+// consumers.
+//
+// An account without JetStream of its own gets the server's answer on
+// $JS.API.> ("not enabled"), faster than the fleet answers the consumer
+// creation it imports, unless an import covers $JS.API.INFO: the last
+// import aliases the info endpoint there.
+func newTenantAccount(name string, consumers int) tenantAccount {
+	services, streams := tenantImports(name, consumers)
+	a := tenantAccount{
+		allowPub: services,
+		allowSub: append([]string{schema.DefaultTenantInboxPrefix + name + ".>"}, streams...),
+		denyPub:  tenantDeny,
+	}
+	for _, s := range services {
+		a.imports = append(a.imports, tenantImport{s, s, true})
+	}
+	for _, s := range streams {
+		a.imports = append(a.imports, tenantImport{s, s, false})
+	}
+	a.imports = append(a.imports, tenantImport{schema.SubjectInfo + "." + name, "$JS.API.INFO", true})
+	return a
+}
+
 // tenantAccountBlock is the account of tenant name for a server
 // configuration: to go inside the accounts block of accounts.conf (or in a
 // file included there: the block is self-contained, since an included
@@ -109,14 +154,14 @@ var tenantDeny = [][]string{
 func tenantAccountBlock(name, fleet string, consumers int) string {
 	q := func(s string) string { return `"` + s + `"` }
 	var b strings.Builder
-	services, streams := tenantImports(name, consumers)
+	a := newTenantAccount(name, consumers)
 	fmt.Fprintf(&b, "  # Tenant %s (jetembed tenant add %s): an account importing the fleet's\n", name, name)
 	fmt.Fprintf(&b, "  # subjects of its own name; its user's password is $%s.\n", passwordVariable(name))
 	fmt.Fprintf(&b, "  %s: {\n", name)
 	fmt.Fprintf(&b, "    users: [\n")
 	fmt.Fprintf(&b, "      {user: %s, password: $%s, permissions: {\n", q(name), passwordVariable(name))
 	fmt.Fprintf(&b, "        publish: {\n          # What no tenant may ever do, whatever the allow list says (deny wins).\n          deny: [\n")
-	for _, line := range tenantDeny {
+	for _, line := range a.denyPub {
 		qs := make([]string, len(line))
 		for i, d := range line {
 			qs[i] = q(d)
@@ -124,54 +169,71 @@ func tenantAccountBlock(name, fleet string, consumers int) string {
 		fmt.Fprintf(&b, "            %s,\n", strings.Join(qs, ", "))
 	}
 	fmt.Fprintf(&b, "          ]\n          allow: [\n")
-	for _, s := range services[:6] {
+	for _, s := range a.allowPub[:6] {
 		fmt.Fprintf(&b, "            %s,\n", q(s))
 	}
 	fmt.Fprintf(&b, "            # Its results consumers, %d at most (push, filtered on its results,\n", consumers)
 	fmt.Fprintf(&b, "            # delivering to %s.%s.<id>), their flow control; blobs by direct get.\n", schema.SubjectDeliver, name)
-	for _, s := range services[6:] {
+	for _, s := range a.allowPub[6:] {
 		fmt.Fprintf(&b, "            %s,\n", q(s))
 	}
 	fmt.Fprintf(&b, "          ]\n        }\n")
-	fmt.Fprintf(&b, "        subscribe: {\n          allow: [%s, %s, %s]\n        }\n",
-		q(schema.DefaultTenantInboxPrefix+name+".>"), q(streams[0]), q(streams[1]))
+	qs := make([]string, len(a.allowSub))
+	for i, s := range a.allowSub {
+		qs[i] = q(s)
+	}
+	fmt.Fprintf(&b, "        subscribe: {\n          allow: [%s]\n        }\n", strings.Join(qs, ", "))
 	fmt.Fprintf(&b, "      }}\n    ]\n    imports: [\n")
-	for _, s := range services {
-		fmt.Fprintf(&b, "      {service: {account: %s, subject: %s}}\n", fleet, q(s))
+	for _, im := range a.imports {
+		kind := "stream"
+		if im.service {
+			kind = "service"
+		}
+		if im.local == im.remote {
+			fmt.Fprintf(&b, "      {%s: {account: %s, subject: %s}}\n", kind, fleet, q(im.remote))
+			continue
+		}
+		// The one alias: $JS.API.INFO (see newTenantAccount).
+		fmt.Fprintf(&b, "      # No JetStream of its own: the server answers an account without it on\n")
+		fmt.Fprintf(&b, "      # $JS.API.> (\"not enabled\"), faster than EMBED answers the consumer\n")
+		fmt.Fprintf(&b, "      # creation imported above, unless an import covers $JS.API.INFO.\n")
+		fmt.Fprintf(&b, "      {%s: {account: %s, subject: %s}, to: %s}\n", kind, fleet, q(im.remote), q(im.local))
 	}
-	for _, s := range streams {
-		fmt.Fprintf(&b, "      {stream: {account: %s, subject: %s}}\n", fleet, q(s))
-	}
-	fmt.Fprintf(&b, "      # No JetStream of its own: the server answers an account without it on\n")
-	fmt.Fprintf(&b, "      # $JS.API.> (\"not enabled\"), faster than EMBED answers the consumer\n")
-	fmt.Fprintf(&b, "      # creation imported above, unless an import covers $JS.API.INFO.\n")
-	fmt.Fprintf(&b, "      {service: {account: %s, subject: %s}, to: %s}\n", fleet, q(services[5]), q("$JS.API.INFO"))
 	fmt.Fprintf(&b, "    ]\n  }\n")
 	return b.String()
 }
 
 // fleetExports are the exports of the fleet's account that tenants import:
-// subject, account_token_position (0: none, open to every tenant) and the
-// response type of a service (stream: every member answers).
+// subject, account_token_position (0: none, open to every tenant), the
+// response type of a service (stream: every member answers) and how long
+// the server keeps the routed reply of a request (empty: its default, 2
+// minutes). As deploy/nats/accounts.conf exports them.
 var fleetExports = []struct {
-	subject  string
-	service  bool
-	position int
-	stream   bool
+	subject   string
+	service   bool
+	position  int
+	stream    bool
+	threshold string
 }{
-	{"embed.jobs.*", true, 3, false},
-	{"embed.jobs.*.>", true, 3, false},
-	{schema.SubjectEmbed + ".*", true, 4, false},
-	{schema.SubjectRerank + ".*", true, 4, false},
-	{schema.SubjectTokenize + ".*", true, 4, false},
-	{schema.SubjectInfo + ".*", true, 4, true},
-	{"$JS.API.CONSUMER.CREATE." + schema.StreamResults + ".*." + schema.DefaultTenantResultsPrefix + ".*.>", true, 9, false},
-	{"$JS.API.CONSUMER.DELETE." + schema.StreamResults + ".*", true, 0, false},
-	{"$JS.FC." + schema.StreamResults + ".>", true, 0, false},
-	{"$JS.API.DIRECT.GET.OBJ_" + schema.BucketBlobs, true, 0, false},
-	{schema.DefaultTenantResultsPrefix + ".*.>", false, 3, false},
-	{schema.SubjectDeliver + ".*.>", false, 3, false},
+	{"embed.jobs.*", true, 3, false, ""},
+	{"embed.jobs.*.>", true, 3, false, ""},
+	// Requests: their answers come when the fleet has room (a deadline of
+	// up to 5 minutes).
+	{schema.SubjectEmbed + ".*", true, 4, false, "6m"},
+	{schema.SubjectRerank + ".*", true, 4, false, "6m"},
+	{schema.SubjectTokenize + ".*", true, 4, false, "6m"},
+	{schema.SubjectInfo + ".*", true, 4, true, ""},
+	{"$JS.API.CONSUMER.CREATE." + schema.StreamResults + ".*." + schema.DefaultTenantResultsPrefix + ".*.>", true, 9, false, ""},
+	{"$JS.API.CONSUMER.DELETE." + schema.StreamResults + ".*", true, 0, false, ""},
+	{"$JS.FC." + schema.StreamResults + ".>", true, 0, false, ""},
+	{"$JS.API.DIRECT.GET.OBJ_" + schema.BucketBlobs, true, 0, false, ""},
+	{schema.DefaultTenantResultsPrefix + ".*.>", false, 3, false, ""},
+	{schema.SubjectDeliver + ".*.>", false, 3, false, ""},
 }
+
+// tenantKeyVariable is the shell variable of the tenant account's public
+// key in [tenantNscCommands], where the config block has its name.
+const tenantKeyVariable = "$TENANT_KEY"
 
 // tenantNscCommands are the nsc commands that add tenant name as an account
 // of the operator nsc holds (decentralized JWT auth: pushed to the
@@ -179,15 +241,16 @@ var fleetExports = []struct {
 // importing account's public key there, not its name: the tenant's
 // subjects carry the key, its tools run with --tenant <key>, and the last
 // command records key -> name in tenants.tsv for whoever reports per
-// tenant (metering, quotas).
+// tenant (jetembed usage --tenant-names; quotas). The account is [newTenantAccount] of the key;
+// its user has the allow lists but not the deny list of the config block
+// (nothing there is allowed anyway).
 func tenantNscCommands(name, fleet string, consumers int) string {
 	// In double quotes the shell expands $JS and $O: only the key is a
 	// variable.
 	dq := func(s string) string {
-		return `"` + strings.ReplaceAll(strings.ReplaceAll(s, "$", `\$`), `\$TENANT_KEY`, "$TENANT_KEY") + `"`
+		return `"` + strings.ReplaceAll(strings.ReplaceAll(s, "$", `\$`), `\`+tenantKeyVariable, tenantKeyVariable) + `"`
 	}
 	var b strings.Builder
-	key := "$TENANT_KEY"
 	fmt.Fprintf(&b, "#!/bin/sh\n# Tenant %s as an account of the operator (nsc, JWT mode): jetembed tenant add %s --jwt\nset -eu\n", name, name)
 	fmt.Fprintf(&b, "FLEET_KEY=$(nsc describe account %s --field sub | tr -d '\"')\n", fleet)
 	fmt.Fprintf(&b, "# Once per operator, the fleet account's exports (nsc refuses a second copy: skip them then):\n")
@@ -203,23 +266,35 @@ func tenantNscCommands(name, fleet string, consumers int) string {
 		if e.stream {
 			kind += " --response-type Stream"
 		}
+		if e.threshold != "" {
+			kind += " --response-threshold " + e.threshold
+		}
 		fmt.Fprintf(&b, "#   nsc add export --account %s%s --subject '%s'%s\n", fleet, kind, e.subject, pos)
 	}
 	fmt.Fprintf(&b, "nsc add account --name %s\n", name)
 	fmt.Fprintf(&b, "TENANT_KEY=$(nsc describe account %s --field sub | tr -d '\"')\n", name)
-	services, streams := tenantImports(key, consumers)
-	for i, s := range services {
-		fmt.Fprintf(&b, "nsc add import --account %s --src-account \"$FLEET_KEY\" --service --name svc%d --remote-subject %s --local-subject %s\n", name, i, dq(s), dq(s))
-	}
-	for i, s := range streams {
-		fmt.Fprintf(&b, "nsc add import --account %s --src-account \"$FLEET_KEY\" --name str%d --remote-subject %s --local-subject %s\n", name, i, dq(s), dq(s))
+	a := newTenantAccount(tenantKeyVariable, consumers)
+	nsvc, nstr := 0, 0
+	for _, im := range a.imports {
+		kind, id := "", ""
+		if im.service {
+			kind, id = " --service", fmt.Sprintf("svc%d", nsvc)
+			nsvc++
+		} else {
+			id = fmt.Sprintf("str%d", nstr)
+			nstr++
+		}
+		fmt.Fprintf(&b, "nsc add import --account %s --src-account \"$FLEET_KEY\"%s --name %s --remote-subject %s --local-subject %s\n", name, kind, id, dq(im.remote), dq(im.local))
 	}
 	fmt.Fprintf(&b, "nsc add user --account %s --name %s", name, name)
-	for _, s := range services {
+	for _, s := range a.allowPub {
 		fmt.Fprintf(&b, " \\\n  --allow-pub %s", dq(s))
 	}
-	fmt.Fprintf(&b, " \\\n  --allow-sub %s --allow-sub %s --allow-sub %s\n", dq(schema.DefaultTenantInboxPrefix+key+".>"), dq(streams[0]), dq(streams[1]))
-	fmt.Fprintf(&b, "nsc push --account %s\n", name)
+	b.WriteString(" \\\n ")
+	for _, s := range a.allowSub {
+		fmt.Fprintf(&b, " --allow-sub %s", dq(s))
+	}
+	fmt.Fprintf(&b, "\nnsc push --account %s\n", name)
 	fmt.Fprintf(&b, "# The server names this tenant by its key: its tools run with --tenant \"$TENANT_KEY\".\n")
 	fmt.Fprintf(&b, "printf '%%s\\t%%s\\n' \"$TENANT_KEY\" %s >> tenants.tsv\n", name)
 	return b.String()
