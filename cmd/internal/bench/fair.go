@@ -241,7 +241,7 @@ func (u *suite) fairRun(ctx context.Context, e *engine.Engine, mode string, perT
 			for i := range fairIdleJobs {
 				d, err := job(fmt.Sprintf("idle-%d", i))
 				if err != nil {
-					return fmt.Errorf("B's idle job: %w", err)
+					return fmt.Errorf("tenant B's idle job: %w", err)
 				}
 				f.Idle = append(f.Idle, d)
 			}
@@ -250,7 +250,7 @@ func (u *suite) fairRun(ctx context.Context, e *engine.Engine, mode string, perT
 			began := time.Now()
 			for i := range n {
 				if _, err := ca.Submit(ctx, schema.NewJob(fmt.Sprintf("a-%d", i), texts[i%len(texts)])); err != nil {
-					return fmt.Errorf("A's job %d: %w", i, err)
+					return fmt.Errorf("tenant A's job %d: %w", i, err)
 				}
 			}
 			// B's first job goes as soon as A's backlog is published;
@@ -262,7 +262,7 @@ func (u *suite) fairRun(ctx context.Context, e *engine.Engine, mode string, perT
 				before := ra.count()
 				d, err := job(fmt.Sprintf("b-%d", i))
 				if err != nil {
-					return fmt.Errorf("B's job under the backlog: %w", err)
+					return fmt.Errorf("tenant B's job under the backlog: %w", err)
 				}
 				f.Under = append(f.Under, d)
 				ahead += ra.count() - before
@@ -277,7 +277,7 @@ func (u *suite) fairRun(ctx context.Context, e *engine.Engine, mode string, perT
 			wctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 			defer cancel()
 			if err := ra.waitCount(wctx, n); err != nil {
-				return fmt.Errorf("A's backlog: %w", err)
+				return fmt.Errorf("tenant A's backlog: %w", err)
 			}
 			f.Drain = ra.lastAt().Sub(began)
 			if runs := sessionRuns(e) - runs0; runs > 0 {
