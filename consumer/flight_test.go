@@ -119,3 +119,39 @@ func TestFlightLeaderFails(t *testing.T) {
 		t.Errorf("the shared text was tried %d times, want twice (the leader's, then the follower's)", n)
 	}
 }
+
+// TestFlightFollowerHoldsTheFetchLoop: a stored job whose every text is in
+// flight for another job makes no Embed call and holds no budget, so its
+// Submit returns only once it is done: a flood of one repeated text cannot
+// have the fetch loop take (and hold the results of) jobs past the budget.
+func TestFlightFollowerHoldsTheFetchLoop(t *testing.T) {
+	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
+	r := newRig(t, Config{}, emb, nil)
+	a := schema.NewJob("a", "shared")
+	a.Reply = "r.a"
+	ma := submitAsync(t, r, a, "")
+	<-emb.started
+	b := schema.NewJob("b", "shared")
+	b.Reply = "r.b"
+	d, mb := delivery(t, b, schema.EncodingMsgpack, 1)
+	returned := make(chan error, 1)
+	go func() { returned <- r.c.Submit(context.Background(), d) }()
+	waitFor(t, func() bool { s := r.c.Stats(); return s.Held == 1 && s.Waiting == 1 })
+	select {
+	case err := <-returned:
+		t.Fatalf("the follower's Submit returned (%v) while the text was in flight", err)
+	default:
+	}
+	close(emb.block)
+	if err := <-returned; err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*fakeMsg{ma, mb} {
+		if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+			t.Fatalf("calls %v, want [ack]", got)
+		}
+	}
+	if n := len(embedded(emb)); n != 1 {
+		t.Errorf("the shared text ran %d times", n)
+	}
+}

@@ -182,7 +182,7 @@ func TestRunCancel(t *testing.T) {
 	go func() { run <- c.Run(ctx) }()
 	var msgs []*fakeMsg
 	for _, id := range []string{"running", "queued"} {
-		d, m := delivery(t, schema.NewJob(id, "a"), schema.EncodingJSON, 1)
+		d, m := delivery(t, schema.NewJob(id, "a "+id), schema.EncodingJSON, 1)
 		if err := c.Submit(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}

@@ -197,11 +197,11 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 		for _, k := range miss {
 			landed(k, false)
 		}
-	} else {
-		// No Embed call: the job holds no engine budget, and the fetch
-		// loop need not wait for the texts it follows.
-		j.markAdmitted(nil)
 	}
+	// A job with no Embed call of its own (every text cached or followed)
+	// holds no engine budget, so its Submit returns only when it is done:
+	// a flood of one repeated text cannot have the fetch loop take jobs
+	// (and hold their results) past the budget.
 
 	var again []int
 	for k, f := range theirs {
