@@ -52,7 +52,8 @@ func init() {
 
 func runGenmodel(_ context.Context, args []string, io stdio) error {
 	fs := newFlagSet("genmodel", io)
-	size := fs.String("size", "tiny", "model size: tiny (hidden 32, 2 layers) or small (MiniLM size: hidden 384, 6 layers)")
+	size := fs.String("size", "tiny", "model size: tiny (hidden 32, 2 layers), small (MiniLM size: hidden 384, 6 layers) or m3 (BGE-M3's: hidden 1024, 24 layers; over 2 GB, so give --external-data or fewer --layers)")
+	layers := fs.Int("layers", 0, "encoder layers, if not the size's (the layers' width stays the size's)")
 	layout := fs.String("layout", "hidden", "export layout: hidden (last_hidden_state + head safetensors) or heads (dense/sparse/colbert outputs)")
 	fp16 := fs.Bool("fp16", false, "store the weights as float16 (compute and outputs stay float32)")
 	pattern := fs.String("attention-pattern", "generator", "how the layers write attention, for testing the attention rewrite: generator, eager (Hugging Face eager as torch.onnx.export writes it) or sdpa (torch's scaled_dot_product_attention export); same vectors")
@@ -75,6 +76,12 @@ func runGenmodel(_ context.Context, args []string, io stdio) error {
 	s, err := onnxgen.SizeByName(*size)
 	if err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if *layers < 0 || *layers > 48 {
+		return fmt.Errorf("%w: --layers %d (want 1 to 48, or 0 for the size's)", errUsage, *layers)
+	}
+	if *layers > 0 {
+		s.Layers = *layers
 	}
 	l := onnxgen.Layout(*layout)
 	if l != onnxgen.LayoutHidden && l != onnxgen.LayoutHeads {
@@ -105,6 +112,6 @@ func runGenmodel(_ context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(io.out, "wrote %s (%s, %s layout, model.onnx %d bytes)\n", *out, *size, l, info.Size())
+	fmt.Fprintf(io.out, "wrote %s (%s, %d layers, %s layout, model.onnx %d bytes)\n", *out, *size, s.Layers, l, info.Size())
 	return nil
 }

@@ -71,6 +71,8 @@ func TestGenmodelCommandUsage(t *testing.T) {
 		{"genmodel", "--out", out, "--size", "huge"},
 		{"genmodel", "--out", out, "--layout", "both"},
 		{"genmodel", "--out", out, "--seed", "-1"},
+		{"genmodel", "--out", out, "--layers", "-1"},
+		{"genmodel", "--out", out, "--layers", "49"},
 		{"genmodel", "--out", out, "extra"},
 	} {
 		if code, _, errOut := run(t, "", args...); code != 2 {
@@ -95,5 +97,35 @@ func TestGenmodelFindsTokenizer(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(out, "tokenizer.json")); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestGenmodelLayers: --layers sets the encoder's depth and keeps the
+// size's width (m3 with one layer is BGE-M3's layer shape).
+func TestGenmodelLayers(t *testing.T) {
+	for _, c := range []struct {
+		size, layers string
+		want         []string
+	}{
+		{"tiny", "3", []string{`"hidden_size": 32,`, `"num_hidden_layers": 3,`}},
+		{"m3", "1", []string{`"hidden_size": 1024,`, `"num_hidden_layers": 1,`, `"num_attention_heads": 16,`, `"intermediate_size": 4096,`}},
+	} {
+		out := filepath.Join(t.TempDir(), "m")
+		code, stdout, errOut := run(t, "", "genmodel", "--size", c.size, "--layers", c.layers, "--out", out)
+		if code != 0 {
+			t.Fatalf("--size %s --layers %s: exit %d: %s", c.size, c.layers, code, errOut)
+		}
+		if !strings.Contains(stdout, c.layers+" layers") {
+			t.Errorf("stdout %q", stdout)
+		}
+		cfg, err := os.ReadFile(filepath.Join(out, "config.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range c.want {
+			if !strings.Contains(string(cfg), w) {
+				t.Errorf("--size %s --layers %s: config.json has no %s:\n%s", c.size, c.layers, w, cfg)
+			}
+		}
 	}
 }

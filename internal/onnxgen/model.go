@@ -17,23 +17,28 @@ type Size struct {
 	MaxPositions int
 }
 
-// The two sizes genmodel knows. Tiny is committed for tests and keeps
+// The sizes genmodel knows. Tiny is committed for tests and keeps
 // BGE-M3's 8194 positions so the long-text paths run; Small is about
-// MiniLM, for benchmarks.
+// MiniLM, for benchmarks; M3 is BGE-M3's own shape (XLM-RoBERTa large:
+// 24 layers of hidden 1024), for measuring what depends on a layer's
+// width (int8 against fp32) with fewer layers where a full one does not fit.
 var (
 	Tiny  = Size{Hidden: 32, Layers: 2, Heads: 4, Intermediate: 64, MaxPositions: 8194}
 	Small = Size{Hidden: 384, Layers: 6, Heads: 12, Intermediate: 1536, MaxPositions: 8194}
+	M3    = Size{Hidden: 1024, Layers: 24, Heads: 16, Intermediate: 4096, MaxPositions: 8194}
 )
 
-// SizeByName returns [Tiny] or [Small].
+// SizeByName returns [Tiny], [Small] or [M3].
 func SizeByName(name string) (Size, error) {
 	switch name {
 	case "tiny":
 		return Tiny, nil
 	case "small":
 		return Small, nil
+	case "m3":
+		return M3, nil
 	}
-	return Size{}, fmt.Errorf("%w: size %q (want tiny or small)", ErrConfig, name)
+	return Size{}, fmt.Errorf("%w: size %q (want tiny, small or m3)", ErrConfig, name)
 }
 
 // Layout is the export layout: which outputs the graph has.
