@@ -193,6 +193,9 @@ func (f *fakeEmb) Embed(ctx context.Context, texts []engine.Text, call engine.Ca
 	} else {
 		defer release()
 	}
+	if len(texts) == 0 && call.Hold > 0 {
+		return nil, engine.CallReport{}, nil // as the engine: admitted, nothing run
+	}
 	f.mu.Lock()
 	f.calls = append(f.calls, slices.Clone(texts))
 	f.ctxs = append(f.ctxs, ctx)

@@ -120,38 +120,67 @@ func TestFlightLeaderFails(t *testing.T) {
 	}
 }
 
-// TestFlightFollowerHoldsTheFetchLoop: a stored job whose every text is in
-// flight for another job makes no Embed call and holds no budget, so its
-// Submit returns only once it is done: a flood of one repeated text cannot
+// TestFlightFollowerHoldsBudget: a stored job whose every text is in
+// flight for another job makes no Embed call of its own, but holds budget
+// for the results it waits for (a call that runs nothing,
+// engine.Call.Hold): with room in the budget its Submit returns while the
+// text is still in flight, so the fetch loop goes on; with the budget full
+// it waits for room like any job, so a flood of one repeated text cannot
 // have the fetch loop take (and hold the results of) jobs past the budget.
-func TestFlightFollowerHoldsTheFetchLoop(t *testing.T) {
-	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10)}
-	r := newRig(t, Config{}, emb, nil)
-	a := schema.NewJob("a", "shared")
-	a.Reply = "r.a"
-	ma := submitAsync(t, r, a, "")
-	<-emb.started
-	b := schema.NewJob("b", "shared")
-	b.Reply = "r.b"
-	d, mb := delivery(t, b, schema.EncodingMsgpack, 1)
-	returned := make(chan error, 1)
-	go func() { returned <- r.c.Submit(context.Background(), d) }()
-	waitFor(t, func() bool { s := r.c.Stats(); return s.Held == 1 && s.Waiting == 1 })
-	select {
-	case err := <-returned:
-		t.Fatalf("the follower's Submit returned (%v) while the text was in flight", err)
-	default:
-	}
-	close(emb.block)
-	if err := <-returned; err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range []*fakeMsg{ma, mb} {
-		if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
-			t.Fatalf("calls %v, want [ack]", got)
-		}
-	}
-	if n := len(embedded(emb)); n != 1 {
-		t.Errorf("the shared text ran %d times", n)
+func TestFlightFollowerHoldsBudget(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		slots int // the fake engine's budget, in calls
+		early bool
+	}{
+		{"room", 2, true},
+		{"full", 1, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10), slots: make(chan struct{}, c.slots)}
+			r := newRig(t, Config{}, emb, nil)
+			a := schema.NewJob("a", "shared")
+			a.Reply = "r.a"
+			ma := submitAsync(t, r, a, "")
+			<-emb.started
+			b := schema.NewJob("b", "shared")
+			b.Reply = "r.b"
+			d, mb := delivery(t, b, schema.EncodingMsgpack, 1)
+			returned := make(chan error, 1)
+			go func() { returned <- r.c.Submit(context.Background(), d) }()
+			if c.early {
+				if err := <-returned; err != nil {
+					t.Fatal(err)
+				}
+				if s := r.c.Stats(); s.Held != 2 || len(emb.slots) != 2 {
+					t.Errorf("with the text in flight: %d jobs held, %d of the budget's slots taken; want 2 and 2", s.Held, len(emb.slots))
+				}
+				if got := mb.Calls(); len(got) != 0 {
+					t.Errorf("the follower was settled (%v) before the text it follows was done", got)
+				}
+			} else {
+				waitFor(t, func() bool { s := r.c.Stats(); return s.Held == 1 && s.Waiting == 1 })
+				select {
+				case err := <-returned:
+					t.Fatalf("the follower's Submit returned (%v) with the budget full", err)
+				default:
+				}
+			}
+			close(emb.block)
+			if !c.early {
+				if err := <-returned; err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, m := range []*fakeMsg{ma, mb} {
+				if got := m.wait(t); !slices.Equal(got, []string{"ack"}) {
+					t.Fatalf("calls %v, want [ack]", got)
+				}
+			}
+			if n := len(embedded(emb)); n != 1 {
+				t.Errorf("the shared text ran %d times", n)
+			}
+			waitFor(t, func() bool { return len(emb.slots) == 0 })
+		})
 	}
 }

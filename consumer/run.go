@@ -198,10 +198,15 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 			landed(k, false)
 		}
 	}
-	// A job with no Embed call of its own (every text cached or followed)
-	// holds no engine budget, so its Submit returns only when it is done:
-	// a flood of one repeated text cannot have the fetch loop take jobs
-	// (and hold their results) past the budget.
+	// A stored job with no Embed call of its own (every text followed or
+	// cached) holds budget for the results it waits for all the same: a
+	// call of about their tokens that runs nothing, admitted by the one
+	// budget, so a flood of one repeated text cannot have the fetch loop
+	// take jobs (and hold their results) past it, and its Submit returns
+	// once that call is admitted, not when the texts it follows are done.
+	if len(miss) == 0 && j.req == nil {
+		c.hold(ctx, j, texts, theirs)
+	}
 
 	var again []int
 	for k, f := range theirs {
@@ -241,6 +246,36 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 		}
 	}
 	return embs, seq, from, rep, nil
+}
+
+// hold admits the texts j follows as a call that runs nothing
+// ([engine.Call.Hold]) of about their tokens: a token covers at least one
+// byte of its text, so a text's bytes and its two special tokens, at most
+// the model's longest text, bound its tokens. Nothing is held when every
+// text it follows is answered already. A refusal (ctx ended, an engine
+// without holds) leaves the job unadmitted: its Submit returns when it is
+// done.
+func (c *Loop) hold(ctx context.Context, j *job, texts []engine.Text, theirs []*flight) {
+	n, waiting := 0, false
+	for k, f := range theirs {
+		if f == nil {
+			continue
+		}
+		waiting = waiting || !isClosed(f.done)
+		t := len(texts[k].Text) + 2
+		if c.maxTokens > 0 {
+			t = min(t, c.maxTokens)
+		}
+		n += t
+	}
+	if !waiting || n == 0 {
+		return
+	}
+	call := c.call(j)
+	call.Hold, call.OutputLimit, call.Copies = n, 0, nil
+	if _, _, err := c.embed(ctx, nil, call); err != nil {
+		c.cfg.Logger.Debug("holding budget for followed texts", "job", j.id, "err", err)
+	}
 }
 
 // run embeds the texts at idx in one Embed call, admitted as runCall says,

@@ -62,6 +62,14 @@ type Call struct {
 	// vectors appear in the caller's result, for a caller that runs each
 	// distinct text once: OutputLimit counts every copy (0 counts as 1).
 	Copies []int
+	// Hold, when positive on a call with no texts, is admitted like any
+	// call of that many tokens (same queue, same budget, handed to
+	// Admitted) and runs nothing: Embed returns no embeddings once it is
+	// admitted. A caller that answers texts another call computes (the job
+	// loop's compute-once) holds budget for their results this way, so
+	// that its fetching stays bounded by the one budget without waiting
+	// for the other call to finish.
+	Hold int
 	// NoWait refuses the call overloaded at once instead of waiting when
 	// its class's budget is full (a caller that would rather retry
 	// elsewhere).

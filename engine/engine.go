@@ -190,6 +190,9 @@ func (e *Engine) Embed(ctx context.Context, texts []Text, opts Call) ([]Embeddin
 	if opts.Class >= nClasses {
 		opts.Class = Bulk
 	}
+	if len(texts) == 0 && opts.Hold > 0 {
+		return nil, CallReport{}, e.hold(ctx, opts)
+	}
 	out := make([]Embedding, len(texts))
 	toks := e.tokenize(ctx, texts, out)
 	var items, lengths []int
@@ -233,6 +236,21 @@ func (e *Engine) Embed(ctx context.Context, texts []Text, opts Call) ([]Embeddin
 		return nil, rep, fmt.Errorf("%w: %w", ErrFatal, err)
 	}
 	return out, rep, nil
+}
+
+// hold admits a call of opts.Hold tokens that runs nothing ([Call.Hold]).
+func (e *Engine) hold(ctx context.Context, opts Call) error {
+	held, se := e.adm.acquire(ctx, opts, opts.Hold)
+	if se != nil {
+		return se
+	}
+	release := sync.OnceFunc(func() { e.adm.release(opts.Class, held) })
+	if opts.Admitted == nil {
+		release()
+		return nil
+	}
+	opts.Admitted(release)
+	return nil
 }
 
 // wait collects the call's chunks as sessions finish them, applying the

@@ -72,6 +72,9 @@ type Embedder struct {
 }
 
 func (e *Embedder) Embed(ctx context.Context, texts []engine.Text, call engine.Call) ([]engine.Embedding, engine.CallReport, error) {
+	if len(texts) == 0 && call.Hold > 0 {
+		return e.Embedder.Embed(ctx, texts, call) // holds budget, runs nothing: not a call to count
+	}
 	if e.Hold > 0 {
 		e.once.Do(func() { time.Sleep(e.Hold) })
 	}
