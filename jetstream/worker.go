@@ -22,6 +22,10 @@ import (
 // its own: its fetch loop or its consumer ended while nobody asked.
 var ErrWorkerStopped = errors.New("worker stopped")
 
+// DefaultGrace bounds the drain of a worker that stops on its own
+// ([WorkerConfig.Grace]) and of a node that stops ([node.Config.Grace]).
+const DefaultGrace = 30 * time.Second
+
 // WorkerConfig is what [StartWorker] runs.
 type WorkerConfig struct {
 	// Config names the jobs stream and durable consumer the worker pulls
@@ -65,7 +69,8 @@ type WorkerConfig struct {
 	// node's is 2s).
 	Refresh time.Duration
 	// Grace bounds the drain when the worker stops on its own (default
-	// 30s); [Worker.Stop] takes its own deadline.
+	// [DefaultGrace], the node's too); [Worker.Stop] takes its own
+	// deadline.
 	Grace time.Duration
 	// Logger receives start, settings changes and stop; default
 	// slog.Default().
@@ -179,7 +184,7 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 		cfg.Refresh = 5 * time.Second
 	}
 	if cfg.Grace <= 0 {
-		cfg.Grace = 30 * time.Second
+		cfg.Grace = DefaultGrace
 	}
 	js, err := New(nc)
 	if err != nil {

@@ -20,16 +20,16 @@ import (
 var (
 	// ErrConfig means a [Config], or the config of a layer it carries
 	// (the job loop's, the gateway's), is unusable.
-	ErrConfig = errors.New("runtime: invalid config")
+	ErrConfig = errors.New("node: invalid config")
 	// ErrObjects means the server's streams, consumer or buckets are
 	// missing (and [Config.Check] may not create them) or could not be
 	// read.
-	ErrObjects = errors.New("runtime: server objects")
+	ErrObjects = errors.New("node: server objects")
 )
 
 // Defaults of [Config].
 const (
-	DefaultGrace  = 30 * time.Second
+	DefaultGrace  = jetstream.DefaultGrace
 	DefaultSample = 2 * time.Second
 )
 

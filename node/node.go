@@ -73,7 +73,7 @@ func New(cfg Config) (*Node, error) {
 // that kept it from being so (nothing is left running then). ctx bounds
 // the start only.
 func (r *Node) Start(ctx context.Context) error {
-	err := errors.New("runtime: started twice")
+	err := errors.New("node: started twice")
 	r.startOnce.Do(func() { err = r.start(ctx) })
 	return err
 }
