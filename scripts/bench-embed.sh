@@ -12,8 +12,10 @@
 # Usage: scripts/bench-embed.sh BIN MODEL_DIR PEER_DIR. Environment:
 # EMBED_TEXTS (300), EMBED_ROUNDS (2), EMBED_SESSIONS x EMBED_THREADS (2 x 1;
 # the peer gets their product as intra-op threads), EMBED_PEER_BATCHES
-# (peer batch sizes of every round, "1") and EMBED_PEER_ONCE (batch sizes
-# run in the first round only, "2"): transformers.js pads a batch to its
+# (peer batch sizes of every round, "1"), EMBED_PEER_ONCE (batch sizes
+# run in the first round only, "2"; empty for none), EMBED_GRAPH (0 skips
+# the --attention graph runs) and EMBED_NOTES (0 leaves out the reading
+# notes): transformers.js pads a batch to its
 # longest text, so larger batches are slower here, and at batch 8 the
 # 5.7k-token texts of this corpus need over 24 GiB (the kernel killed it).
 set -euo pipefail
@@ -23,7 +25,9 @@ rounds=${EMBED_ROUNDS:-2}
 sessions=${EMBED_SESSIONS:-2}
 threads=${EMBED_THREADS:-1}
 batches=${EMBED_PEER_BATCHES:-1}
-once=${EMBED_PEER_ONCE:-2}
+once=${EMBED_PEER_ONCE-2}
+graph=${EMBED_GRAPH:-1}
+notes=${EMBED_NOTES:-1}
 here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -57,7 +61,7 @@ run() {
 }
 for r in $(seq "$rounds"); do
   run jetembed "$bin" embed --model "$model" --sessions "$sessions" --threads "$threads" "$work/mixed.jsonl"
-  run jetembed-graph "$bin" embed --model "$model" --sessions "$sessions" --threads "$threads" --attention graph "$work/mixed.jsonl"
+  [ "$graph" = 1 ] && run jetembed-graph "$bin" embed --model "$model" --sessions "$sessions" --threads "$threads" --attention graph "$work/mixed.jsonl"
   run jetembed-int8 "$bin" embed --model "$model" --sessions "$sessions" --threads "$threads" --precision int8 "$work/mixed.jsonl"
   todo=$batches
   [ "$r" = 1 ] && todo="$batches $once"
@@ -109,6 +113,7 @@ if i8:
     print(f"| int8: peak RSS, jetembed --precision int8 / transformers.js ({pw}) | {i8['rss']/1024:.0f} MiB / {peers[pw]['rss']/1024:.0f} MiB | <= half | {verdict(2 * i8['rss'] <= peers[pw]['rss'])} |")
     print(f"| jetembed int8 / fp32 (both fused): wall, CPU | {jet['wall']/i8['wall']:.2f}x, {jet['cpu']/i8['cpu']:.2f}x | | |")
 PY
+[ "$notes" = 1 ] || exit 0
 cat <<'NOTES'
 
 Reading these: jetembed runs its default attention (on CPU the fused form: no heads x S x S scores, docs/architecture.md, "Attention: fused or graph"); jetembed-graph runs the exported graph as transformers.js does, the figure of the earlier reports. The CPU time is the figure other load on the machine disturbs least (wall time stretches with every other process on the cores). Both tools run the same graph on the same ONNX Runtime; on this corpus the few long paragraphs (up to ~5.7k tokens) are most of the work, and a text run alone costs the same in either tool, so the margin jetembed can take is in the short texts (packed without padding, where transformers.js at batch 1 pays a run each) and in running one thread per session (no intra-op synchronisation). With glibc's defaults (`JETEMBED_MALLOC=system`) jetembed paid ~12 s of sys time for the page faults of each long run's fresh attention buffers; the malloc tunables it re-executes itself with (docs/architecture.md, "The C allocator") keep freed memory for the next run, which removes most of them and costs some peak RSS; `--cpu-arena` saves them too and keeps ~2 GiB more at peak. transformers.js pads a batch to its longest text: batch 2 already needs about twice the memory of batch 1, and batch 8 went over 24 GiB here and was killed by the kernel (a run that does not print the full count is marked failed). The peak RSS of jetembed is that of its two sessions each running a long text at once.

@@ -43,6 +43,14 @@ if [ ! -f "$model/model.onnx" ]; then
   "$bin" genmodel --size small --layout hidden --out "$model"
 fi
 
+# BGE-M3's layer width with two layers: the int8 rows run on it too (int8's
+# share of a layer depends on the layer's width, not on how many there are).
+wide=$deps/models/m3-2layers-hidden
+if [ ! -f "$wide/model.onnx" ]; then
+  echo "bench: generating BGE-M3's layer shape (2 layers) into $wide"
+  "$bin" genmodel --size m3 --layers 2 --layout hidden --out "$wide"
+fi
+
 peer_args=()
 if command -v node >/dev/null && command -v npm >/dev/null; then
   peer=$deps/peer
@@ -58,7 +66,7 @@ else
   echo "bench: node/npm not found; the transformers.js peer is skipped" >&2
 fi
 
-cmd=("$bin" bench --model "$model" --texts "$texts" --requests "$requests" --sessions "$sessions" --threads "$threads" "${peer_args[@]}")
+cmd=("$bin" bench --model "$model" --int8-model "$wide" --texts "$texts" --requests "$requests" --sessions "$sessions" --threads "$threads" "${peer_args[@]}")
 printable="JETEMBED_ORT_LIB=.deps/onnxruntime/libonnxruntime.so.1 ${cmd[*]}"
 printable=${printable//$root\//}
 echo "bench: $printable"
@@ -70,6 +78,13 @@ embed_section=
 if [ ${#peer_args[@]} -gt 0 ]; then
   echo "bench: whole-process jetembed embed vs transformers.js (scripts/bench-embed.sh)"
   embed_section=$(EMBED_SESSIONS=$sessions EMBED_THREADS=$threads scripts/bench-embed.sh "$bin" "$model" "$peer")
+  echo "bench: the same at BGE-M3's layer width, one round, no graph or batch 2 runs (scripts/bench-embed.sh)"
+  wide_section=$(EMBED_SESSIONS=$sessions EMBED_THREADS=$threads EMBED_ROUNDS=1 EMBED_PEER_ONCE= EMBED_GRAPH=0 EMBED_NOTES=0 scripts/bench-embed.sh "$bin" "$wide" "$peer" | sed 1,2d) || wide_section="bench-embed.sh failed on $wide; see its output above."
+  embed_section="$embed_section
+
+#### The same at BGE-M3's layer width (\`jetembed genmodel --size m3 --layers 2\`)
+
+$wide_section"
 fi
 echo "bench: memory under a flood of 8k-token texts (scripts/bench-memory.sh)"
 mem_ok=true

@@ -27,6 +27,7 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	peerDir := fs.String("peer", "", "directory where scripts/peer is installed with npm (empty: no peer)")
 	peerTexts := fs.Int("peer-texts", 200, "texts of the corpus the peer embeds at each batch size")
 	peerBatches := fs.String("peer-batches", "1,8,32", "batch sizes of the peer, comma separated")
+	int8Model := fs.String("int8-model", "", "a second hidden-state model directory the int8 rows also run on, at BGE-M3's layer width (jetembed genmodel --size m3 --layers 2); empty: none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -43,7 +44,7 @@ func runBench(ctx context.Context, args []string, io stdio) error {
 	r, err := bench.Run(ctx, bench.Config{
 		ModelDir: *modelDir, ORTLib: *ortLib, Sessions: *sessions, Threads: *threads,
 		Texts: *texts, Seed: uint64(*seed), Requests: *requests,
-		PeerDir: *peerDir, PeerTexts: *peerTexts, PeerBatches: batches, Log: io.err,
+		PeerDir: *peerDir, PeerTexts: *peerTexts, PeerBatches: batches, Int8ModelDir: *int8Model, Log: io.err,
 	})
 	if err != nil {
 		return err

@@ -38,6 +38,11 @@ type Config struct {
 	PeerDir     string
 	PeerTexts   int
 	PeerBatches []int
+	// Int8ModelDir, when set, is a second hidden-state model the int8
+	// rows also run on: BGE-M3's layer width (`jetembed genmodel --size m3
+	// --layers 2`), where int8's share of a layer is that of the model
+	// jetembed serves; ModelDir's is MiniLM's.
+	Int8ModelDir string
 	// Log receives one line per step; nil means none.
 	Log io.Writer
 }
@@ -117,6 +122,10 @@ type Report struct {
 	// PrecisionErr when it could not run).
 	Precision    *Precision
 	PrecisionErr error
+	// WidePrecision is the same on Config.Int8ModelDir (nil without one,
+	// or with WidePrecisionErr).
+	WidePrecision    *Precision
+	WidePrecisionErr error
 	// Fair is tenant B's latency under tenant A's backlog in each mode
 	// (one consumer, per-tenant consumers, per-tenant with a bounded
 	// budget); Weighted the split of two backlogged tenants of weights
@@ -184,6 +193,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if u.r.Precision, err = u.precisionRuns(ctx); err != nil {
 		u.r.PrecisionErr = err
 		u.logf("int8: %v", err)
+	}
+	if dir := u.cfg.Int8ModelDir; dir != "" {
+		c := u.cfg
+		c.ModelDir = dir
+		if u.r.WidePrecision, err = RunPrecision(ctx, c); err != nil {
+			u.r.WidePrecisionErr = err
+			u.logf("int8 on %s: %v", dir, err)
+		}
 	}
 	if err := u.baselines(ctx); err != nil {
 		return nil, err

@@ -3,6 +3,7 @@ package bench
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -194,6 +195,14 @@ func (r *Report) Markdown(w io.Writer) error {
 		r.Precision.Markdown(w)
 	} else {
 		p("not measured: %v\n", r.PrecisionErr)
+	}
+	if dir := r.Config.Int8ModelDir; dir != "" {
+		p("\nThe same at BGE-M3's layer width (model `%s`: hidden 1024, intermediate 4096, fewer layers; a layer's int8 share does not depend on how many there are):\n\n", filepath.Base(dir))
+		if r.WidePrecision != nil {
+			r.WidePrecision.Markdown(w)
+		} else {
+			p("not measured: %v\n", r.WidePrecisionErr)
+		}
 	}
 	p("\n%s", method)
 	return nil
