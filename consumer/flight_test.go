@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/schema"
@@ -149,8 +150,15 @@ func TestFlightFollowerHoldsBudget(t *testing.T) {
 			returned := make(chan error, 1)
 			go func() { returned <- r.c.Submit(context.Background(), d) }()
 			if c.early {
-				if err := <-returned; err != nil {
-					t.Fatal(err)
+				// Bounded so that a follower that waits for its leader fails
+				// here, not at the test binary's timeout.
+				select {
+				case err := <-returned:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(time.Minute):
+					t.Fatal("the follower's Submit did not return with room in the budget while the text it follows was in flight")
 				}
 				if s := r.c.Stats(); s.Held != 2 || len(emb.slots) != 2 {
 					t.Errorf("with the text in flight: %d jobs held, %d of the budget's slots taken; want 2 and 2", s.Held, len(emb.slots))

@@ -249,9 +249,11 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 }
 
 // hold admits the texts j follows as a call that runs nothing
-// ([engine.Call.Hold]) of about their tokens: a token covers at least one
-// byte of its text, so a text's bytes and its two special tokens, at most
-// the model's longest text, bound its tokens. Nothing is held when every
+// ([engine.Call.Hold]) of about their tokens, without tokenizing them: a
+// text's bytes and its two special tokens, at most the model's longest
+// text (a token mostly covers one byte or more; normalization can expand
+// a few characters, and the engine clamps a call to its budget, so the
+// estimate stays bounded either way). Nothing is held when every
 // text it follows is answered already. A refusal (ctx ended, an engine
 // without holds) leaves the job unadmitted: its Submit returns when it is
 // done.

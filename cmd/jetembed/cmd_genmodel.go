@@ -52,7 +52,7 @@ func init() {
 
 func runGenmodel(_ context.Context, args []string, io stdio) error {
 	fs := newFlagSet("genmodel", io)
-	size := fs.String("size", "tiny", "model size: tiny (hidden 32, 2 layers), small (MiniLM size: hidden 384, 6 layers) or m3 (BGE-M3's: hidden 1024, 24 layers; over 2 GB, so give --external-data or fewer --layers)")
+	size := fs.String("size", "tiny", "model size: tiny (hidden 32, 2 layers), small (MiniLM size: hidden 384, 6 layers) or m3 (BGE-M3's: hidden 1024, 24 layers; with its 250k-token vocabulary over 2 GB, refused without --external-data or fewer --layers)")
 	layers := fs.Int("layers", 0, "encoder layers, if not the size's (the layers' width stays the size's)")
 	layout := fs.String("layout", "hidden", "export layout: hidden (last_hidden_state + head safetensors) or heads (dense/sparse/colbert outputs)")
 	fp16 := fs.Bool("fp16", false, "store the weights as float16 (compute and outputs stay float32)")

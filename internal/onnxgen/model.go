@@ -100,8 +100,27 @@ func (c Config) validate() error {
 		return fmt.Errorf("%w: vocab size %d", ErrConfig, c.VocabSize)
 	case !c.Attention.valid():
 		return fmt.Errorf("%w: attention %q (want eager, sdpa or empty)", ErrConfig, c.Attention)
+	case !c.ExternalData && c.weightBytes() > maxInlineBytes:
+		return fmt.Errorf("%w: about %d MiB of weights do not fit in one model.onnx (protobuf's 2 GiB); write them beside it (external data) or use fewer layers", ErrConfig, c.weightBytes()>>20)
 	}
 	return nil
+}
+
+// maxInlineBytes is how many weight bytes model.onnx may hold: protobuf
+// refuses messages of 2 GiB, and the graph takes some room besides.
+const maxInlineBytes = 1<<31 - 64<<20
+
+// weightBytes is about the bytes of the model's weights: embeddings
+// (words, positions, one token type), per layer the four attention
+// projections, the feed-forward pair, their biases and two LayerNorms.
+func (c Config) weightBytes() int64 {
+	h, i := int64(c.Size.Hidden), int64(c.Size.Intermediate)
+	elems := (int64(c.VocabSize)+int64(c.Size.MaxPositions)+1)*h +
+		int64(c.Size.Layers)*(4*h*h+2*h*i+4*h+i+h+4*h)
+	if c.FP16 {
+		return 2 * elems
+	}
+	return 4 * elems
 }
 
 // Model is a generated model: the ONNX bytes, and for the hidden layout the

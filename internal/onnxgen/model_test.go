@@ -3,8 +3,10 @@
 package onnxgen
 
 import (
+	"errors"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/jetembed/jetembed/internal/safetensors"
@@ -221,5 +223,30 @@ func TestFP16(t *testing.T) {
 	t.Logf("dense_vecs fp16 weights vs float32: max |diff| = %g", d)
 	if d > 0.01 {
 		t.Errorf("fp16 weights moved dense_vecs by %g", d)
+	}
+}
+
+// TestInlineWeightsBound: BGE-M3's full shape with its 250k-token
+// vocabulary does not fit in one model.onnx and is refused before any
+// weight is made, naming external data; with external data, with its
+// weights in float16, or with the repository's small vocabulary it is
+// accepted.
+func TestInlineWeightsBound(t *testing.T) {
+	full := Config{Size: M3, Layout: LayoutHidden, VocabSize: 250002}
+	err := full.validate()
+	if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "external data") {
+		t.Fatalf("BGE-M3's size inline: %v, want a config error naming external data", err)
+	}
+	if b := full.weightBytes(); b < 2100<<20 || b > 2250<<20 {
+		t.Errorf("BGE-M3's weights estimated at %d MiB, want about 2166 MiB (568M float32 values)", b>>20)
+	}
+	for _, c := range []Config{
+		{Size: M3, Layout: LayoutHidden, VocabSize: 250002, ExternalData: true},
+		{Size: M3, Layout: LayoutHidden, VocabSize: 250002, FP16: true},
+		{Size: M3, Layout: LayoutHidden, VocabSize: 8002},
+	} {
+		if err := c.validate(); err != nil {
+			t.Errorf("external %t, fp16 %t, vocab %d: %v", c.ExternalData, c.FP16, c.VocabSize, err)
+		}
 	}
 }

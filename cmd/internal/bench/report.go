@@ -197,7 +197,7 @@ func (r *Report) Markdown(w io.Writer) error {
 		p("not measured: %v\n", r.PrecisionErr)
 	}
 	if dir := r.Config.Int8ModelDir; dir != "" {
-		p("\nThe same at BGE-M3's layer width (model `%s`: hidden 1024, intermediate 4096, fewer layers; a layer's int8 share does not depend on how many there are):\n\n", filepath.Base(dir))
+		p("\nThe same on model `%s` (`--int8-model`; `make bench` gives it BGE-M3's layer width, `jetembed genmodel --size m3 --layers 2`: a layer's int8 share does not depend on how many there are):\n\n", filepath.Base(dir))
 		if r.WidePrecision != nil {
 			r.WidePrecision.Markdown(w)
 		} else {
