@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -286,23 +287,41 @@ func TestKEDAScaledObject(t *testing.T) {
 		t.Errorf("minReplicaCount %d: request-reply traffic has no backlog to wake a fleet at zero", min)
 	}
 	trig := list(so, "spec", "triggers")
-	if len(trig) != 1 || str(trig[0], "type") != "nats-jetstream" {
-		t.Fatalf("triggers %v, want one nats-jetstream", trig)
+	if len(trig) != 1 || str(trig[0], "type") != "metrics-api" {
+		t.Fatalf("triggers %v, want one metrics-api (per-tenant consumers: no one consumer's lag is the backlog)", trig)
 	}
 	md := get(trig[0], "metadata")
-	want := map[string]string{"stream": "EMBED_JOBS", "consumer": "embedder", "account": "EMBED"}
-	for k, v := range want {
-		if str(md, k) != v {
-			t.Errorf("trigger %s = %q, want %q", k, str(md, k), v)
+	if f := str(md, "format"); f != "" && f != "json" {
+		t.Errorf("trigger format %q, want json (its valueLocation is GJSON)", f)
+	}
+	u, err := url.Parse(str(md, "url"))
+	if err != nil {
+		t.Fatalf("trigger url: %v", err)
+	}
+	q := u.Query()
+	if u.Path != "/jsz" || q.Get("acc") != "EMBED" || q.Get("streams") != "true" {
+		t.Errorf("trigger url %q, want /jsz?acc=EMBED&streams=true (the account of nats/accounts.conf that holds the streams)", u)
+	}
+	// The path is read against a live server in TestDeployTopology; here,
+	// that it names the work queue of the provision Job's config.
+	loc := str(md, "valueLocation")
+	for _, w := range []string{`#(name=="EMBED")`, `#(name=="EMBED_JOBS")`, "state.messages"} {
+		if !strings.Contains(loc, w) {
+			t.Errorf("valueLocation %q does not hold %s", loc, w)
 		}
 	}
-	if n, err := strconv.Atoi(str(md, "lagThreshold")); err != nil || n <= 0 {
-		t.Errorf("lagThreshold %q must be a positive integer string", str(md, "lagThreshold"))
+	for _, k := range []string{"targetValue", "activationTargetValue"} {
+		if n, err := strconv.ParseFloat(str(md, k), 64); err != nil || n < 0 || (k == "targetValue" && n <= 0) {
+			t.Errorf("%s %q must be a positive number string", k, str(md, k))
+		}
+	}
+	job := mustObj(t, k8s(t), "Job/jetembed-provision")
+	if args := fmt.Sprint(list(get(job, "spec", "template", "spec", "containers", 0), "args")); !strings.Contains(args, "--per-tenant") {
+		t.Errorf("the provision Job's args %s make one consumer of every job: a tenant's backlog is pulled ahead of another's", args)
 	}
 	values := loadYAML(t, "nats/values.yaml")[0]
-	endpoint := str(md, "natsServerMonitoringEndpoint")
-	if port := get(values, "config", "monitor", "port"); !strings.HasSuffix(endpoint, fmt.Sprintf(":%v", port)) {
-		t.Errorf("KEDA reads %q, the NATS monitor listens on port %v", endpoint, port)
+	if port := get(values, "config", "monitor", "port"); u.Port() != fmt.Sprint(port) {
+		t.Errorf("KEDA reads %q, the NATS monitor listens on port %v", u, port)
 	}
 }
 

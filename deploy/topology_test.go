@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/tidwall/gjson"
 
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/internal/testkit"
@@ -24,9 +26,10 @@ import (
 
 // cluster is the 3-node NATS cluster of nats/nats.conf as real processes.
 type cluster struct {
-	nodes []*natstest.Process
-	names []string
-	urls  string // tls://127.0.0.1:port,...
+	nodes    []*natstest.Process
+	names    []string
+	monitors []int  // each node's monitoring (HTTP) port
+	urls     string // tls://127.0.0.1:port,...
 }
 
 // startCluster runs three nats-server processes from nats/nats.conf (TLS,
@@ -45,10 +48,10 @@ func startCluster(t *testing.T) *cluster {
 	c := &cluster{}
 	var urls []string
 	for i, p := range routePorts {
-		name := fmt.Sprintf("nats-%d", i)
-		n := natstest.StartProcess(t, "-c", conf, "-n", name, "-m", strconv.Itoa(natstest.FreePort(t)),
+		name, mon := fmt.Sprintf("nats-%d", i), natstest.FreePort(t)
+		n := natstest.StartProcess(t, "-c", conf, "-n", name, "-m", strconv.Itoa(mon),
 			"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", p), "--routes", strings.Join(routes, ","))
-		c.nodes, c.names = append(c.nodes, n), append(c.names, name)
+		c.nodes, c.names, c.monitors = append(c.nodes, n), append(c.names, name), append(c.monitors, mon)
 		urls = append(urls, strings.Replace(n.URL(), "nats://", "tls://", 1))
 	}
 	c.urls = strings.Join(urls, ",")
@@ -170,6 +173,18 @@ func TestDeployTopology(t *testing.T) {
 		}
 	}
 
+	// A backlog of two tenants before any consumer runs: the provision
+	// Job makes per-tenant consumers, so KEDA's trigger reads the work
+	// queue's message count from every node's monitoring endpoint, and
+	// it counts every tenant's jobs.
+	so := loadYAML(t, "keda/scaledobject.yaml")[0]
+	const queuedA = 5
+	for i := range queuedA {
+		submit(t, ctx, prod(t, c, caFile, "producer-a"), fmt.Sprint("queued-", i))
+	}
+	submitAs(t, ctx, prod(t, c, caFile, "producer-b"), "producer-b", "queued-b")
+	c.kedaBacklog(t, so, queuedA+1, c.names...)
+
 	// Two pods: the warm-up init container, then the consumer.
 	pod := get(dep, "spec", "template", "spec")
 	inits := list(pod, "initContainers")
@@ -202,13 +217,13 @@ func TestDeployTopology(t *testing.T) {
 	}
 
 	// producer-a: a request and a queued job, with its own permissions.
-	pnc, prod := c.connectAs(t, caFile, "producer-a", nats.CustomInboxPrefix("_INBOX_producer-a"))
+	pnc, pjsA := c.connectAs(t, caFile, "producer-a", nats.CustomInboxPrefix("_INBOX_producer-a"))
 	requestEmbed(t, pnc)
 	sub, err := pnc.SubscribeSync("embed.results.producer-a.>")
 	if err != nil {
 		t.Fatal(err)
 	}
-	submit(t, ctx, prod, "first")
+	submit(t, ctx, pjsA, "first")
 	if m, err := sub.NextMsg(30 * time.Second); err != nil {
 		t.Fatalf("producer-a: no result for its job: %v", err)
 	} else {
@@ -224,7 +239,7 @@ func TestDeployTopology(t *testing.T) {
 	// provision Job), so this takes up to that long.
 	const n = 30
 	for i := range n {
-		submit(t, ctx, prod, fmt.Sprint("job-", i))
+		submit(t, ctx, pjsA, fmt.Sprint("job-", i))
 	}
 	leader := streamLeader(t, ctx, pjs, "EMBED_JOBS")
 	i := slices.Index(c.names, leader)
@@ -238,11 +253,19 @@ func TestDeployTopology(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if got < n+1 {
-			return fmt.Errorf("%d of %d jobs have a result", got, n+1)
+		if got < n+1+queuedA {
+			return fmt.Errorf("%d of %d jobs have a result", got, n+1+queuedA)
 		}
 		return nil
 	})
+	var alive []string
+	for k, name := range c.names {
+		if k != i {
+			alive = append(alive, name)
+		}
+	}
+	// Every job answered and acknowledged: the trigger reads no backlog.
+	c.kedaBacklog(t, so, 0, alive...)
 	for i, s := range serves {
 		if !s.Running() {
 			t.Errorf("%s exited after a node was killed: %v", s.name, s.Err())
@@ -275,8 +298,14 @@ func waitReady(t *testing.T, p *proc, url string) {
 // submit queues one JSON job whose result goes to producer-a's subject.
 func submit(t *testing.T, ctx context.Context, js natsjs.JetStream, id string) {
 	t.Helper()
-	body := fmt.Sprintf(`{"v":1,"id":%q,"texts":["text of %s"],"reply":"embed.results.producer-a.%s"}`, id, id, id)
-	m := &nats.Msg{Subject: "embed.jobs.producer-a", Data: []byte(body), Header: nats.Header{"Content-Type": []string{"application/json"}}}
+	submitAs(t, ctx, js, "producer-a", id)
+}
+
+// submitAs queues one JSON job of tenant whose result goes to its subject.
+func submitAs(t *testing.T, ctx context.Context, js natsjs.JetStream, tenant, id string) {
+	t.Helper()
+	body := fmt.Sprintf(`{"v":1,"id":%q,"texts":["text of %s"],"reply":"embed.results.%s.%s"}`, id, id, tenant, id)
+	m := &nats.Msg{Subject: "embed.jobs." + tenant, Data: []byte(body), Header: nats.Header{"Content-Type": []string{"application/json"}}}
 	natstest.CheckFor(t, 20*time.Second, 100*time.Millisecond, func() error {
 		_, err := js.PublishMsg(ctx, m, natsjs.WithMsgID(id))
 		return err
@@ -411,4 +440,59 @@ func gatewayThrough(t *testing.T, bin string, objs map[string]obj, cm obj, local
 	if l := strings.ToLower(p.Log.String()); strings.Contains(l, "permission") || strings.Contains(l, "nats async error") {
 		t.Errorf("the gateway logged a permission problem:\n%s", p.Log.String())
 	}
+}
+
+// prod is a JetStream context of tenant user's own connection.
+func prod(t *testing.T, c *cluster, caFile, user string) natsjs.JetStream {
+	t.Helper()
+	_, js := c.connectAs(t, caFile, user, nats.CustomInboxPrefix("_INBOX_"+user))
+	return js
+}
+
+// kedaBacklog reads the ScaledObject's metrics-api trigger as KEDA does,
+// from the monitoring endpoint of each named node (its URL's host and port
+// replaced by the node's), until every one reports want.
+func (c *cluster) kedaBacklog(t *testing.T, so obj, want int64, nodes ...string) {
+	t.Helper()
+	md := get(list(so, "spec", "triggers")[0], "metadata")
+	u, err := url.Parse(str(md, "url"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range nodes {
+		k := slices.Index(c.names, name)
+		u.Host = fmt.Sprintf("127.0.0.1:%d", c.monitors[k])
+		natstest.CheckFor(t, 30*time.Second, 100*time.Millisecond, func() error {
+			got, err := metricsAPIValue(u.String(), str(md, "valueLocation"))
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if got != want {
+				return fmt.Errorf("%s: the KEDA trigger reads %d, want %d", name, got, want)
+			}
+			return nil
+		})
+	}
+}
+
+// metricsAPIValue is what KEDA's metrics-api scaler reads (format json):
+// the number at GJSON path loc of the document at addr.
+func metricsAPIValue(addr, loc string) (int64, error) {
+	resp, err := http.Get(addr)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("%s: %s", addr, resp.Status)
+	}
+	v := gjson.GetBytes(body, loc)
+	if !v.Exists() || v.Type != gjson.Number {
+		return 0, fmt.Errorf("%s: %q is not a number in %.300s", addr, loc, body)
+	}
+	return v.Int(), nil
 }

@@ -40,6 +40,12 @@ func Provision(ctx context.Context, js natsjs.JetStream, cfg Config, opts ...Pro
 		opt(&o)
 	}
 	r := ProvisionReport{DryRun: o.dryRun}
+	if o.serverTuning && !cfg.Consumer.PerTenant {
+		// A member takes the consumer's mode from the server as it takes
+		// its tuning: a template there means per-tenant consumers, whose
+		// dead-letter advisories the DLQ captures for every consumer.
+		cfg.Consumer.PerTenant = serverPerTenant(ctx, js, cfg)
+	}
 	for _, sc := range cfg.streamConfigs() {
 		r.Outcomes = append(r.Outcomes, ensureStream(ctx, js, sc, o))
 	}
@@ -447,4 +453,15 @@ func retireTenantConsumers(ctx context.Context, js natsjs.JetStream, cfg Config,
 		out = append(out, failed("consumer", cfg.Jobs.Name+"/*", fmt.Errorf("list: %w", err)))
 	}
 	return out
+}
+
+// serverPerTenant reports whether the server's durable of cfg is a
+// per-tenant template (false when it cannot be read: the check that
+// follows reports why).
+func serverPerTenant(ctx context.Context, js natsjs.JetStream, cfg Config) bool {
+	c, err := js.Consumer(ctx, cfg.Jobs.Name, cfg.Consumer.Name)
+	if err != nil {
+		return false
+	}
+	return cfg.isPerTenantTemplate(c.CachedInfo().Config)
 }

@@ -339,3 +339,23 @@ func TestProvisionPerTenantAndBack(t *testing.T) {
 		t.Fatalf("durable after provision without per-tenant: %v, want the catch-all", err)
 	}
 }
+
+// TestMemberCheckTakesPerTenantFromServer: a member checks the server's
+// objects with its own flags, which do not say per-tenant (the provision
+// Job does); it takes the mode from the template, as it takes the
+// consumer's tuning, and so finds no drift in the dead-letter stream's
+// advisory subject (every tenant's consumer's) or anywhere else.
+func TestMemberCheckTakesPerTenantFromServer(t *testing.T) {
+	srv := newServer(t, perTenant)
+	member := srv.cfg
+	member.Consumer.PerTenant = false
+	r, err := jetstream.Provision(context.Background(), srv.js, member, jetstream.WithMode(jetstream.ModeCheck), jetstream.ServerTuning())
+	if err != nil {
+		t.Fatalf("member's check of a per-tenant server: %v", err)
+	}
+	for _, o := range r.Outcomes {
+		if o.Action != jetstream.Unchanged {
+			t.Errorf("%s %s: %v %v, want unchanged", o.Kind, o.Name, o.Action, o.Fields())
+		}
+	}
+}
