@@ -37,7 +37,7 @@ func (r *Report) Efficiency() float64 { return ratio(r.Pipeline.PerSecond(), r.E
 func (r *Report) Overhead() float64 { return ratio(r.Engine.PerSecond(), r.Noop.PerSecond()) }
 
 // NoopPath is the no-op engine's texts/s through NATS over the bare no-op
-// engine's.
+// engine's, each the best of its alternating rounds.
 func (r *Report) NoopPath() float64 { return ratio(r.Noop.PerSecond(), r.NoopEngine.PerSecond()) }
 
 // OverNaive is pipeline texts/s over the naive baseline's.
@@ -167,8 +167,8 @@ func (r *Report) Markdown(w io.Writer) error {
 		row(fmt.Sprintf("cache on, the same texts under new job ids (queueing %.2f s)", x.Again.Queued.Seconds()), x.Again.Rate)
 		row(fmt.Sprintf("cache on, new texts with %d repeats (queueing %.2f s)", x.Repeated, x.Repeats.Queued.Seconds()), x.Repeats.Rate)
 	}
-	row("no-op engine, bare (one call per job)", r.NoopEngine)
-	row("no-op engine through NATS", r.Noop.Rate)
+	row(fmt.Sprintf("no-op engine, bare (one call per job; best of rounds: %s)", rounds(r.NoopEngineRounds)), r.NoopEngine)
+	row(fmt.Sprintf("no-op engine through NATS (best of rounds: %s)", rounds(r.NoopRounds)), r.Noop.Rate)
 	if r.Peer != nil {
 		row(fmt.Sprintf("bare engine on the peer's texts, calls of 256 texts (best of before/after the peer: %s)", rounds(r.PeerEngineRounds)), r.PeerEngine)
 		for _, pr := range r.Peer.Runs {
