@@ -59,7 +59,7 @@ func TestNoopRatio(t *testing.T) {
 		pprof.StartCPUProfile(f)
 		pprof.StopCPUProfile()
 	}
-	var sumBare, sumNATS float64
+	var sumBare, sumNATS, bestBare, bestNATS float64
 	for round := range 3 {
 		bare, err := bareEngine(ctx, noop, jobs, len(jobs))
 		if err != nil {
@@ -78,7 +78,9 @@ func TestNoopRatio(t *testing.T) {
 		}
 		sumBare += bare.PerSecond()
 		sumNATS += nats.PerSecond()
+		bestBare, bestNATS = max(bestBare, bare.PerSecond()), max(bestNATS, nats.PerSecond())
 		t.Logf("round %d: bare %.0f texts/s, NATS %.0f texts/s, ratio %.2f", round, bare.PerSecond(), nats.PerSecond(), nats.PerSecond()/bare.PerSecond())
 	}
 	t.Logf("mean of 3: bare %.0f texts/s, NATS %.0f texts/s, ratio %.2f", sumBare/3, sumNATS/3, sumNATS/sumBare)
+	t.Logf("best of 3 (make bench's figure): bare %.0f texts/s, NATS %.0f texts/s, ratio %.2f", bestBare, bestNATS, bestNATS/bestBare)
 }
