@@ -26,6 +26,10 @@ var ErrWorkerStopped = errors.New("worker stopped")
 // ([WorkerConfig.Grace]) and of a node that stops ([node.Config.Grace]).
 const DefaultGrace = 30 * time.Second
 
+// DefaultRefresh is how often a worker reads its jobs consumer's info
+// ([WorkerConfig.Refresh]), a node's too ([node.Config.Refresh]).
+const DefaultRefresh = 2 * time.Second
+
 // WorkerConfig is what [StartWorker] runs.
 type WorkerConfig struct {
 	// Config names the jobs stream and durable consumer the worker pulls
@@ -65,8 +69,8 @@ type WorkerConfig struct {
 	// Refresh is how often the worker samples the consumer's info: the
 	// one reading of it in the process, for [Worker.Backlog] (the gauges,
 	// the heartbeat and the fleet's idleness read it there) and for
-	// changed settings, which reopen the fetch loop (default 5s; the
-	// node's is 2s).
+	// changed settings, which reopen the fetch loop (default
+	// [DefaultRefresh], the node's too).
 	Refresh time.Duration
 	// Grace bounds the drain when the worker stops on its own (default
 	// [DefaultGrace], the node's too); [Worker.Stop] takes its own
@@ -181,7 +185,7 @@ func StartWorker(ctx context.Context, nc *nats.Conn, cfg WorkerConfig) (*Worker,
 		cfg.PrefetchMax = DefaultPrefetchMax
 	}
 	if cfg.Refresh <= 0 {
-		cfg.Refresh = 5 * time.Second
+		cfg.Refresh = DefaultRefresh
 	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = DefaultGrace

@@ -29,8 +29,8 @@ var (
 
 // Defaults of [Config].
 const (
-	DefaultGrace  = jetstream.DefaultGrace
-	DefaultSample = 2 * time.Second
+	DefaultGrace   = jetstream.DefaultGrace
+	DefaultRefresh = jetstream.DefaultRefresh
 )
 
 // Check is what [Node.Start] does with the server's objects.
@@ -108,11 +108,12 @@ type Config struct {
 	// Fair are the tenants' weights and quotas, and how per-tenant
 	// consumers are retired (see [jetstream.FairConfig]).
 	Fair jetstream.FairConfig
-	// Sample is how often the jobs consumer's info is read: the backlog
+	// Refresh is how often the jobs consumer's info is read: the backlog
 	// the gauges, the heartbeat and the fleet's idleness see, and changed
 	// server settings (which reopen the fetch loop). Default
-	// [DefaultSample].
-	Sample time.Duration
+	// [DefaultRefresh]; the node's worker reads it at this period (one
+	// reading in the process: [jetstream.WorkerConfig.Refresh]).
+	Refresh time.Duration
 	// Grace bounds the drain when [Run]'s context ends, or when the worker
 	// stops on its own. Default [DefaultGrace].
 	Grace time.Duration
@@ -178,8 +179,8 @@ func (c Config) WithDefaults() Config {
 	if c.Grace <= 0 {
 		c.Grace = DefaultGrace
 	}
-	if c.Sample <= 0 {
-		c.Sample = DefaultSample
+	if c.Refresh <= 0 {
+		c.Refresh = DefaultRefresh
 	}
 	if c.PrefetchMax <= 0 {
 		c.PrefetchMax = jetstream.DefaultPrefetchMax

@@ -281,13 +281,13 @@ func TestNodeStopBeforeStart(t *testing.T) {
 }
 
 // TestNodeOneSampler: the process reads the jobs consumer's info from
-// one sampler only, at Config.Sample, whatever it feeds (the prefetch
+// one sampler only, at Config.Refresh, whatever it feeds (the prefetch
 // bound, the gauges, the heartbeat and, with the fleet on, its idleness):
 // the server sees one consumer info request per period, not one per user.
 func TestNodeOneSampler(t *testing.T) {
 	r := newRig(t, true)
 	cfg := r.config(t, engine.Config{}, io.Discard)
-	cfg.Sample = 100 * time.Millisecond
+	cfg.Refresh = 100 * time.Millisecond
 	cfg.Heartbeat = 50 * time.Millisecond
 	cfg.Fleet = node.FleetConfig{On: true}
 	cfg.Fleet.Member.IdleQuiet = 50 * time.Millisecond
@@ -322,8 +322,8 @@ func TestNodeOneSampler(t *testing.T) {
 	n := infos
 	mu.Unlock()
 	t.Logf("%d consumer info requests in %v", n, window)
-	if max := int(window/cfg.Sample) + 3; n > max || n < 5 {
-		t.Errorf("%d consumer info requests in %v with a sample every %v: want one sampler (%d at most)", n, window, cfg.Sample, max)
+	if max := int(window/cfg.Refresh) + 3; n > max || n < 5 {
+		t.Errorf("%d consumer info requests in %v with a sample every %v: want one sampler (%d at most)", n, window, cfg.Refresh, max)
 	}
 }
 

@@ -112,7 +112,7 @@ func (r *Node) workerConfig(emb engine.Embedder, e *engine.Engine) jetstream.Wor
 		PrefetchMax: r.cfg.PrefetchMax,
 		Fair:        r.cfg.Fair,
 		Pull:        []jetstream.PullOption{jetstream.PrefetchBytes(r.cfg.PrefetchBytes)},
-		Refresh:     r.cfg.Sample,
+		Refresh:     r.cfg.Refresh,
 		Grace:       r.cfg.Grace,
 		Logger:      r.log,
 	}

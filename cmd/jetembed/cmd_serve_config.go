@@ -188,7 +188,7 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		PrefetchMax:       sf.prefetchMax,
 		PrefetchBytes:     sf.prefetchBytes,
 		Fair:              jetstream.FairConfig{Shares: jetstream.Shares{Weights: weights, Quotas: quotas}, Idle: sf.tenantIdle},
-		Sample:            ff.poll,
+		Refresh:           ff.poll,
 		Grace:             sf.grace,
 		Fleet:             fc,
 		API:               api,

@@ -31,7 +31,7 @@ func addFleetFlags(fs *flagSet) *fleetFlags {
 	fs.IntVar(&f.perHour, "fleet-compiles-per-hour", fleet.DefaultCompilesPerHour, "most wanted shapes this process compiles in an hour")
 	fs.DurationVar(&f.lockTTL, "fleet-lock-ttl", fleet.DefaultLockTTL, "TTL of a compile lock: a crashed holder frees it after this long (renewed while compiling)")
 	fs.IntVar(&f.minSeq, "fleet-min-seq", -1, "shortest peer shape to pre-warm (-1: the guard seq on CPU, where only the guard needs shared shapes; every shape on GPUs)")
-	fs.DurationVar(&f.poll, "fleet-poll", node.DefaultSample, "how often the jobs consumer's info is read: its backlog tells idle from about to be busy (fleet) and feeds the backlog gauges and the heartbeat; changed server settings reopen the fetch loop")
+	fs.DurationVar(&f.poll, "fleet-poll", node.DefaultRefresh, "how often the jobs consumer's info is read: its backlog tells idle from about to be busy (fleet) and feeds the backlog gauges and the heartbeat; changed server settings reopen the fetch loop")
 	return f
 }
 
