@@ -137,6 +137,10 @@ type Config struct {
 	// *other): 0 means [telemetry.DefaultMetricTenants], a negative value
 	// none.
 	MetricTenants int
+	// TenantNames labels tenants by name in the jetembed_tenant_* families
+	// (key -> name, JWT mode's tenants.tsv: there a tenant is its
+	// account's public key); nil labels them as they come.
+	TenantNames map[string]string
 	// Heartbeat is the period of the heartbeat log line; 0: none.
 	Heartbeat time.Duration
 

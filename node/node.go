@@ -61,6 +61,7 @@ func New(cfg Config) (*Node, error) {
 	if cfg.MetricTenants != 0 {
 		metrics.LimitTenants(max(cfg.MetricTenants, 0))
 	}
+	metrics.NameTenants(cfg.TenantNames)
 	runCtx, cancel := context.WithCancel(context.Background())
 	return &Node{cfg: cfg, log: cfg.Logger, metrics: metrics, stop: make(chan context.Context, 1),
 		runCtx: runCtx, cancel: cancel, done: make(chan struct{}), stopHTTP: func() {}}, nil

@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -46,6 +48,7 @@ type serveFlags struct {
 	metricTenants  int
 	tenantWeights  string
 	tenantQuotas   string
+	tenantNames    string
 	tenantIdle     time.Duration
 	api            *gatewayFlags
 }
@@ -81,6 +84,7 @@ func addServeFlags(fs *flagSet, provision, api string) *serveFlags {
 	fs.IntVar(&f.metricTenants, "metrics-tenants", telemetry.DefaultMetricTenants, "how many tenants get a tenant label of their own in the per-tenant usage metrics (jetembed_tenant_jobs_total and the others): the first this process meets; every other is counted as tenant=*other, so the series stay bounded (0: none; exact per-tenant figures are in the usage stream: jetembed usage)")
 	fs.StringVar(&f.tenantWeights, "tenant-weight", "", "tenants' weights in the fair share: the engine's queue admits tokens, and per-tenant consumers (jetembed provision --per-tenant) are pulled, in proportion to them while tenants wait; NAME=WEIGHT, comma separated, 1 to 1000 (*=W: every tenant not named; default 1)")
 	fs.StringVar(&f.tenantQuotas, "tenant-quota", "", "tenants' quotas: NAME=TOKENS_PER_MINUTE[/IN_FLIGHT_TOKENS], comma separated (0: no bound; *=...: every tenant not named; default none); tokens are estimated at 4 bytes of a job's body; over it a tenant's queued jobs wait in the stream unfetched (with per-tenant consumers) and its requests are refused quota_exceeded with a retry-after")
+	fs.StringVar(&f.tenantNames, "tenant-names", "", "JWT mode, where a tenant is its account's public key: a key -> name file (tenants.tsv, as the commands of tenant add --jwt append to it: key TAB name a line); --tenant-weight, --tenant-quota and --interactive-tenants may then name a tenant by name, and the per-tenant metrics label it by name")
 	fs.DurationVar(&f.tenantIdle, "tenant-idle", jetstream.DefaultTenantIdle, "delete a tenant's consumer after it has been empty this long (per-tenant consumers); its next job makes it again")
 	f.api = addGatewayFlags(fs, "http-api", api)
 	return f
@@ -161,10 +165,17 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 	if err != nil {
 		return c, err
 	}
+	var names map[string]string
+	if sf.tenantNames != "" {
+		if names, err = readTenantNames(sf.tenantNames); err != nil {
+			return c, fmt.Errorf("%w: --tenant-names: %v", errUsage, err)
+		}
+	}
 	weights, err := jetstream.ParseWeights(sf.tenantWeights)
 	if err != nil {
 		return c, fmt.Errorf("%w: --tenant-weight: %w", errUsage, err)
 	}
+	weights = byKey(weights, names)
 	// One weight a tenant: the engine's queue admits by it, and the
 	// per-tenant pulling takes from the stream by it.
 	c.Engine.Engine.TenantWeights = weights
@@ -172,6 +183,7 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 	if err != nil {
 		return c, fmt.Errorf("%w: --tenant-quota: %w", errUsage, err)
 	}
+	quotas = byKey(quotas, names)
 	var api *node.APIConfig
 	if sf.api.listen != "" {
 		api = &node.APIConfig{Listen: sf.api.listen, Gateway: sf.api.config()}
@@ -181,7 +193,7 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		Check:             check,
 		InFlightTokens:    inFlight,
 		InteractiveTokens: interactive,
-		Loop:              consumer.Config{Replies: replies, InteractiveTenants: interactiveTenants(sf.interTenants)},
+		Loop:              consumer.Config{Replies: replies, InteractiveTenants: keysOf(interactiveTenants(sf.interTenants), names)},
 		Blobs:             sf.blobs,
 		Cache:             cache,
 		MaxResultBytes:    int64(sf.maxResult),
@@ -195,6 +207,7 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		HTTP:              sf.http,
 		Heartbeat:         sf.heartbeat,
 		MetricTenants:     metricTenants(sf.metricTenants),
+		TenantNames:       names,
 		Version:           version,
 		Notes:             []any{"memory_budget", c.Engine.BudgetNote, "malloc", mallocenv.Mode()},
 	}
@@ -314,4 +327,54 @@ func (sc serveCommand) parse(args []string, io stdio) (c serveConfig, done bool,
 	}
 	c, err = sc.sf.config(objects, sc.ef, sc.ff)
 	return c, false, err
+}
+
+// byKey rewrites the tenants m names by a name of names (key -> name) to
+// their keys, every key of that name (a tenant whose key was rotated has
+// two); a tenant named by its key, or not in names, stays, and wins over
+// its name.
+func byKey[V any](m map[string]V, names map[string]string) map[string]V {
+	if len(names) == 0 || len(m) == 0 {
+		return m
+	}
+	keys := keysByName(names)
+	out := make(map[string]V, len(m))
+	for t, v := range m {
+		for _, k := range keys[t] {
+			out[k] = v
+		}
+	}
+	for t, v := range m {
+		if _, isName := keys[t]; !isName {
+			out[t] = v
+		}
+	}
+	return out
+}
+
+// keysOf is tenants with every name of names replaced by its keys; nil
+// (every tenant) stays nil.
+func keysOf(tenants []string, names map[string]string) []string {
+	if tenants == nil || len(names) == 0 {
+		return tenants
+	}
+	keys := keysByName(names)
+	out := make([]string, 0, len(tenants))
+	for _, t := range tenants {
+		if ks, ok := keys[t]; ok {
+			out = append(out, ks...)
+			continue
+		}
+		out = append(out, t)
+	}
+	return out
+}
+
+// keysByName inverts a key -> name table, in key order.
+func keysByName(names map[string]string) map[string][]string {
+	keys := make(map[string][]string, len(names))
+	for _, k := range slices.Sorted(maps.Keys(names)) {
+		keys[names[k]] = append(keys[names[k]], k)
+	}
+	return keys
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -270,6 +271,47 @@ func TestServeTenantWeightOneKnob(t *testing.T) {
 	}
 	if _, err := parse("--tenant-weight", "acme=zero"); !errors.Is(err, errUsage) {
 		t.Errorf("--tenant-weight acme=zero: %v, want a usage error", err)
+	}
+}
+
+// TestServeTenantNames: with --tenant-names (JWT mode's key -> name
+// file) the tenant settings may name a tenant by name: weights, quotas and
+// interactive tenants apply to its keys (both, after a key rotation), a
+// tenant given by its key keeps its own setting, and the metrics get the
+// table; a bad file is a usage error.
+func TestServeTenantNames(t *testing.T) {
+	parse := func(args ...string) (serveConfig, error) {
+		sc := addServeCommand(newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard}), true, true, "off")
+		c, _, err := sc.parse(args, stdio{out: io.Discard, err: io.Discard})
+		return c, err
+	}
+	const old, key, other = "AOLDKEY", "ANEWKEY", "AOTHER"
+	file := filepath.Join(t.TempDir(), "tenants.tsv")
+	if err := os.WriteFile(file, []byte(old+"\tacme\n"+key+"\tacme\n"+other+"\tglobex\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := parse("--tenant-names", file, "--tenant-weight", "acme=3,AOTHER=5,globex=4,*=2",
+		"--tenant-quota", "acme=600/100", "--interactive-tenants", "acme,initech")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := c.Engine.Engine.TenantWeights; w[old] != 3 || w[key] != 3 || w[other] != 5 || w["*"] != 2 || len(w) != 4 {
+		t.Errorf("engine weights %v, want acme's keys 3, AOTHER its own 5, * 2", w)
+	}
+	if q := c.Runtime.Fair.Shares.Quotas; q[key].TokensPerMinute != 600 || q[old].InFlight != 100 || len(q) != 2 {
+		t.Errorf("quotas %v, want acme's two keys", q)
+	}
+	if got := fmt.Sprint(c.Runtime.Loop.InteractiveTenants); got != "["+key+" "+old+" initech]" && got != "["+old+" "+key+" initech]" {
+		t.Errorf("interactive tenants %s", got)
+	}
+	if n := c.Runtime.TenantNames; n[key] != "acme" || n[other] != "globex" {
+		t.Errorf("metrics names %v", n)
+	}
+	if err := os.WriteFile(file, []byte("not a table\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := parse("--tenant-names", file); !errors.Is(err, errUsage) {
+		t.Errorf("a bad --tenant-names file: %v, want a usage error", err)
 	}
 }
 

@@ -142,8 +142,23 @@ func TestTenantAddJWTMode(t *testing.T) {
 	if code, out, errOut := runCmd(t, ctx, "provision", "--nats", url, "--nats-creds", provisioner); code != 0 {
 		t.Fatalf("provision as provisioner: exit %d: %s%s", code, out, errOut)
 	}
-	srv := startOps(t, url, "--nats-creds", embedder, "--provision=off", "--http", "")
+	// The key -> name table the commands append to (their own line, run
+	// by sh): serve labels the tenant's metrics by name through it (and
+	// takes its weights and quotas by name: TestServeTenantNames).
+	var record string
+	for _, line := range strings.Split(tenantNscCommands("acme", DefaultFleetAccount, schema.DefaultResultsConsumers), "\n") {
+		if strings.HasSuffix(line, ">> tenants.tsv") {
+			record = line
+		}
+	}
+	sh := exec.CommandContext(ctx, "sh", "-c", record)
+	sh.Dir, sh.Env = dir, append(os.Environ(), "TENANT_KEY="+key)
+	if b, err := sh.CombinedOutput(); err != nil || record == "" {
+		t.Fatalf("%q: %v %s", record, err, b)
+	}
+	srv := startOps(t, url, "--nats-creds", embedder, "--provision=off", "--tenant-names", filepath.Join(dir, "tenants.tsv"))
 	srv.waitReady(t)
+	metricsAddr := srv.logField(t, "http listening", "addr")
 	asTenant := func(args ...string) (int, string, string) {
 		t.Helper()
 		return runCmd(t, ctx, append(append([]string{args[0]}, "--nats", url, "--nats-creds", tenant, "--tenant", key), args[1:]...)...)
@@ -213,24 +228,35 @@ func TestTenantAddJWTMode(t *testing.T) {
 		}
 		return nil
 	})
-	// The key -> name table the commands append to (their own line, run
-	// by sh) names it in the usage report.
-	var record string
-	for _, line := range strings.Split(tenantNscCommands("acme", DefaultFleetAccount, schema.DefaultResultsConsumers), "\n") {
-		if strings.HasSuffix(line, ">> tenants.tsv") {
-			record = line
-		}
-	}
-	sh := exec.CommandContext(ctx, "sh", "-c", record)
-	sh.Dir, sh.Env = dir, append(os.Environ(), "TENANT_KEY="+key)
-	if b, err := sh.CombinedOutput(); err != nil || record == "" {
-		t.Fatalf("%q: %v %s", record, err, b)
-	}
+	// The key -> name table names it in the usage report.
 	code, stdout, errOut = runCmd(t, ctx, "usage", "--nats", url, "--nats-creds", provisioner, "--total",
 		"--tenant-names", filepath.Join(dir, "tenants.tsv"), "--tenant", "acme")
 	if code != 0 || !regexp.MustCompile(`\n\s*all\s+acme\s+2\s`).MatchString(stdout) {
 		t.Errorf("usage --tenant-names: exit %d: %s%s", code, stdout, errOut)
 	}
+
+	// /metrics labels the tenant by its name, never by its key: the
+	// request and the job of two texts `submit` made of the file (a job's
+	// usage is counted after its result is sent, so it may still be on its
+	// way).
+	natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		var jobs, texts float64
+		for name, v := range scrape(t, metricsAddr) {
+			if strings.Contains(name, key) {
+				t.Fatalf("/metrics names the tenant's key: %s", name)
+			}
+			switch {
+			case strings.HasPrefix(name, "jetembed_tenant_jobs_total{") && strings.Contains(name, `tenant="acme"`):
+				jobs += v
+			case name == `jetembed_tenant_texts_total{tenant="acme"}`:
+				texts += v
+			}
+		}
+		if jobs != 2 || texts != 3 {
+			return fmt.Errorf("acme's metrics: %v jobs, %v texts; want 2 and 3", jobs, texts)
+		}
+		return nil
+	})
 
 	// The server binds the key token to the importer: mallory's imports
 	// of acme's subjects are void, its job reaches no stream.

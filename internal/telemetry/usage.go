@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"maps"
 	"sync"
 	"time"
 
@@ -51,6 +52,7 @@ type usageInstruments struct {
 	mu      sync.Mutex
 	limit   int                 // tenants with a label of their own; < 0 none
 	tenants map[string]struct{} // those that have one
+	names   map[string]string   // key -> the name it is labelled by
 	sets    map[usageKey]metric.MeasurementOption
 }
 
@@ -83,14 +85,34 @@ func (m *Metrics) LimitTenants(n int) {
 	u.limit = max(n, 0)
 }
 
-// tenantLabel returns the label value of tenant, admitting it among the
-// labelled ones while there is room. Called with u.mu held.
+// NameTenants labels the tenants of names (key -> name: JWT mode's
+// tenants.tsv, where a tenant is its account's public key) by their names
+// in the jetembed_tenant_* families; the others keep their own. The
+// operator's file bounds it: it does not change how many tenants get a
+// label of their own.
+func (m *Metrics) NameTenants(names map[string]string) {
+	if m == nil {
+		return
+	}
+	u := &m.usage
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.names = maps.Clone(names)
+}
+
+// tenantLabel returns the label value of tenant (its name, if it has one),
+// admitting it among the labelled ones while there is room. Called with
+// u.mu held.
 func (u *usageInstruments) tenantLabel(tenant string) string {
 	if tenant == "" {
 		return TenantNone
 	}
+	label := tenant
+	if name, ok := u.names[tenant]; ok {
+		label = name
+	}
 	if _, ok := u.tenants[tenant]; ok {
-		return tenant
+		return label
 	}
 	if len(u.tenants) >= u.limit {
 		return TenantOther
@@ -99,7 +121,7 @@ func (u *usageInstruments) tenantLabel(tenant string) string {
 		u.tenants = map[string]struct{}{}
 	}
 	u.tenants[tenant] = struct{}{}
-	return tenant
+	return label
 }
 
 // TenantUsage counts one job settled for good in the jetembed_tenant_*

@@ -50,3 +50,31 @@ func TestTenantUsageBounded(t *testing.T) {
 		t.Errorf("%v jobs of acme, want 20", got)
 	}
 }
+
+// TestTenantUsageNamed: with a key -> name table (JWT mode, where a tenant
+// is its account's key) a named tenant is labelled by its name, the others
+// by their own token, and the cap counts tenants as before.
+func TestTenantUsageNamed(t *testing.T) {
+	m, err := NewPrometheus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	defer m.Shutdown(ctx)
+	const acmeKey = "ADQJYBYUUIVXDEVYNI7ZKT2LJ5MRBUTYCIBUEJ6GAS4OIVJRBNSX4C2H"
+	m.LimitTenants(2)
+	m.NameTenants(map[string]string{acmeKey: "acme"})
+	for _, tenant := range []string{acmeKey, "globex", acmeKey, "initech"} {
+		m.TenantUsage(ctx, telemetry.Usage{Tenant: tenant, Texts: 1, Tokens: 10})
+	}
+	fams := scrape(t, m.Handler())
+	want := map[string]float64{"acme": 20, "globex": 10, telemetry.TenantOther: 10}
+	if n := len(fams["jetembed_tenant_tokens_total"].GetMetric()); n != len(want) {
+		t.Errorf("%d tenant series, want %d", n, len(want))
+	}
+	for tenant, tokens := range want {
+		if got := sample(t, fams, "jetembed_tenant_tokens_total", map[string]string{"tenant": tenant}).GetCounter().GetValue(); got != tokens {
+			t.Errorf("tenant %s: %v tokens, want %v", tenant, got, tokens)
+		}
+	}
+}
