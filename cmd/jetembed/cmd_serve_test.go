@@ -307,11 +307,15 @@ func TestServeTenantNames(t *testing.T) {
 	if n := c.Runtime.TenantNames; n[key] != "acme" || n[other] != "globex" {
 		t.Errorf("metrics names %v", n)
 	}
-	if err := os.WriteFile(file, []byte("not a table\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := parse("--tenant-names", file); !errors.Is(err, errUsage) {
-		t.Errorf("a bad --tenant-names file: %v, want a usage error", err)
+	// A name must be a name of tenant add's: no reserved or invalid
+	// metrics label, no default (*), no key of the file.
+	for _, bad := range []string{"not a table", "AKEY\t*other", "AKEY\t*", "AKEY\t\xff\xfe", "AKEY\tAcme", "AKEY\tBKEY\nBKEY\tbeta"} {
+		if err := os.WriteFile(file, []byte(bad+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := parse("--tenant-names", file); !errors.Is(err, errUsage) {
+			t.Errorf("--tenant-names file %q: %v, want a usage error", bad, err)
+		}
 	}
 }
 

@@ -157,7 +157,9 @@ func tenantLabel(t string) string {
 
 // readTenantNames reads a key -> name file: a key, a tab and a name a
 // line (blank lines skipped); a later line of a key wins, as appending
-// to the file means.
+// to the file means. A name follows `tenant add`'s rule (so it is a
+// valid, short metrics label that cannot be a reserved one such as
+// *other, the default * or a key) and names no other key of the file.
 func readTenantNames(file string) (map[string]string, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
@@ -169,10 +171,15 @@ func readTenantNames(file string) (map[string]string, error) {
 			continue
 		}
 		key, name, ok := strings.Cut(strings.TrimSuffix(line, "\r"), "\t")
-		if !ok || !schema.ValidTenant(key) || name == "" || strings.ContainsAny(name, "\t") {
-			return nil, fmt.Errorf("%s:%d: want a key, a tab and a name: %q", file, i+1, line)
+		if !ok || !schema.ValidTenant(key) || !tenantName.MatchString(name) {
+			return nil, fmt.Errorf("%s:%d: want a key, a tab and a name (%s): %q", file, i+1, tenantName, line)
 		}
 		names[key] = name
+	}
+	for key, name := range names {
+		if _, ok := names[name]; ok {
+			return nil, fmt.Errorf("%s: the name %q of %s is a key of the file", file, name, key)
+		}
 	}
 	return names, nil
 }

@@ -2,9 +2,10 @@ package telemetry
 
 import (
 	"context"
-	"maps"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -97,7 +98,14 @@ func (m *Metrics) NameTenants(names map[string]string) {
 	u := &m.usage
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.names = maps.Clone(names)
+	u.names = make(map[string]string, len(names))
+	for key, name := range names {
+		// A label the exposition refuses (invalid UTF-8 fails every
+		// scrape) or a reserved one stays the key.
+		if name != "" && utf8.ValidString(name) && !strings.HasPrefix(name, "*") {
+			u.names[key] = name
+		}
+	}
 }
 
 // tenantLabel returns the label value of tenant (its name, if it has one),
