@@ -275,6 +275,9 @@ func (r *pbReader) walk(size int64, fn func(num protowire.Number, typ protowire.
 		if err != nil {
 			return err
 		}
+		if r.off > end {
+			return fmt.Errorf("a field tag overruns its message at offset %d", start)
+		}
 		num, typ := protowire.DecodeTag(tag)
 		if num <= 0 {
 			return fmt.Errorf("bad field number %d at offset %d", num, start)
@@ -294,7 +297,9 @@ func (r *pbReader) walk(size int64, fn func(num protowire.Number, typ protowire.
 			if u, err = binary.ReadUvarint(r); err != nil {
 				return err
 			}
-			if u > uint64(end-r.off) {
+			// The length's own varint may already have run past the end
+			// (end-r.off negative, which as a uint64 would admit any u).
+			if r.off > end || u > uint64(end-r.off) {
 				return fmt.Errorf("field %d of %d bytes overruns its message at offset %d", num, u, r.off)
 			}
 			n = int64(u)
@@ -325,6 +330,9 @@ func (r *pbReader) walk(size int64, fn func(num protowire.Number, typ protowire.
 }
 
 func (r *pbReader) bytes(n int64) ([]byte, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("a field of %d bytes at offset %d", n, r.off)
+	}
 	b := make([]byte, n)
 	_, err := io.ReadFull(r, b)
 	return b, err
