@@ -1,0 +1,26 @@
+package jetstream
+
+// TenantsReady reports whether each of tenants has a delivery before the
+// per-tenant pulling's fair gate: one waiting in it, or more buffered
+// behind the one just handed over. A test that steps jobs one at a time
+// steps only then, so that the gate always has the choice it is tested on
+// (a pull request late on a loaded machine would otherwise look like a
+// tenant with nothing to do).
+func (w *Worker) TenantsReady(tenants ...string) bool {
+	if w.tenants == nil {
+		return false
+	}
+	g := w.tenants.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, t := range tenants {
+		if g.waiting[t] != nil {
+			continue
+		}
+		if more := g.more[t]; more != nil && more() {
+			continue
+		}
+		return false
+	}
+	return true
+}
