@@ -1,11 +1,13 @@
 package jetstream
 
 // TenantsReady reports whether each of tenants has a delivery before the
-// per-tenant pulling's fair gate: one waiting in it, or more buffered
-// behind the one just handed over. A test that steps jobs one at a time
-// steps only then, so that the gate always has the choice it is tested on
-// (a pull request late on a loaded machine would otherwise look like a
-// tenant with nothing to do).
+// per-tenant pulling's fair gate: one waiting in it, or, for the tenant
+// whose delivery is in hand, more buffered (its loop submits the next the
+// moment this one returns, and the gate holds the turn for it). A test
+// that steps jobs one at a time steps only then, so that the gate always
+// has the choice it is tested on: a pull request late on a loaded
+// machine, or a fetch loop not yet scheduled, would otherwise look like a
+// tenant with nothing to do.
 func (w *Worker) TenantsReady(tenants ...string) bool {
 	if w.tenants == nil {
 		return false
@@ -17,7 +19,7 @@ func (w *Worker) TenantsReady(tenants ...string) bool {
 		if g.waiting[t] != nil {
 			continue
 		}
-		if more := g.more[t]; more != nil && more() {
+		if more := g.more[t]; g.busy && g.hand == t && more != nil && more() {
 			continue
 		}
 		return false

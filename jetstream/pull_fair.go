@@ -31,6 +31,7 @@ type fairGate struct {
 
 	mu      sync.Mutex
 	busy    bool   // a delivery is in the sink's Submit
+	hand    string // its tenant while busy
 	last    string // the tenant of the last delivery handed over
 	onDeck  string // the tenant the turn is held for ("" none)
 	v       float64
@@ -151,7 +152,7 @@ func (g *fairGate) submit(ctx context.Context, tenant string, d *consumer.Stored
 	}
 	err := g.sink.Submit(ctx, d)
 	g.mu.Lock()
-	g.busy = false
+	g.busy, g.hand = false, ""
 	g.last = tenant
 	g.jobs[tenant]++
 	g.dispatchLocked()
@@ -205,7 +206,7 @@ func (g *fairGate) dispatchLocked() {
 		return
 	}
 	best.release = release
-	g.busy = true
+	g.busy, g.hand = true, best.tenant
 	g.v = best.start
 	delete(g.waiting, best.tenant)
 	best.granted = true
