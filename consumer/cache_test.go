@@ -394,3 +394,21 @@ func FuzzCacheValue(f *testing.F) {
 		}
 	})
 }
+
+// TestCacheKeyStable: the cache's keys do not change between versions
+// (a bucket filled by an earlier one is still read), whatever the code
+// that computes them.
+func TestCacheKeyStable(t *testing.T) {
+	for _, c := range []struct {
+		key  cacheKey
+		want string
+	}{
+		{makeCacheKey("bge-m3@abc", "fp32", "acme", engine.Dense|engine.Sparse, true, 8192, "héllo wörld"), "b9fcd87524ba364b80560bd32225362adfb126ac1e06fdbfa55dd4bc10e87a43"},
+		{makeCacheKey("", "", "", 0, false, 0, ""), "7f0a2a56400b1e8610beca441f04c28c476eb0636cbda606c5fff630a5f13884"},
+		{makeCacheKey("m@1", "int8", "t", engine.Dense, false, -1, strings.Repeat("long text ", 10000)), makeCacheKey("m@1", "int8", "t", engine.Dense, false, 0, strings.Repeat("long text ", 10000)).String()},
+	} {
+		if got := c.key.String(); got != c.want {
+			t.Errorf("key %s, want %s", got, c.want)
+		}
+	}
+}

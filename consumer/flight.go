@@ -31,32 +31,47 @@ type cacheKey [sha256.Size]byte
 // String is the KV key: the digest in hex.
 func (k cacheKey) String() string { return hex.EncodeToString(k[:]) }
 
+// makeCacheKey is computed for every text of every job (the flights need
+// it even with the cache off), so it hashes one pooled buffer of the
+// fields rather than streaming them through a hash.Hash (which took two
+// allocations a field). The bytes, and so the keys of entries already in
+// a cache bucket, are the same (TestCacheKeyStable).
 func makeCacheKey(model, precision, tenant string, out engine.Output, truncate bool, maxTokens int, text string) cacheKey {
-	h := sha256.New()
-	var buf [binary.MaxVarintLen64]byte
-	field := func(s string) {
-		h.Write(buf[:binary.PutUvarint(buf[:], uint64(len(s)))])
-		h.Write([]byte(s))
+	bp := keyBufs.Get().(*[]byte)
+	b := (*bp)[:0]
+	for _, s := range [...]string{"jetembed/cache/v1", model, precision, tenant} {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
 	}
-	field("jetembed/cache/v1")
-	field(model)
-	field(precision)
-	field(tenant)
 	flags := byte(0)
 	if truncate {
 		flags = 1
 	}
-	h.Write([]byte{byte(out), flags})
-	h.Write(buf[:binary.PutUvarint(buf[:], uint64(max(maxTokens, 0)))])
-	field(text)
-	var k cacheKey
-	h.Sum(k[:0])
+	b = append(b, byte(out), flags)
+	b = binary.AppendUvarint(b, uint64(max(maxTokens, 0)))
+	b = binary.AppendUvarint(b, uint64(len(text)))
+	b = append(b, text...)
+	k := cacheKey(sha256.Sum256(b))
+	if cap(b) <= maxKeyBuf {
+		*bp = b
+		keyBufs.Put(bp)
+	}
 	return k
 }
 
+// keyBufs hold makeCacheKey's buffers; one grown past maxKeyBuf (a long
+// text) is left to the collector.
+var keyBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+const maxKeyBuf = 64 << 10
+
 // flight is one text being computed for the job that claimed it.
 type flight struct {
-	done chan struct{} // closed when landed
+	// done is closed when landed. It is made by the first job that
+	// follows the flight (under the board's lock, before land can run):
+	// most texts are followed by none, and a channel a text was an
+	// allocation a text.
+	done chan struct{}
 	// Set before done is closed. ok: emb is the text's answer (a
 	// retriable failure is not: a follower runs the text itself);
 	// cached: it came from the cache.
@@ -75,7 +90,12 @@ type flights struct {
 // (lead, and their flights in mine); the others are followed (theirs).
 // mine and theirs are aligned with the job's texts (n of them).
 func (b *flights) claim(unique []int, keys []cacheKey, n int) (lead []int, mine, theirs []*flight) {
-	mine, theirs = make([]*flight, n), make([]*flight, n)
+	both := make([]*flight, 2*n)
+	mine, theirs = both[:n:n], both[n:]
+	// One allocation for the job's flights (a followed text leaves its
+	// slot unused).
+	slab := make([]flight, len(unique))
+	lead = make([]int, 0, len(unique))
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.m == nil {
@@ -83,10 +103,13 @@ func (b *flights) claim(unique []int, keys []cacheKey, n int) (lead []int, mine,
 	}
 	for _, k := range unique {
 		if f, ok := b.m[keys[k]]; ok {
+			if f.done == nil {
+				f.done = make(chan struct{})
+			}
 			theirs[k] = f
 			continue
 		}
-		f := &flight{done: make(chan struct{})}
+		f := &slab[len(lead)]
 		b.m[keys[k]] = f
 		mine[k] = f
 		lead = append(lead, k)
@@ -98,16 +121,21 @@ func (b *flights) claim(unique []int, keys []cacheKey, n int) (lead []int, mine,
 // board. It is called once per claimed flight; ok false sends them to run
 // the text themselves.
 func (b *flights) land(key cacheKey, f *flight, emb engine.Embedding, ok, cached bool) {
+	if ok && emb.Err != nil && (emb.Err.Retriable || emb.Err.Code.Retriable()) {
+		ok = false
+	}
 	b.mu.Lock()
 	if b.m[key] == f {
 		delete(b.m, key)
 	}
+	// Off the board no job can follow it any more: done is what it is
+	// (nil when none did), and the answer is set before it is closed.
+	done := f.done
 	b.mu.Unlock()
-	if ok && emb.Err != nil && (emb.Err.Retriable || emb.Err.Code.Retriable()) {
-		ok = false
-	}
 	f.emb, f.ok, f.cached = emb, ok, cached
-	close(f.done)
+	if done != nil {
+		close(done)
+	}
 }
 
 // inFlight is how many texts are on the board (tests).

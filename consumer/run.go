@@ -130,6 +130,10 @@ func (j *job) producer(ctx context.Context) context.Context {
 	return telemetry.ExtractHeaders(ctx, j.a.Header)
 }
 
+// smallJob is the most texts a job deduplicates by comparing them
+// pairwise (more go through a map).
+const smallJob = 32
+
 // embedTexts embeds a job's texts (all with the job's outputs and
 // truncation): each distinct text once; a text another job has in flight
 // is waited for (flight.go), one the cache has is taken from it, and the
@@ -138,11 +142,13 @@ func (j *job) producer(ctx context.Context) context.Context {
 // texts; the report's chunk items index texts.
 func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (embs []engine.Embedding, seq []int, from []textFrom, rep engine.CallReport, err error) {
 	n := len(texts)
-	embs, seq, from = make([]engine.Embedding, n), make([]int, n), make([]textFrom, n)
+	embs, from = make([]engine.Embedding, n), make([]textFrom, n)
 	// twin[k] is the first text equal to text k; unique are the firsts.
-	twin := make([]int, n)
-	unique := make([]int, 0, n)
-	if n > 1 {
+	// (One allocation for the three: this runs for every job.)
+	ints := make([]int, 3*n)
+	seq, twin, unique := ints[:n:n], ints[n:2*n:2*n], ints[2*n:2*n:3*n]
+	switch {
+	case n > smallJob:
 		first := make(map[string]int, n)
 		for k, t := range texts {
 			if f, ok := first[t.Text]; ok {
@@ -153,8 +159,20 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 			twin[k] = k
 			unique = append(unique, k)
 		}
-	} else if n == 1 {
-		unique = append(unique, 0)
+	default:
+		// A few texts: comparing with the firsts so far costs less than
+		// a map.
+	next:
+		for k, t := range texts {
+			for _, f := range unique {
+				if texts[f].Text == t.Text {
+					twin[k] = f
+					continue next
+				}
+			}
+			twin[k] = k
+			unique = append(unique, k)
+		}
 	}
 
 	keys := make([]cacheKey, n)
