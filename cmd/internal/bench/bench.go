@@ -258,33 +258,54 @@ func (u *suite) engineRuns(ctx context.Context) (engine.Cost, error) {
 // all the jobs it holds at once; the bare engine gets the same calls.
 func (u *suite) rounds(ctx context.Context, e *engine.Engine) error {
 	r := u.r
-	calls := u.jobs
-	r.EngineCalls = len(calls)
+	r.EngineCalls = len(u.jobs)
+	a, err := u.alternate(ctx, e, u.jobs, "bare engine", "pipeline")
+	if err != nil {
+		return err
+	}
+	r.Engine, r.EngineRounds, r.Pipeline, r.PipelineRounds, r.Busy = a.bare, a.bareRounds, a.pipe, a.pipeRounds, a.busy
+	return nil
+}
+
+// alternation is what [suite.alternate] measured: the best bare and
+// pipeline rounds, every round's texts/s, and the sessions' busy fraction
+// during the best pipeline round.
+type alternation struct {
+	bare                   Rate
+	pipe                   Bulk
+	bareRounds, pipeRounds []float64
+	busy                   float64
+}
+
+// alternate runs jobs through e bare (one call per job, all at once) and
+// then through the pipeline, for the config's rounds, keeping the best of
+// each: other work on the machine slows whichever runs while it happens.
+func (u *suite) alternate(ctx context.Context, e *engine.Engine, jobs [][]string, bareName, pipeName string) (alternation, error) {
+	var a alternation
 	for round := range u.cfg.Rounds {
-		bare, err := bareEngine(ctx, e, calls, len(calls))
+		bare, err := bareEngine(ctx, e, jobs, len(jobs))
 		if err != nil {
-			return fmt.Errorf("bare engine: %w", err)
+			return a, fmt.Errorf("%s: %w", bareName, err)
 		}
-		r.EngineRounds = append(r.EngineRounds, bare.PerSecond())
-		if bare.PerSecond() > r.Engine.PerSecond() {
-			r.Engine = bare
+		a.bareRounds = append(a.bareRounds, bare.PerSecond())
+		if bare.PerSecond() > a.bare.PerSecond() {
+			a.bare = bare
 		}
-		u.logf("round %d: bare engine %.1f texts/s", round+1, bare.PerSecond())
 		cw := &counting{Embedder: e}
 		busy0 := sessionBusy(e)
-		pipe, err := bulkRun(ctx, cw, u.cc, u.jobs)
+		pipe, err := bulkRun(ctx, cw, u.cc, jobs)
 		if err != nil {
-			return fmt.Errorf("pipeline: %w", err)
+			return a, fmt.Errorf("%s: %w", pipeName, err)
 		}
 		pipe.Tokens, pipe.Padded = cw.totals()
-		r.PipelineRounds = append(r.PipelineRounds, pipe.PerSecond())
-		if pipe.PerSecond() > r.Pipeline.PerSecond() {
-			r.Pipeline = pipe
-			r.Busy = float64(sessionBusy(e)-busy0) / float64(pipe.Elapsed) / float64(u.cfg.Sessions)
+		a.pipeRounds = append(a.pipeRounds, pipe.PerSecond())
+		if pipe.PerSecond() > a.pipe.PerSecond() {
+			a.pipe = pipe
+			a.busy = float64(sessionBusy(e)-busy0) / float64(pipe.Elapsed) / float64(u.cfg.Sessions)
 		}
-		u.logf("round %d: pipeline %.1f texts/s, peak RSS %d MiB", round+1, pipe.PerSecond(), pipe.PeakRSS>>20)
+		u.logf("round %d: %s %.1f texts/s, %s %.1f texts/s, peak RSS %d MiB", round+1, bareName, bare.PerSecond(), pipeName, pipe.PerSecond(), pipe.PeakRSS>>20)
 	}
-	return nil
+	return a, nil
 }
 
 // reindex runs the re-index measurement on the engine and the bulk jobs.
@@ -397,27 +418,11 @@ func (u *suite) noopRuns(ctx context.Context, cost engine.Cost) error {
 	// the bare no-op engine speeds up about twofold over its first rounds
 	// in a process (its pools and the runtime's heap and stacks grow), so
 	// one cold round of it flatters the ratio.
-	for round := range u.cfg.Rounds {
-		bare, err := bareEngine(ctx, noop, noopJobs, len(noopJobs))
-		if err != nil {
-			return fmt.Errorf("no-op engine: %w", err)
-		}
-		r.NoopEngineRounds = append(r.NoopEngineRounds, bare.PerSecond())
-		if bare.PerSecond() > r.NoopEngine.PerSecond() {
-			r.NoopEngine = bare
-		}
-		cw := &counting{Embedder: noop}
-		run, err := bulkRun(ctx, cw, u.cc, noopJobs)
-		if err != nil {
-			return fmt.Errorf("no-op pipeline: %w", err)
-		}
-		run.Tokens, run.Padded = cw.totals()
-		r.NoopRounds = append(r.NoopRounds, run.PerSecond())
-		if run.PerSecond() > r.Noop.PerSecond() {
-			r.Noop = run
-		}
-		u.logf("round %d: no-op engine %.1f texts/s, through NATS %.1f texts/s", round+1, bare.PerSecond(), run.PerSecond())
+	a, err := u.alternate(ctx, noop, noopJobs, "no-op engine", "no-op pipeline")
+	if err != nil {
+		return err
 	}
+	r.NoopEngine, r.NoopEngineRounds, r.Noop, r.NoopRounds = a.bare, a.bareRounds, a.pipe, a.pipeRounds
 	return nil
 }
 
