@@ -15,6 +15,7 @@
 // bench sits beside cmd/ at the top of the one-way flow (it is internal:
 // only cmd/jetembed runs it): it may import jetstream, consumer, engine and
 // its subpackages, and schema, and it starts an embedded nats-server
-// through jetstream/devserver. It never imports nats.go itself: the
+// through jetstream/devserver (or, with $JETEMBED_BENCH_SERVER_PROCESS set
+// to a nats-server binary, that server as a process of its own). It never imports nats.go itself: the
 // connection and JetStream handles come from package jetstream.
 package bench

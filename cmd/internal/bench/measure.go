@@ -18,6 +18,26 @@ type Rate struct {
 	// Tokens are the real tokens run and Padded the tokens run including
 	// padding, when the contender reports them.
 	Tokens, Padded int
+	// CPU is the process's CPU time (user and system) over Elapsed, when
+	// the measure records it: every goroutine's, the NATS server's too
+	// when it runs in the process.
+	CPU time.Duration
+}
+
+// CPUPerText is CPU a text, in microseconds.
+func (r Rate) CPUPerText() float64 {
+	if r.Texts == 0 {
+		return 0
+	}
+	return float64(r.CPU.Nanoseconds()) / 1e3 / float64(r.Texts)
+}
+
+// Cores is CPU over Elapsed: how many cores the run kept busy.
+func (r Rate) Cores() float64 {
+	if r.Elapsed <= 0 {
+		return 0
+	}
+	return r.CPU.Seconds() / r.Elapsed.Seconds()
 }
 
 // PerSecond is texts per second.
@@ -73,7 +93,7 @@ func bareEngine(ctx context.Context, e *engine.Engine, calls [][]string, callers
 		firstErr       error
 		wg             sync.WaitGroup
 	)
-	start := time.Now()
+	start, cpu := time.Now(), cpuTime()
 	for range callers {
 		wg.Add(1)
 		go func() {
@@ -103,7 +123,7 @@ func bareEngine(ctx context.Context, e *engine.Engine, calls [][]string, callers
 		}()
 	}
 	wg.Wait()
-	return Rate{Texts: texts, Elapsed: time.Since(start), Tokens: tokens, Padded: padTok}, firstErr
+	return Rate{Texts: texts, Elapsed: time.Since(start), Tokens: tokens, Padded: padTok, CPU: cpuTime() - cpu}, firstErr
 }
 
 // arrivalBatch is the batch size of arrival-order batching.

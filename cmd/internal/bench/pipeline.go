@@ -56,15 +56,26 @@ func withNATSConfig(ctx context.Context, mod func(*jetstream.Config), f func(env
 		return err
 	}
 	defer os.RemoveAll(dir)
-	srv, err := devserver.Start(devserver.Options{Listen: "127.0.0.1:0", DataDir: dir})
-	if err != nil {
-		return err
+	var url string
+	if bin := os.Getenv(serverProcessEnv); bin != "" {
+		u, stop, err := startServerProcess(bin, dir)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		url = u
+	} else {
+		srv, err := devserver.Start(devserver.Options{Listen: "127.0.0.1:0", DataDir: dir})
+		if err != nil {
+			return err
+		}
+		defer func() {
+			srv.Shutdown()
+			srv.WaitForShutdown()
+		}()
+		url = srv.ClientURL()
 	}
-	defer func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-	}()
-	opts := jetstream.Options{URLs: []string{srv.ClientURL()}, Name: "jetembed-bench", Logger: quiet}
+	opts := jetstream.Options{URLs: []string{url}, Name: "jetembed-bench", Logger: quiet}
 	nc, err := jetstream.Connect(ctx, opts)
 	if err != nil {
 		return err
@@ -253,7 +264,7 @@ func bulkRun(ctx context.Context, emb engine.Embedder, cc consumer.Config, jobs 
 		defer stopReading()
 		b.BaseRSS = rss("VmRSS")
 		resetPeakRSS()
-		start := time.Now()
+		start, cpu := time.Now(), cpuTime()
 		stop, err := env.startWorker(ctx, emb, cc)
 		if err != nil {
 			return err
@@ -264,7 +275,7 @@ func bulkRun(ctx context.Context, emb engine.Embedder, cc consumer.Config, jobs 
 		if err := env.waitResults(rctx, uint64(len(jobs))); err != nil {
 			return err
 		}
-		b.Elapsed = time.Since(start)
+		b.Elapsed, b.CPU = time.Since(start), cpuTime()-cpu
 		b.PeakRSS = rss("VmHWM")
 		return nil
 	})

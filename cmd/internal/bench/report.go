@@ -110,8 +110,8 @@ func (r *Report) Markdown(w io.Writer) error {
 		r.Efficiency(), GoalEfficiency, verdict(r.Efficiency() >= GoalEfficiency))
 	p("| Loop overhead (no-op engine loop time per text / engine time per text) | %.2f%% | < %.0f%% | %s |\n",
 		100*r.Overhead(), 100*GoalOverhead, verdict(r.Overhead() < GoalOverhead))
-	p("| No-op path: no-op engine through NATS / bare no-op engine, texts/s | %.2f (%.0f / %.0f) | >= %.1f | %s |\n",
-		r.NoopPath(), r.Noop.PerSecond(), r.NoopEngine.PerSecond(), GoalNoopPath, verdict(r.NoopPath() >= GoalNoopPath))
+	p("| No-op path: no-op engine through NATS / bare no-op engine, texts/s | %.2f (%.0f / %.0f%s) | >= %.1f | %s |\n",
+		r.NoopPath(), r.Noop.PerSecond(), r.NoopEngine.PerSecond(), noopCPU(r), GoalNoopPath, verdict(r.NoopPath() >= GoalNoopPath))
 	p("| Pipeline / naive baseline (one session run per job) | %.2fx | >= %.0fx | %s |\n",
 		r.OverNaive(), GoalNaive, verdict(r.OverNaive() >= GoalNaive))
 	if r.Peer != nil {
@@ -150,13 +150,16 @@ func (r *Report) Markdown(w io.Writer) error {
 	p("| Peak RSS of the bulk run (VmHWM) / RSS before it | %d MiB / %d MiB | bounded by the in-flight budget | |\n\n",
 		r.Pipeline.PeakRSS>>20, r.Pipeline.BaseRSS>>20)
 
-	p("Raw measurements:\n\n| Contender | Texts | Seconds | Texts/s | Real/padded tokens |\n|---|---|---|---|---|\n")
+	p("Raw measurements (CPU: the whole process's, the embedded nats-server's included, over the timed run):\n\n| Contender | Texts | Seconds | Texts/s | Real/padded tokens | Cores busy, CPU µs a text |\n|---|---|---|---|---|---|\n")
 	row := func(name string, x Rate) {
-		fill := "n/a"
+		fill, cpu := "n/a", "n/a"
 		if x.Padded > 0 {
 			fill = fmt.Sprintf("%d / %d (%.3f)", x.Tokens, x.Padded, x.Fill())
 		}
-		p("| %s | %d | %.2f | %.1f | %s |\n", name, x.Texts, x.Elapsed.Seconds(), x.PerSecond(), fill)
+		if x.CPU > 0 && x.Texts > 0 {
+			cpu = fmt.Sprintf("%.2f, %.1f", x.Cores(), x.CPUPerText())
+		}
+		p("| %s | %d | %.2f | %.1f | %s | %s |\n", name, x.Texts, x.Elapsed.Seconds(), x.PerSecond(), fill, cpu)
 	}
 	row(fmt.Sprintf("bare engine, one call per job (%d calls at once, as the consumer makes them; best of rounds: %s)", r.EngineCalls, rounds(r.EngineRounds)), r.Engine)
 	row(fmt.Sprintf("pipeline through NATS, queue pre-filled (best of rounds: %s)", rounds(r.PipelineRounds)), r.Pipeline.Rate)
@@ -172,7 +175,7 @@ func (r *Report) Markdown(w io.Writer) error {
 	if r.Peer != nil {
 		row(fmt.Sprintf("bare engine on the peer's texts, calls of 256 texts (best of before/after the peer: %s)", rounds(r.PeerEngineRounds)), r.PeerEngine)
 		for _, pr := range r.Peer.Runs {
-			p("| transformers.js %s, batch %d, %d thread(s) (best of rounds: %s) | %d | %.2f | %.1f | n/a |\n",
+			p("| transformers.js %s, batch %d, %d thread(s) (best of rounds: %s) | %d | %.2f | %.1f | n/a | n/a (another process) |\n",
 				r.Peer.Version, pr.Batch, r.Peer.Threads, rounds(pr.Rounds), r.Peer.Texts, pr.Seconds, pr.TextsPerS)
 		}
 	}
@@ -251,3 +254,13 @@ const method = `How each figure is made (package cmd/internal/bench):
 - Peer: @huggingface/transformers feature-extraction (CLS pooling, normalized) on onnxruntime-node's bundled CPU ONNX Runtime, the same model.onnx and tokenizer.json through symlinks, intra-op threads = sessions x threads, every batch size warmed once and then timed over the same texts in two rounds, keeping the best; jetembed's bare engine is timed on those texts right before and right after the peer, keeping the best.
 - Peak RSS: /proc/self/status VmHWM, reset through /proc/self/clear_refs right before the bulk run. The process also holds the embedded nats-server, the producer and, during the bulk run, the stored jobs and results.
 `
+
+// noopCPU says what the two no-op runs cost in CPU a text and how many
+// cores they kept busy, when both were measured.
+func noopCPU(r *Report) string {
+	n, b := r.Noop.Rate, r.NoopEngine
+	if n.CPU <= 0 || b.CPU <= 0 {
+		return ""
+	}
+	return fmt.Sprintf("; CPU a text %.1f / %.1f µs on %.2f / %.2f cores", n.CPUPerText(), b.CPUPerText(), n.Cores(), b.Cores())
+}

@@ -97,3 +97,27 @@ func TestFairRows(t *testing.T) {
 		t.Error("no jobs under the backlog met the goal")
 	}
 }
+
+// TestNoopCPURows: the no-op row and the raw table say what each run cost
+// in CPU a text and cores, and n/a for a run whose CPU was not measured.
+func TestNoopCPURows(t *testing.T) {
+	r := &Report{
+		NoopEngine: Rate{Texts: 30000, Elapsed: time.Second, CPU: 900 * time.Millisecond},
+		Noop:       Bulk{Rate: Rate{Texts: 30000, Elapsed: 2 * time.Second, CPU: 2400 * time.Millisecond}},
+		Arrival:    Rate{Texts: 100, Elapsed: time.Second},
+	}
+	var b strings.Builder
+	if err := r.Markdown(&b); err != nil {
+		t.Fatal(err)
+	}
+	for _, w := range []string{
+		"| 0.50 (15000 / 30000; CPU a text 80.0 / 30.0 µs on 1.20 / 0.90 cores) | >= 0.6 | **missed** |",
+		"| 30000 | 2.00 | 15000.0 | n/a | 1.20, 80.0 |",
+		"| 30000 | 1.00 | 30000.0 | n/a | 0.90, 30.0 |",
+		"| 100 | 1.00 | 100.0 | n/a | n/a |",
+	} {
+		if !strings.Contains(b.String(), w) {
+			t.Errorf("report lacks %q:\n%s", w, b.String())
+		}
+	}
+}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // rss reads one memory field of /proc/self/status (VmRSS, VmHWM) in bytes;
@@ -34,4 +36,14 @@ func rss(field string) int64 {
 // that the next read is the peak of what runs in between.
 func resetPeakRSS() {
 	_ = os.WriteFile("/proc/self/clear_refs", []byte("5"), 0)
+}
+
+// cpuTime is the process's user and system CPU time so far (zero where
+// getrusage fails).
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
