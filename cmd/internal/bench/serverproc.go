@@ -2,9 +2,9 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -28,7 +28,8 @@ func startServerProcess(bin, dir string) (url string, stop func(), err error) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	cmd := exec.Command(bin, "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-js", "-sd", dir)
-	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	var log bytes.Buffer // read only if it never greets: its lines would interleave the bench's
+	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
 		return "", nil, fmt.Errorf("start %s: %w", bin, err)
 	}
@@ -43,7 +44,7 @@ func startServerProcess(bin, dir string) (url string, stop func(), err error) {
 		}
 		if time.Now().After(deadline) {
 			stop()
-			return "", nil, fmt.Errorf("%s: no greeting on %s within 30s", bin, addr)
+			return "", nil, fmt.Errorf("%s: no greeting on %s within 30s: %s", bin, addr, log.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
