@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -230,5 +231,34 @@ func TestDeadLetterIDs(t *testing.T) {
 	}
 	if deadLetterID("bad_payload", a) == deadLetterID("internal", a) {
 		t.Error("two codes share a dead-letter id")
+	}
+}
+
+// TestJobTenantTooLong: a job whose subject names a tenant over
+// schema.MaxTenantBytes (a usage event could not carry it) is refused
+// bad_reply on its first delivery and terminated: no result, no model run,
+// no redelivery.
+func TestJobTenantTooLong(t *testing.T) {
+	u := &fakeUsage{}
+	r := newRig(t, Config{Replies: schema.ReplyPolicy{}.WithDefaults(), Usage: u, Delivery: DeliveryLimits{MaxDeliver: 5}}, nil, nil)
+	long := strings.Repeat("t", schema.MaxTenantBytes+1)
+	d, m := delivery(t, schema.NewJob("j", "x"), schema.EncodingJSON, 1)
+	d.Subject = "embed.jobs." + long + ".run.j"
+	if err := r.c.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	if calls := m.wait(t); !slices.Equal(calls, []string{"term"}) {
+		t.Fatalf("message settled %v, want [term]", calls)
+	}
+	if res := r.pub.Results(); len(res) != 0 {
+		t.Errorf("%d results published", len(res))
+	}
+	if dl := r.pub.DLQ(); len(dl) != 1 || dl[0].Code != string(schema.CodeBadReply) {
+		t.Errorf("dead letters %+v, want one bad_reply", dl)
+	}
+	r.emb.mu.Lock()
+	defer r.emb.mu.Unlock()
+	if len(r.emb.calls) != 0 {
+		t.Errorf("the engine ran %d calls", len(r.emb.calls))
 	}
 }

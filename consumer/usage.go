@@ -2,6 +2,8 @@ package consumer
 
 import (
 	"context"
+	"errors"
+	"log/slog"
 	"strconv"
 	"time"
 
@@ -75,9 +77,17 @@ func (c *Loop) recordUsage(ctx context.Context, j *job, out outcome) outcome {
 	if rec := c.cfg.Usage; rec != nil {
 		dup, err := rec.RecordUsage(ctx, j.usageKey, e)
 		if err != nil {
-			c.cfg.Logger.Warn("usage not stored", "job", j.id, "tenant", j.tenant, "delivered", j.delivered, "err", err)
+			// An event the schema refuses (schema.ErrUsageEvent) is
+			// refused again on every delivery: the job is settled and
+			// the event counted lost, never retried.
+			refused := errors.Is(err, schema.ErrUsageEvent)
+			level := slog.LevelWarn
+			if refused {
+				level = slog.LevelError
+			}
+			c.cfg.Logger.Log(ctx, level, "usage not stored", "job", j.id, "tenant", j.tenant, "delivered", j.delivered, "err", err)
 			um, _ := c.cfg.Metrics.(UsageMetrics)
-			if j.msg == nil || j.req != nil || c.finalDelivery(j.delivered) {
+			if refused || j.msg == nil || j.req != nil || c.finalDelivery(j.delivered) {
 				if um != nil {
 					um.UsageUnrecorded(ctx, UsageLost)
 				}

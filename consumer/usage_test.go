@@ -32,6 +32,11 @@ func (u *fakeUsage) RecordUsage(_ context.Context, key string, e schema.UsageEve
 	if u.fail != nil {
 		return false, u.fail
 	}
+	// The stream's store encodes the event, and refuses what the schema
+	// refuses.
+	if _, err := schema.EncodeUsageEvent(e); err != nil {
+		return false, err
+	}
 	if key != "" && slices.Contains(u.keys, key) {
 		u.dups++
 		return true, nil
@@ -204,6 +209,24 @@ func TestUsageStoreDown(t *testing.T) {
 	keys, events := u.stored()
 	if keys[0] != "" || !events[0].Request || events[0].Tenant != "acme" || events[0].Tokens != 4 {
 		t.Errorf("request usage %q %+v", keys, events)
+	}
+}
+
+// TestUsageRefusedNotRetried: an event the usage schema refuses (here a
+// store that says so; in the fleet an event no check lets through) is
+// refused on every delivery, so the job is settled at once and the event
+// counted lost: no NAK loop that runs the texts MaxDeliver times.
+func TestUsageRefusedNotRetried(t *testing.T) {
+	u := &fakeUsage{fail: fmt.Errorf("%w: tenant is not a tenant", schema.ErrUsageEvent)}
+	r := newRig(t, Config{Usage: u, Delivery: DeliveryLimits{MaxDeliver: 5}}, nil, nil)
+	j := schema.NewJob("j1", "hello")
+	j.Reply = "r.j1"
+	d, m := stored(t, j, 1, 1)
+	if got := settleOne(t, r, d, m); !slices.Equal(got, []string{"ack"}) {
+		t.Fatalf("calls %v, want [ack] on the first delivery", got)
+	}
+	if r.met.get("unrecorded lost") != 1 || r.met.get("unrecorded retried") != 0 || r.met.get("nak "+ReasonUsageFailed) != 0 {
+		t.Errorf("metrics %v", r.met)
 	}
 }
 

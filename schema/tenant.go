@@ -157,11 +157,16 @@ func ResultsConsumerName(tenant string, k int) string {
 	return tenant + "_r" + strconv.Itoa(k)
 }
 
+// MaxTenantBytes is the longest tenant: an account's bound name (at most
+// 63 bytes from `jetembed tenant add`) or public key (56) fits many times
+// over, and a usage event can always carry it.
+const MaxTenantBytes = 256
+
 // ValidTenant reports whether s can be a tenant: one subject token as
 // [LiteralSubject] has them (no '*' or '>' inside, no whitespace or control
-// characters).
+// characters) of at most [MaxTenantBytes].
 func ValidTenant(s string) bool {
-	return s != "" && !strings.Contains(s, ".") && LiteralSubject(s)
+	return s != "" && len(s) <= MaxTenantBytes && !strings.Contains(s, ".") && LiteralSubject(s)
 }
 
 // SubjectToken returns the token of subject at 1-based position pos, or "".

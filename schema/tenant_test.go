@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -21,6 +22,9 @@ func TestTenancyJobTenant(t *testing.T) {
 		{Tenancy{Token: 4}, "jobs.eu.west.t1.x", "t1", true},
 		{Tenancy{Token: 1}, "t1.x", "t1", true},
 		{Tenancy{Off: true}, "embed.jobs.producer-a", "", true},
+		// A tenant must fit a usage event: at most MaxTenantBytes.
+		{Tenancy{}, "embed.jobs." + strings.Repeat("t", MaxTenantBytes) + ".x", strings.Repeat("t", MaxTenantBytes), true},
+		{Tenancy{}, "embed.jobs." + strings.Repeat("t", MaxTenantBytes+1) + ".x", "", false},
 	} {
 		tenant, ok := c.ty.JobTenant(c.subject)
 		if tenant != c.tenant && ok || ok != c.ok {

@@ -27,7 +27,6 @@ const (
 	maxUsageTexts        = 1 << 24
 	maxUsageTokens       = 1 << 40
 	maxUsageSeconds      = 1 << 20
-	maxUsageTenantBytes  = 256
 	maxUsageCodeBytes    = 64
 	MaxUsageJobBytes     = DefaultMaxIDBytes
 	maxUsageDeliveredCnt = 1 << 20
@@ -125,7 +124,7 @@ func (e UsageEvent) check() error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrUsageEvent}, args...)...)
 	}
 	switch {
-	case e.Tenant != "" && (len(e.Tenant) > maxUsageTenantBytes || !ValidTenant(e.Tenant)):
+	case e.Tenant != "" && !ValidTenant(e.Tenant):
 		return bad("tenant is not a tenant")
 	case len(e.Code) > maxUsageCodeBytes || strings.IndexFunc(string(e.Code), notCodeRune) >= 0:
 		return bad("code is not an error code")
