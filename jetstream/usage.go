@@ -100,6 +100,10 @@ type UsageReport struct {
 	Skipped int64 `json:"skipped,omitempty"`
 }
 
+// usageFetchBytes bounds the bytes of one pull of [ReadUsage]: 512 events
+// are ~2 MiB at most, and the pull's subscription holds 64 MiB.
+const usageFetchBytes = 16 << 20
+
 // ReadUsage reads the usage stream's events of q, in order, and sums them
 // per tenant per hour (of the stream's clock). It reads what the stream
 // held when it began, through an ordered consumer, and keeps only the
@@ -146,7 +150,9 @@ func ReadUsage(ctx context.Context, js natsjs.JetStream, q UsageQuery) (UsageRep
 		remaining = ci.NumPending
 	}
 	for remaining > 0 && last > 0 {
-		batch, err := c.Fetch(int(min(remaining, 512)), natsjs.FetchMaxWait(5*time.Second))
+		// Bounded in bytes too: a batch the subscription's pending
+		// limit cannot hold would lose messages without an error.
+		batch, err := c.Fetch(int(min(remaining, 512)), natsjs.FetchMaxWait(5*time.Second), natsjs.FetchMaxBytes(usageFetchBytes))
 		if err != nil {
 			return UsageReport{}, fmt.Errorf("usage stream %s: %w", q.Stream, err)
 		}
@@ -184,7 +190,10 @@ func ReadUsage(ctx context.Context, js natsjs.JetStream, q UsageQuery) (UsageRep
 			r.add(e)
 			rep.Events++
 		}
-		if err := batch.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) {
+		switch err := batch.Error(); {
+		case errors.Is(err, natsjs.ErrMaxBytesExceeded) && n == 0:
+			return UsageReport{}, fmt.Errorf("usage stream %s: a message over %d bytes (a usage event is at most %d): %w", q.Stream, usageFetchBytes, schema.MaxUsageEventBytes, err)
+		case err != nil && !errors.Is(err, natsjs.ErrNoMessages) && !errors.Is(err, natsjs.ErrMaxBytesExceeded):
 			return UsageReport{}, fmt.Errorf("usage stream %s: %w", q.Stream, err)
 		}
 		if done {

@@ -150,3 +150,35 @@ func TestUsageOnceAcrossRedelivery(t *testing.T) {
 		t.Errorf("acme's usage of the last hour: %+v", one)
 	}
 }
+
+// TestReadUsageLargeRecords: records far larger than a usage event (only
+// the fleet's own credentials may write the stream, but a reader takes
+// nothing on trust) are skipped, and never make the reader lose events:
+// unbounded in bytes, one pull of 512 messages overflowed its
+// subscription's pending limit and dropped events without an error.
+func TestReadUsageLargeRecords(t *testing.T) {
+	srv := newServer(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	junk := make([]byte, 1000<<10)
+	ev, err := schema.EncodeUsageEvent(schema.UsageEvent{V: schema.UsageVersion, Tenant: "acme", Texts: 1, Tokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 256 // 256 MB of junk: four times the 64 MiB a subscription holds
+	for i := range n {
+		if _, err := srv.js.Publish(ctx, "embed.usage.acme", junk); err != nil {
+			t.Fatal(i, err)
+		}
+		if _, err := srv.js.Publish(ctx, "embed.usage.acme", ev); err != nil {
+			t.Fatal(i, err)
+		}
+	}
+	rep, err := jetstream.ReadUsage(ctx, srv.js, jetstream.UsageQuery{Total: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Events != n || rep.Skipped != n || len(rep.Rows) != 1 || rep.Rows[0].Tokens != 3*n {
+		t.Fatalf("usage: %d events, %d skipped, rows %+v; want %d events of acme (%d tokens) and %d skipped", rep.Events, rep.Skipped, rep.Rows, n, 3*n, n)
+	}
+}
