@@ -63,8 +63,11 @@ type UsageQuery struct {
 	// Since and Until bound the events by when the stream stored them
 	// (zero: from the first, until the last stored when the read began).
 	Since, Until time.Time
-	// Tenant keeps one tenant's events only ("" every tenant's).
-	Tenant string
+	// Tenant keeps one tenant's events only ("" every tenant's), Tenants
+	// those of several (a tenant under more than one key, JWT mode's key
+	// rotation); both may be set.
+	Tenant  string
+	Tenants []string
 	// Total sums each tenant's events over the whole span instead of per
 	// hour.
 	Total bool
@@ -115,8 +118,19 @@ func ReadUsage(ctx context.Context, js natsjs.JetStream, q UsageQuery) (UsageRep
 	if q.Subject == "" {
 		q.Subject = schema.SubjectUsage
 	}
-	if q.Tenant != "" && !schema.ValidTenant(q.Tenant) {
-		return UsageReport{}, fmt.Errorf("%w: tenant %q is not one subject token", ErrConfig, q.Tenant)
+	var only map[string]bool // nil: every tenant's
+	ts := q.Tenants
+	if q.Tenant != "" {
+		ts = append([]string{q.Tenant}, ts...)
+	}
+	for _, t := range ts {
+		if !schema.ValidTenant(t) {
+			return UsageReport{}, fmt.Errorf("%w: tenant %q is not one subject token", ErrConfig, t)
+		}
+		if only == nil {
+			only = map[string]bool{}
+		}
+		only[t] = true
 	}
 	s, err := js.Stream(ctx, q.Stream)
 	if err != nil {
@@ -128,8 +142,8 @@ func ReadUsage(ctx context.Context, js natsjs.JetStream, q UsageQuery) (UsageRep
 	}
 	last := info.State.LastSeq
 	cfg := natsjs.OrderedConsumerConfig{}
-	if q.Tenant != "" {
-		cfg.FilterSubjects = []string{schema.UsageSubject(usagePrefix(q.Subject), q.Tenant)}
+	for _, t := range slices.Sorted(maps.Keys(only)) {
+		cfg.FilterSubjects = append(cfg.FilterSubjects, schema.UsageSubject(usagePrefix(q.Subject), t))
 	}
 	if !q.Since.IsZero() {
 		since := q.Since
@@ -175,7 +189,7 @@ func ReadUsage(ctx context.Context, js natsjs.JetStream, q UsageQuery) (UsageRep
 				rep.Skipped++
 				continue
 			}
-			if q.Tenant != "" && e.Tenant != q.Tenant {
+			if only != nil && !only[e.Tenant] {
 				continue
 			}
 			k := key{tenant: e.Tenant}
@@ -217,6 +231,27 @@ func ReadUsage(ctx context.Context, js natsjs.JetStream, q UsageQuery) (UsageRep
 		rep.Rows = append(rep.Rows, *sums[k])
 	}
 	return rep, nil
+}
+
+// Merge adds o's sums to r (the rows of one tenant under two keys).
+func (r *UsageRow) Merge(o UsageRow) {
+	r.Jobs += o.Jobs
+	for code, n := range o.Failed {
+		if r.Failed == nil {
+			r.Failed = map[schema.Code]int64{}
+		}
+		if _, ok := r.Failed[code]; !ok && len(r.Failed) >= maxUsageCodes {
+			code = "other"
+		}
+		r.Failed[code] += n
+	}
+	r.Requests += o.Requests
+	r.Texts += o.Texts
+	r.Tokens += o.Tokens
+	r.PaddedTokens += o.PaddedTokens
+	r.ComputeSeconds += o.ComputeSeconds
+	r.CachedTexts += o.CachedTexts
+	r.CachedTokens += o.CachedTokens
 }
 
 // maxUsageCodes bounds the codes a row counts apart.

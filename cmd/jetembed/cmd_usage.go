@@ -51,14 +51,17 @@ func runUsage(ctx context.Context, args []string, io stdio) error {
 		if names, err = readTenantNames(*namesFile); err != nil {
 			return fmt.Errorf("%w: --tenant-names: %v", errUsage, err)
 		}
-		for k, n := range names {
-			if n == *tenant {
-				*tenant = k
-			}
-		}
 	}
-	if *tenant != "" && !schema.ValidTenant(*tenant) {
-		return fmt.Errorf("%w: --tenant %q is not a tenant (one subject token)", errUsage, *tenant)
+	// A name stands for each of its keys (a rotated key is the same
+	// tenant), and its rows are summed under the name.
+	var tenants []string
+	if *tenant != "" {
+		tenants = keysOf([]string{*tenant}, names)
+	}
+	for _, t := range tenants {
+		if !schema.ValidTenant(t) {
+			return fmt.Errorf("%w: --tenant %q is not a tenant (one subject token)", errUsage, t)
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
@@ -71,7 +74,7 @@ func runUsage(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
-	q := jetstream.UsageQuery{Stream: *stream, Tenant: *tenant, Total: *total}
+	q := jetstream.UsageQuery{Stream: *stream, Tenants: tenants, Total: *total}
 	if *since > 0 {
 		q.Since = time.Now().Add(-*since)
 	}
@@ -79,11 +82,7 @@ func runUsage(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
-	for i, r := range rep.Rows {
-		if n, ok := names[r.Tenant]; ok {
-			rep.Rows[i].Tenant = n
-		}
-	}
+	rep.Rows = byName(rep.Rows, names)
 	if rep.Skipped > 0 {
 		fmt.Fprintf(io.err, "warning: %d messages of %s are no usage event; skipped\n", rep.Skipped, *stream)
 	}
@@ -182,4 +181,37 @@ func readTenantNames(file string) (map[string]string, error) {
 		}
 	}
 	return names, nil
+}
+
+// byName labels rows by tenant name and sums the rows of one name's keys
+// for the same hour; the order (hour, then tenant) is kept.
+func byName(rows []jetstream.UsageRow, names map[string]string) []jetstream.UsageRow {
+	if len(names) == 0 {
+		return rows
+	}
+	type key struct {
+		hour   time.Time
+		tenant string
+	}
+	at := map[key]int{}
+	out := rows[:0:0]
+	for _, r := range rows {
+		if n, ok := names[r.Tenant]; ok {
+			r.Tenant = n
+		}
+		k := key{r.Hour, r.Tenant}
+		if i, ok := at[k]; ok {
+			out[i].Merge(r)
+			continue
+		}
+		at[k] = len(out)
+		out = append(out, r)
+	}
+	slices.SortStableFunc(out, func(a, b jetstream.UsageRow) int {
+		if c := a.Hour.Compare(b.Hour); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Tenant, b.Tenant)
+	})
+	return out
 }
