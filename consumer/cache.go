@@ -123,6 +123,9 @@ func (c *Loop) lookup(ctx context.Context, jobID string, texts []engine.Text, un
 		}
 		read.Add(int64(len(data)))
 		e, why := decodeValue(keys[k], data, texts[k].Outputs, c.cacheValueBytes())
+		if why == "" && !plausible(&e, len(texts[k].Text), c.maxTokens) {
+			why = missCorrupt
+		}
 		if why != "" {
 			reasons[k] = why
 			return

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -283,6 +284,57 @@ func TestCacheBadValues(t *testing.T) {
 	r.submit(t, j3, schema.EncodingMsgpack)
 	if n := len(embedded(r.emb)) - before; n != 0 {
 		t.Errorf("third run ran %d texts, want 0", n)
+	}
+}
+
+// TestCacheForgedValues: a value that decodes (right key, right checksum:
+// a checksum proves a value undamaged, not computed) but could not be this
+// fleet's answer is computed again, never served or billed: NaN in a
+// vector, a token count no text of its size has, a count over the model's
+// without truncation, more ColBERT rows than tokens.
+func TestCacheForgedValues(t *testing.T) {
+	cache := newMemCache()
+	r := newRig(t, Config{Cache: cache}, nil, nil)
+	r.c.maxTokens = 32 // the fake engine says none; before the first job
+	texts := []string{"nan", "billed", "over the model", "colbert rows"}
+	j := schema.NewJob("seed", texts...)
+	j.Reply = "r.x"
+	r.submit(t, j, schema.EncodingMsgpack)
+	seed, _ := r.resultFor(t, "seed")
+	keys := map[string]cacheKey{}
+	for _, text := range texts {
+		keys[text] = makeCacheKey(r.c.model, "fp32", testTenant, engine.Dense, true, r.c.maxTokens, text)
+	}
+	forged := map[string]engine.Embedding{
+		"nan":            {Dense: []float32{float32(math.NaN()), 1, 2}, Tokens: 3},
+		"billed":         {Dense: []float32{1, 0}, Tokens: 1<<32 - 1},
+		"over the model": {Dense: []float32{1, 0}, Tokens: 33}, // within 16 a byte, over the model's 32
+		"colbert rows":   {Dense: []float32{1, 0}, Tokens: 3, ColBERT: make([]float32, 2*4), ColBERTDim: 2},
+	}
+	cache.set(func(m map[string][]byte) {
+		if len(m) != len(texts) {
+			t.Fatalf("%d entries, want %d", len(m), len(texts))
+		}
+		for text, e := range forged {
+			if _, ok := m[keys[text].String()]; !ok {
+				t.Fatalf("no entry of %q", text)
+			}
+			m[keys[text].String()] = encodeValue(keys[text], &e)
+		}
+	})
+	before := len(embedded(r.emb))
+	j2 := schema.NewJob("again", texts...)
+	j2.Reply = "r.x"
+	r.submit(t, j2, schema.EncodingMsgpack)
+	if n := len(embedded(r.emb)) - before; n != len(texts) {
+		t.Errorf("ran %d texts, want all %d again", n, len(texts))
+	}
+	again, _ := r.resultFor(t, "again")
+	if !bytes.Equal(itemBytes(t, seed, schema.EncodingMsgpack), itemBytes(t, again, schema.EncodingMsgpack)) || again.Usage.Cached != 0 || again.Usage.Tokens != seed.Usage.Tokens {
+		t.Errorf("answers or usage changed: %+v (usage %+v) vs %+v (usage %+v)", again.Items, again.Usage, seed.Items, seed.Usage)
+	}
+	if r.met.get("cache miss corrupt") != len(texts) {
+		t.Errorf("metrics: %v", r.met)
 	}
 }
 

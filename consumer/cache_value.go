@@ -154,6 +154,40 @@ func decodeValue(k cacheKey, data []byte, want engine.Output, maxBytes int) (eng
 	return e, ""
 }
 
+// A text's tokens are at most tokensPerByte a byte of it plus
+// maxSpecialTokens: a token covers at least one character of the
+// normalized text, and NFKC makes at most 18 characters (33 bytes) of
+// one code point of 3 bytes (U+FDFA); the specials are BGE-M3's <s> and
+// </s>, BERT's [CLS] and [SEP], with room to spare.
+const (
+	tokensPerByte    = 16
+	maxSpecialTokens = 8
+)
+
+// plausible reports whether a decoded value could be this fleet's answer
+// for a text of textBytes bytes on a model of maxTokens (0: unknown): the
+// checksum proves a value undamaged, not computed, and the bucket is
+// trusted for nothing but a hint. Its token count is what the job is
+// billed for: within what a text of its size can have, and within the
+// model's tokens when it was not truncated. Its vectors are finite, and
+// its ColBERT rows are at most its tokens.
+func plausible(e *engine.Embedding, textBytes, maxTokens int) bool {
+	switch {
+	case e.Tokens <= 0 || e.Tokens > tokensPerByte*textBytes+maxSpecialTokens,
+		maxTokens > 0 && !e.Truncated && e.Tokens > maxTokens,
+		e.ColBERTDim > 0 && len(e.ColBERT)/e.ColBERTDim > e.Tokens:
+		return false
+	}
+	for _, v := range [][]float32{e.Dense, e.SparseWeights, e.ColBERT} {
+		for _, x := range v {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
 // valueReader reads a value's fields in order; a read past the end sets
 // bad and returns zeros.
 type valueReader struct {
