@@ -193,10 +193,14 @@ func (b *bulk) run(ctx context.Context, in *inputReader, sum inputSummary, w, er
 		}
 		lastSeq = sr.Sequence
 	}
-	if done := b.spool.Len(); done > 0 && sum.jobs >= 0 {
+	switch done := b.spool.Len(); {
+	case done > 0 && sum.jobs >= 0:
 		fmt.Fprintf(errw, "resuming run %s: %d of %d jobs already done\n", b.c.Run(), done, sum.jobs)
-	} else if done > 0 {
+	case done > 0:
 		fmt.Fprintf(errw, "resuming run %s: %d jobs already done\n", b.c.Run(), done)
+	default:
+		// The id `jetembed results` reads the run by, and a rerun resumes.
+		fmt.Fprintf(errw, "run %s\n", b.c.Run())
 	}
 	out := bufio.NewWriter(w)
 	b.mu.Lock()

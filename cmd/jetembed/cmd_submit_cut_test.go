@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -46,6 +47,10 @@ func TestSubmitCutsJobsToMaxPayload(t *testing.T) {
 	code, _, errOut := runCmd(t, ctx, "submit", "--nats", url, in, "-o", out)
 	if code != 1 || !strings.Contains(errOut, "1 of 25 lines failed") {
 		t.Fatalf("submit: exit %d, want 1 with one failed line: %s", code, errOut)
+	}
+	// A first run says its id first: `jetembed results RUN` reads it.
+	if !regexp.MustCompile(`^run r[0-9a-f]+\n`).MatchString(errOut) {
+		t.Errorf("submit did not say its run first: %q", errOut)
 	}
 	data, err := os.ReadFile(out)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/jetembed/jetembed/schema"
@@ -37,7 +38,7 @@ func runTenant(_ context.Context, args []string, io stdio) error {
 	}
 	fset := newFlagSet("tenant add", io)
 	var f tenantFlags
-	fset.StringVar(&f.write, "write", "", "write the account block to this file (created; an existing file is left alone) instead of printing it; include it inside the accounts block of accounts.conf")
+	fset.StringVar(&f.write, "write", "", "write the account block to this file (created, with its directory; an existing file is left alone) instead of printing it; include it inside the accounts block of accounts.conf")
 	fset.BoolVar(&f.jwt, "jwt", false, "print the nsc commands that make the tenant an account of an operator (decentralized JWT auth, no server restart) instead of a config block")
 	fset.StringVar(&f.fleet, "fleet-account", DefaultFleetAccount, "the account that holds the streams and exports to tenants (in JWT mode its name in nsc)")
 	fset.IntVar(&f.consumers, "results-consumers", schema.DefaultResultsConsumers, "results consumers the tenant may have at once (readers of its stored results: jetembed results, the client's Results), named <tenant>_r0 ..; the server refuses more")
@@ -70,6 +71,11 @@ func runTenant(_ context.Context, args []string, io stdio) error {
 	}
 	if f.write == "" {
 		_, err := fmt.Fprint(io.out, out)
+		return err
+	}
+	// deploy/README's layout keeps the blocks in tenants/ beside
+	// accounts.conf: the first tenant makes it.
+	if err := os.MkdirAll(filepath.Dir(f.write), 0o755); err != nil {
 		return err
 	}
 	fh, err := os.OpenFile(f.write, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)

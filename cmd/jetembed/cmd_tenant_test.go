@@ -50,8 +50,9 @@ func TestTenantAddRefuses(t *testing.T) {
 			t.Errorf("%v: exit %d, %q", args, code, errOut)
 		}
 	}
-	// --write never overwrites a block.
-	file := filepath.Join(t.TempDir(), "acme.conf")
+	// --write makes its directory (tenants/ beside accounts.conf) and
+	// never overwrites a block.
+	file := filepath.Join(t.TempDir(), "tenants", "acme.conf")
 	if code, _, errOut := runCmd(t, ctx, "tenant", "add", "acme", "--write", file); code != 0 {
 		t.Fatalf("--write: exit %d: %s", code, errOut)
 	}
