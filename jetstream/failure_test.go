@@ -269,3 +269,41 @@ func TestRedeliveryAfterWorkerStopsMidBatch(t *testing.T) {
 		t.Errorf("%d results stored for %d jobs: duplicates were not dropped", stored, n)
 	}
 }
+
+// TestJobTenantTooLong: through a real server and worker, with the usage
+// stream on: a job whose subject names a tenant over schema.MaxTenantBytes
+// is terminated bad_reply on its first delivery (a dead letter, never
+// redelivered), and the good job beside it is answered and metered. Before,
+// the tenant passed, its usage event was refused, and that refusal NAKed
+// the job: it ran MaxDeliver times and went unmetered.
+func TestJobTenantTooLong(t *testing.T) {
+	srv := newServer(t, nil)
+	e := openEngine(t, engine.Config{})
+	startWorker(t, srv, e, workerOptions{})
+	c, err := client.New(srv.nc, client.WithRun("long"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := "embed.jobs." + strings.Repeat("t", schema.MaxTenantBytes+1) + ".long.bad"
+	publishRaw(t, srv.js, long, withJSON(map[string][]string{schema.HeaderMsgID: {"bad"}}), []byte(`{"id":"bad","texts":["x"]}`))
+	good := schema.NewJob("good", "good text")
+	if _, err := c.Submit(context.Background(), good); err != nil {
+		t.Fatal(err)
+	}
+	got := collect(t, c, "long", []string{"good"})
+	checkResult(t, e, got["good"], []string{"good text"}, nil)
+	natstest.CheckFor(t, 10*time.Second, 50*time.Millisecond, func() error {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 1 {
+			return fmt.Errorf("%d dead letters, want 1", n)
+		}
+		info := consumerInfo(t, srv)
+		if info.NumAckPending != 0 || info.NumPending != 0 || info.NumRedelivered != 0 {
+			return fmt.Errorf("consumer: %d ack pending, %d pending, %d redelivered", info.NumAckPending, info.NumPending, info.NumRedelivered)
+		}
+		return nil
+	})
+	m := natstest.StreamMsgs(t, srv.js, srv.cfg.DLQ.Name, "")[0]
+	if h := m.Headers(); h.Get(jetstream.HeaderDLQCode) != string(schema.CodeBadReply) || h.Get(jetstream.HeaderDLQDelivered) != "1" {
+		t.Errorf("dead letter headers %v, want bad_reply on delivery 1", h)
+	}
+}
