@@ -297,18 +297,20 @@ func TestCacheForgedValues(t *testing.T) {
 	r := newRig(t, Config{Cache: cache}, nil, nil)
 	r.c.maxTokens = 32 // the fake engine says none; before the first job
 	texts := []string{"nan", "billed", "over the model", "colbert rows"}
+	// Dense and ColBERT, so that a value may carry ColBERT rows at all.
+	outputs := []schema.Output{schema.OutputDense, schema.OutputColBERT}
 	j := schema.NewJob("seed", texts...)
-	j.Reply = "r.x"
+	j.Reply, j.Outputs = "r.x", outputs
 	r.submit(t, j, schema.EncodingMsgpack)
 	seed, _ := r.resultFor(t, "seed")
 	keys := map[string]cacheKey{}
 	for _, text := range texts {
-		keys[text] = makeCacheKey(r.c.model, "fp32", testTenant, engine.Dense, true, r.c.maxTokens, text)
+		keys[text] = makeCacheKey(r.c.model, "fp32", testTenant, engine.Dense|engine.ColBERT, true, r.c.maxTokens, text)
 	}
 	forged := map[string]engine.Embedding{
-		"nan":            {Dense: []float32{float32(math.NaN()), 1, 2}, Tokens: 3},
-		"billed":         {Dense: []float32{1, 0}, Tokens: 1<<32 - 1},
-		"over the model": {Dense: []float32{1, 0}, Tokens: 33}, // within 16 a byte, over the model's 32
+		"nan":            {Dense: []float32{float32(math.NaN()), 1, 2}, Tokens: 3, ColBERT: []float32{1, 1}, ColBERTDim: 2},
+		"billed":         {Dense: []float32{1, 0}, Tokens: 1<<32 - 1, Truncated: true, ColBERT: []float32{1, 1}, ColBERTDim: 2}, // truncated: only its text's size bounds it
+		"over the model": {Dense: []float32{1, 0}, Tokens: 33, ColBERT: []float32{1, 1}, ColBERTDim: 2},                         // within 16 a byte, over the model's 32
 		"colbert rows":   {Dense: []float32{1, 0}, Tokens: 3, ColBERT: make([]float32, 2*4), ColBERTDim: 2},
 	}
 	cache.set(func(m map[string][]byte) {
@@ -324,7 +326,7 @@ func TestCacheForgedValues(t *testing.T) {
 	})
 	before := len(embedded(r.emb))
 	j2 := schema.NewJob("again", texts...)
-	j2.Reply = "r.x"
+	j2.Reply, j2.Outputs = "r.x", outputs
 	r.submit(t, j2, schema.EncodingMsgpack)
 	if n := len(embedded(r.emb)) - before; n != len(texts) {
 		t.Errorf("ran %d texts, want all %d again", n, len(texts))
@@ -461,6 +463,28 @@ func TestCacheKeyStable(t *testing.T) {
 	} {
 		if got := c.key.String(); got != c.want {
 			t.Errorf("key %s, want %s", got, c.want)
+		}
+	}
+}
+
+// TestCacheableFinite: an answer with a NaN or an infinity is not stored:
+// every reader would refuse it (plausible) and it would be written again
+// on every run, counted a corrupt miss each time.
+func TestCacheableFinite(t *testing.T) {
+	ok := engine.Embedding{Dense: []float32{1, 0}, Tokens: 3, SparseIDs: []uint32{5}, SparseWeights: []float32{0.5}, ColBERT: []float32{1, 1}, ColBERTDim: 2}
+	if !cacheable(&ok) {
+		t.Fatal("a finite answer is not cacheable")
+	}
+	inf := float32(math.Inf(1))
+	for name, mut := range map[string]func(e *engine.Embedding){
+		"dense NaN":    func(e *engine.Embedding) { e.Dense = []float32{float32(math.NaN()), 0} },
+		"sparse +Inf":  func(e *engine.Embedding) { e.SparseWeights = []float32{inf} },
+		"colbert -Inf": func(e *engine.Embedding) { e.ColBERT = []float32{1, -inf} },
+	} {
+		e := ok
+		mut(&e)
+		if cacheable(&e) {
+			t.Errorf("%s: cacheable", name)
 		}
 	}
 }

@@ -90,10 +90,23 @@ func appendFloats(b []byte, v []float32) []byte {
 
 // cacheable reports whether e may be stored: a result without an error,
 // whose parts agree (the engine's always do; a value is checked anyway,
-// since it is read back by every member of the fleet).
+// since it is read back by every member of the fleet) and whose vectors
+// are finite (one that is not would be refused by every reader, see
+// plausible, and rewritten on every run).
 func cacheable(e *engine.Embedding) bool {
 	return e.Err == nil && e.Tokens >= 0 && len(e.SparseWeights) == len(e.SparseIDs) &&
-		(e.ColBERTDim > 0 || len(e.ColBERT) == 0) && (e.ColBERTDim <= 0 || len(e.ColBERT)%e.ColBERTDim == 0)
+		(e.ColBERTDim > 0 || len(e.ColBERT) == 0) && (e.ColBERTDim <= 0 || len(e.ColBERT)%e.ColBERTDim == 0) &&
+		finite(e.Dense) && finite(e.SparseWeights) && finite(e.ColBERT)
+}
+
+// finite reports whether v holds no NaN or infinity.
+func finite(v []float32) bool {
+	for _, x := range v {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // decodeValue returns the embedding a value of key k holds, or the reason
@@ -178,14 +191,7 @@ func plausible(e *engine.Embedding, textBytes, maxTokens int) bool {
 		e.ColBERTDim > 0 && len(e.ColBERT)/e.ColBERTDim > e.Tokens:
 		return false
 	}
-	for _, v := range [][]float32{e.Dense, e.SparseWeights, e.ColBERT} {
-		for _, x := range v {
-			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-				return false
-			}
-		}
-	}
-	return true
+	return finite(e.Dense) && finite(e.SparseWeights) && finite(e.ColBERT)
 }
 
 // valueReader reads a value's fields in order; a read past the end sets

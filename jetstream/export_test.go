@@ -26,3 +26,11 @@ func (w *Worker) TenantsReady(tenants ...string) bool {
 	}
 	return true
 }
+
+// SetUsageFetchBytes sets ReadUsage's byte bound of one pull, for a test
+// of a record over it; it returns the old value.
+func SetUsageFetchBytes(n int) int {
+	old := usageFetchBytes
+	usageFetchBytes = n
+	return old
+}

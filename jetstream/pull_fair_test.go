@@ -356,3 +356,49 @@ func TestMemberCheckTakesPerTenantFromServer(t *testing.T) {
 		}
 	}
 }
+
+// TestFairPullInvalidTenantToken: with per-tenant consumers, a job whose
+// subject's tenant token can be no tenant (over schema.MaxTenantBytes, or
+// with a wildcard character inside) still gets a consumer, so the job loop
+// refuses it bad_reply (a dead letter) instead of it waiting in the work
+// queue unpulled, unanswered and unlogged; a good tenant's job beside it
+// is answered.
+func TestFairPullInvalidTenantToken(t *testing.T) {
+	srv := newServer(t, perTenant)
+	e := openEngine(t, engine.Config{})
+	nc := connect(t, srv.url)
+	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
+		Config: srv.cfg, Embedder: e, Service: jetstream.ServiceOptions{Version: "test"}, Logger: testLogger(t),
+		Refresh: 50 * time.Millisecond, Fair: jetstream.FairConfig{Scan: 100 * time.Millisecond},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+		nc.Close()
+	})
+	for i, tenant := range []string{strings.Repeat("t", schema.MaxTenantBytes+1), "a*b"} {
+		publishRaw(t, srv.js, "embed.jobs."+tenant+".run.bad", withJSON(map[string][]string{}), fmt.Appendf(nil, `{"id":"bad%d","texts":["x"]}`, i))
+	}
+	publishJobs(t, srv, "good", 1, "good text")
+	natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.DLQ.Name); n != 2 {
+			return fmt.Errorf("%d dead letters, want 2", n)
+		}
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.Jobs.Name); n != 0 {
+			return fmt.Errorf("%d jobs left in the work queue", n)
+		}
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.Results.Name); n != 1 {
+			return fmt.Errorf("%d results, want the good job's", n)
+		}
+		return nil
+	})
+	for _, m := range natstest.StreamMsgs(t, srv.js, srv.cfg.DLQ.Name, "") {
+		if code := m.Headers().Get(jetstream.HeaderDLQCode); code != string(schema.CodeBadReply) {
+			t.Errorf("dead letter code %q, want bad_reply", code)
+		}
+	}
+}

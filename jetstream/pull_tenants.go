@@ -108,13 +108,17 @@ func (c Config) isPerTenantTemplate(cc natsjs.ConsumerConfig) bool {
 }
 
 // tenantOfSubject is the tenant token of a job's subject under prefix.
+// Any token the server stored is one: a token that can be no tenant (over
+// schema.MaxTenantBytes, a wildcard character inside) gets a consumer
+// too, so that the job loop refuses its jobs bad_reply rather than leave
+// them in the work queue, where no consumer would ever pull them.
 func tenantOfSubject(prefix, subject string) (string, bool) {
 	rest, ok := strings.CutPrefix(subject, prefix+".")
 	if !ok {
 		return "", false
 	}
 	t, _, _ := strings.Cut(rest, ".")
-	return t, schema.ValidTenant(t)
+	return t, t != ""
 }
 
 // ErrNotPerTenant: the jobs consumer is a catch-all, not a template.

@@ -104,8 +104,9 @@ type UsageReport struct {
 }
 
 // usageFetchBytes bounds the bytes of one pull of [ReadUsage]: 512 events
-// are ~2 MiB at most, and the pull's subscription holds 64 MiB.
-const usageFetchBytes = 16 << 20
+// are ~2 MiB at most, and the pull's subscription holds 64 MiB. (A
+// variable for the tests.)
+var usageFetchBytes = 16 << 20
 
 // ReadUsage reads the usage stream's events of q, in order, and sums them
 // per tenant per hour (of the stream's clock). It reads what the stream
@@ -204,10 +205,9 @@ func ReadUsage(ctx context.Context, js natsjs.JetStream, q UsageQuery) (UsageRep
 			r.add(e)
 			rep.Events++
 		}
-		switch err := batch.Error(); {
-		case errors.Is(err, natsjs.ErrMaxBytesExceeded) && n == 0:
-			return UsageReport{}, fmt.Errorf("usage stream %s: a message over %d bytes (a usage event is at most %d): %w", q.Stream, usageFetchBytes, schema.MaxUsageEventBytes, err)
-		case err != nil && !errors.Is(err, natsjs.ErrNoMessages) && !errors.Is(err, natsjs.ErrMaxBytesExceeded):
+		// A pull that reached its byte bound ends early; nats.go says so
+		// by ending the batch, not by an error.
+		if err := batch.Error(); err != nil && !errors.Is(err, natsjs.ErrNoMessages) && !errors.Is(err, natsjs.ErrMaxBytesExceeded) {
 			return UsageReport{}, fmt.Errorf("usage stream %s: %w", q.Stream, err)
 		}
 		if done {
@@ -218,7 +218,10 @@ func ReadUsage(ctx context.Context, js natsjs.JetStream, q UsageQuery) (UsageRep
 			if ci, err := c.Info(ctx); err == nil && ci.NumPending == 0 {
 				break
 			}
-			return UsageReport{}, fmt.Errorf("usage stream %s: no events within 5s with %d still pending", q.Stream, remaining)
+			// The server sends nothing for a pull whose first message is
+			// over its byte bound (at once), or did not answer in time.
+			return UsageReport{}, fmt.Errorf("usage stream %s: %d messages still pending and none read: the next is over %d bytes (a usage event is at most %d; only the fleet's credentials write the stream), or the server did not answer within 5s",
+				q.Stream, remaining, usageFetchBytes, schema.MaxUsageEventBytes)
 		}
 	}
 	rep.Rows = make([]UsageRow, 0, len(sums))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -180,5 +181,28 @@ func TestReadUsageLargeRecords(t *testing.T) {
 	}
 	if rep.Events != n || rep.Skipped != n || len(rep.Rows) != 1 || rep.Rows[0].Tokens != 3*n {
 		t.Fatalf("usage: %d events, %d skipped, rows %+v; want %d events of acme (%d tokens) and %d skipped", rep.Events, rep.Skipped, rep.Rows, n, 3*n, n)
+	}
+}
+
+// TestReadUsageRecordOverBound: a record over the pull's byte bound stops
+// the read with an error that says so, rather than a report that misses
+// it.
+func TestReadUsageRecordOverBound(t *testing.T) {
+	defer jetstream.SetUsageFetchBytes(jetstream.SetUsageFetchBytes(64 << 10))
+	srv := newServer(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ev, err := schema.EncodeUsageEvent(schema.UsageEvent{V: schema.UsageVersion, Tenant: "acme", Texts: 1, Tokens: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, data := range [][]byte{ev, ev, make([]byte, 100<<10), ev} {
+		if _, err := srv.js.Publish(ctx, "embed.usage.acme", data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := jetstream.ReadUsage(ctx, srv.js, jetstream.UsageQuery{Total: true})
+	if err == nil || !strings.Contains(err.Error(), "over 65536 bytes") {
+		t.Fatalf("ReadUsage: %+v, %v; want an error naming the bound", rep, err)
 	}
 }

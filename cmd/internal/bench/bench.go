@@ -85,6 +85,9 @@ type Report struct {
 	ModelID string
 	Started time.Time
 	Took    time.Duration
+	// ServerProcess: the NATS runs had a nats-server process of their own
+	// ($JETEMBED_BENCH_SERVER_PROCESS), whose CPU the runs' CPU leaves out.
+	ServerProcess bool
 
 	Jobs int
 	// Engine is the bare engine on the corpus; Pipeline the same texts as
@@ -175,7 +178,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	u := &suite{cfg: cfg, s: s, r: &Report{Config: cfg, Started: time.Now()}}
+	u := &suite{cfg: cfg, s: s, r: &Report{Config: cfg, Started: time.Now(), ServerProcess: os.Getenv(serverProcessEnv) != ""}}
 	u.corpus = Corpus(cfg.Texts, cfg.Seed)
 	u.jobs = Jobs(u.corpus, cfg.Seed)
 	u.r.Jobs = len(u.jobs)

@@ -150,7 +150,11 @@ func (r *Report) Markdown(w io.Writer) error {
 	p("| Peak RSS of the bulk run (VmHWM) / RSS before it | %d MiB / %d MiB | bounded by the in-flight budget | |\n\n",
 		r.Pipeline.PeakRSS>>20, r.Pipeline.BaseRSS>>20)
 
-	p("Raw measurements (CPU: the whole process's, the embedded nats-server's included, over the timed run):\n\n| Contender | Texts | Seconds | Texts/s | Real/padded tokens | Cores busy, CPU µs a text |\n|---|---|---|---|---|---|\n")
+	cpuOf := "the whole process's, the embedded nats-server's included"
+	if r.ServerProcess {
+		cpuOf = "this process's only: the nats-server ran as a process of its own ($JETEMBED_BENCH_SERVER_PROCESS)"
+	}
+	p("Raw measurements (CPU: %s, over the timed run):\n\n| Contender | Texts | Seconds | Texts/s | Real/padded tokens | Cores busy, CPU µs a text |\n|---|---|---|---|---|---|\n", cpuOf)
 	row := func(name string, x Rate) {
 		fill, cpu := "n/a", "n/a"
 		if x.Padded > 0 {
