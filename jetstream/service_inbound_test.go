@@ -128,7 +128,8 @@ func TestSlowSubscriptionDropsCounted(t *testing.T) {
 	done := make(chan struct{})
 	go func() { slow.run(ctx); close(done) }()
 	block := make(chan struct{})
-	sub, err := nc.Subscribe("svc.slow", func(*nats.Msg) { <-block })
+	var handled atomic.Int64
+	sub, err := nc.Subscribe("svc.slow", func(*nats.Msg) { <-block; handled.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +156,14 @@ func TestSlowSubscriptionDropsCounted(t *testing.T) {
 		return nil
 	})
 	close(block)
+	// Every message is handled or dropped before the drops are final:
+	// the server may still be delivering when the first 40 are gone.
+	natstest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
+		if n, _ := sub.Dropped(); handled.Load()+int64(n) != 50 {
+			return fmt.Errorf("%d handled, %d dropped of 50", handled.Load(), n)
+		}
+		return nil
+	})
 	dropped, _ := sub.Dropped()
 	natstest.CheckFor(t, 5*time.Second, 10*time.Millisecond, func() error {
 		if got := m.get(true, DropSlowConsumer); got != dropped {
