@@ -108,17 +108,19 @@ func (c Config) isPerTenantTemplate(cc natsjs.ConsumerConfig) bool {
 }
 
 // tenantOfSubject is the tenant token of a job's subject under prefix.
-// Any token the server stored is one: a token that can be no tenant (over
-// schema.MaxTenantBytes, a wildcard character inside) gets a consumer
-// too, so that the job loop refuses its jobs bad_reply rather than leave
-// them in the work queue, where no consumer would ever pull them.
+// A token that can be no tenant (over schema.MaxTenantBytes, a wildcard
+// character inside one) gets a consumer too, so that the job loop refuses
+// its jobs bad_reply rather than leave them in the work queue. A token
+// that is a wildcard itself ("*", ">": a publish without permissions can
+// store one) gets none: its consumer's filter would take every tenant's
+// jobs. Such jobs stay in the queue until its MaxAge.
 func tenantOfSubject(prefix, subject string) (string, bool) {
 	rest, ok := strings.CutPrefix(subject, prefix+".")
 	if !ok {
 		return "", false
 	}
 	t, _, _ := strings.Cut(rest, ".")
-	return t, t != ""
+	return t, t != "" && t != "*" && t != ">"
 }
 
 // ErrNotPerTenant: the jobs consumer is a catch-all, not a template.
