@@ -16,7 +16,7 @@ func (w *Worker) TenantsReady(tenants ...string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for _, t := range tenants {
-		if g.waiting[t] != nil {
+		if len(g.waiting[t]) > 0 {
 			continue
 		}
 		if more := g.more[t]; g.busy && g.hand == t && more != nil && more() {

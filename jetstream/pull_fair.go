@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -29,14 +30,17 @@ type fairGate struct {
 	shares Shares
 	q      *quotas
 
-	mu      sync.Mutex
-	busy    bool   // a delivery is in the sink's Submit
-	hand    string // its tenant while busy
-	last    string // the tenant of the last delivery handed over
-	onDeck  string // the tenant the turn is held for ("" none)
-	v       float64
-	finish  map[string]float64 // each tenant's last finish tag
-	waiting map[string]*gateWaiter
+	mu     sync.Mutex
+	busy   bool   // a delivery is in the sink's Submit
+	hand   string // its tenant while busy
+	last   string // the tenant of the last delivery handed over
+	onDeck string // the tenant the turn is held for ("" none)
+	v      float64
+	finish map[string]float64 // each tenant's last finish tag
+	// waiting are each tenant's deliveries waiting for the turn, oldest
+	// first: usually one, two while a tenant's loop is replaced (the old
+	// one drains its buffer through the gate beside the new one).
+	waiting map[string][]*gateWaiter
 	more    map[string]func() bool // tenant's loop has more buffered
 	jobs    map[string]uint64      // deliveries handed over, per tenant
 	timer   *time.Timer            // wakes the gate when a quota frees
@@ -59,7 +63,7 @@ type gateWaiter struct {
 
 func newFairGate(sink Sink, shares Shares, q *quotas) *fairGate {
 	return &fairGate{sink: sink, shares: shares, q: q,
-		finish: map[string]float64{}, waiting: map[string]*gateWaiter{},
+		finish: map[string]float64{}, waiting: map[string][]*gateWaiter{},
 		more: map[string]func() bool{}, jobs: map[string]uint64{}}
 }
 
@@ -124,7 +128,7 @@ func (g *fairGate) submit(ctx context.Context, tenant string, d *consumer.Stored
 	// dry for the moment of a pull request without losing its share.
 	w.start = max(g.finish[tenant], g.v-maxLag*size)
 	g.finish[tenant] = w.start + cost
-	g.waiting[tenant] = w
+	g.waiting[tenant] = append(g.waiting[tenant], w)
 	if g.onDeck == tenant {
 		g.onDeck = ""
 	}
@@ -136,7 +140,7 @@ func (g *fairGate) submit(ctx context.Context, tenant string, d *consumer.Stored
 		g.mu.Lock()
 		granted := w.granted
 		if !granted {
-			delete(g.waiting, tenant)
+			g.unwaitLocked(w)
 			g.dispatchLocked()
 		}
 		g.mu.Unlock()
@@ -164,13 +168,14 @@ func (g *fairGate) submit(ctx context.Context, tenant string, d *consumer.Stored
 // start tag that its quota lets in, or holds it for the last tenant when
 // that one comes first. g.mu is held.
 func (g *fairGate) dispatchLocked() {
-	if g.busy || g.onDeck != "" && g.waiting[g.onDeck] == nil && g.more[g.onDeck] != nil {
+	if g.busy || g.onDeck != "" && len(g.waiting[g.onDeck]) == 0 && g.more[g.onDeck] != nil {
 		return
 	}
 	g.onDeck = ""
 	var best *gateWaiter
 	var soonest time.Duration
-	for t, w := range g.waiting {
+	for t, ws := range g.waiting {
+		w := ws[0]
 		if d := g.q.wait(t); d > 0 {
 			if soonest == 0 || d < soonest {
 				soonest = d
@@ -181,7 +186,7 @@ func (g *fairGate) dispatchLocked() {
 			best = w
 		}
 	}
-	if l := g.last; l != "" && g.waiting[l] == nil && g.more[l] != nil && g.q.wait(l) == 0 && g.more[l]() {
+	if l := g.last; l != "" && len(g.waiting[l]) == 0 && g.more[l] != nil && g.q.wait(l) == 0 && g.more[l]() {
 		if start := max(g.finish[l], g.v); best == nil || start < best.start {
 			g.onDeck = l
 			return
@@ -208,9 +213,20 @@ func (g *fairGate) dispatchLocked() {
 	best.release = release
 	g.busy, g.hand = true, best.tenant
 	g.v = best.start
-	delete(g.waiting, best.tenant)
+	g.unwaitLocked(best)
 	best.granted = true
 	close(best.ready)
+}
+
+// unwaitLocked takes w out of its tenant's waiting deliveries. g.mu is
+// held.
+func (g *fairGate) unwaitLocked(w *gateWaiter) {
+	ws := slices.DeleteFunc(g.waiting[w.tenant], func(x *gateWaiter) bool { return x == w })
+	if len(ws) == 0 {
+		delete(g.waiting, w.tenant)
+		return
+	}
+	g.waiting[w.tenant] = ws
 }
 
 // settleHook gives a delivery's quota charge back when it is settled.
