@@ -108,13 +108,20 @@ func (r reader) item(it *Item) error {
 	return r.fields("item", func(key string) error {
 		var err error
 		switch key {
+		// An empty dense or ColBERT is not encoded (see mpWriter.item): it
+		// decodes as none, so that a round trip keeps the result as is.
 		case "dense":
 			err = it.Dense.DecodeMsgpack(r.dec)
+			if len(it.Dense) == 0 {
+				it.Dense = nil
+			}
 		case "sparse":
 			it.Sparse = new(Sparse)
 			err = r.sparse(it.Sparse)
 		case "colbert":
-			it.ColBERT, err = r.vectors()
+			if it.ColBERT, err = r.vectors(); len(it.ColBERT) == 0 {
+				it.ColBERT = nil
+			}
 		case "tokens":
 			var v int64
 			v, err = r.integer()
