@@ -86,7 +86,7 @@ func TenantConsumerName(template, tenant string) string {
 func tenantConsumerConfig(template natsjs.ConsumerConfig, prefix, tenant string) natsjs.ConsumerConfig {
 	return natsjs.ConsumerConfig{
 		Durable:        TenantConsumerName(template.Durable, tenant),
-		Description:    "jetembed: the jobs of tenant " + tenant,
+		Description:    "jetembed: the jobs of tenant " + descTenant(tenant),
 		DeliverPolicy:  natsjs.DeliverAllPolicy,
 		AckPolicy:      natsjs.AckExplicitPolicy,
 		ReplayPolicy:   natsjs.ReplayInstantPolicy,
@@ -105,6 +105,16 @@ func tenantConsumerConfig(template natsjs.ConsumerConfig, prefix, tenant string)
 func (c Config) isPerTenantTemplate(cc natsjs.ConsumerConfig) bool {
 	p, err := c.jobsPrefix()
 	return err == nil && cc.FilterSubject == p && len(cc.FilterSubjects) == 0
+}
+
+// descTenant is tenant as a consumer's description names it: at most 64
+// bytes of it (a token the server stored may be near its 4 KiB limit of
+// a description; the metadata keeps it whole).
+func descTenant(tenant string) string {
+	if len(tenant) <= 64 {
+		return tenant
+	}
+	return strings.ToValidUTF8(tenant[:64], "") + "..."
 }
 
 // tenantOfSubject is the tenant token of a job's subject under prefix.

@@ -240,13 +240,7 @@ func ReadUsage(ctx context.Context, js natsjs.JetStream, q UsageQuery) (UsageRep
 func (r *UsageRow) Merge(o UsageRow) {
 	r.Jobs += o.Jobs
 	for code, n := range o.Failed {
-		if r.Failed == nil {
-			r.Failed = map[schema.Code]int64{}
-		}
-		if _, ok := r.Failed[code]; !ok && len(r.Failed) >= maxUsageCodes {
-			code = "other"
-		}
-		r.Failed[code] += n
+		r.addFailed(code, n)
 	}
 	r.Requests += o.Requests
 	r.Texts += o.Texts
@@ -260,25 +254,28 @@ func (r *UsageRow) Merge(o UsageRow) {
 // maxUsageCodes bounds the codes a row counts apart.
 const maxUsageCodes = 64
 
+// addFailed counts n jobs failed with code; past maxUsageCodes codes a
+// new one counts as "other" (the codes are a closed set; a forged event's
+// are not).
+func (r *UsageRow) addFailed(code schema.Code, n int64) {
+	if r.Failed == nil {
+		r.Failed = map[schema.Code]int64{}
+	}
+	if _, ok := r.Failed[code]; !ok && len(r.Failed) >= maxUsageCodes {
+		code = "other"
+	}
+	r.Failed[code] += n
+}
+
 // add sums one event into r.
 func (r *UsageRow) add(e schema.UsageEvent) {
-	r.Jobs++
-	if code := e.Code; code != "" {
-		if r.Failed == nil {
-			r.Failed = map[schema.Code]int64{}
-		}
-		if _, ok := r.Failed[code]; !ok && len(r.Failed) >= maxUsageCodes {
-			code = "other" // the codes are a closed set; a forged event's are not
-		}
-		r.Failed[code]++
-	}
+	one := UsageRow{Jobs: 1, Texts: e.Texts, Tokens: e.Tokens, PaddedTokens: e.PaddedTokens,
+		ComputeSeconds: e.ComputeSeconds, CachedTexts: e.CachedTexts, CachedTokens: e.CachedTokens}
 	if e.Request {
-		r.Requests++
+		one.Requests = 1
 	}
-	r.Texts += e.Texts
-	r.Tokens += e.Tokens
-	r.PaddedTokens += e.PaddedTokens
-	r.ComputeSeconds += e.ComputeSeconds
-	r.CachedTexts += e.CachedTexts
-	r.CachedTokens += e.CachedTokens
+	r.Merge(one)
+	if e.Code != "" {
+		r.addFailed(e.Code, 1)
+	}
 }

@@ -21,6 +21,17 @@ func DecodeResult(data []byte, enc Encoding) (*Result, error) {
 	if err != nil {
 		return nil, Errorf(CodeBadPayload, "decode %s result: %v", enc, err)
 	}
+	// An empty dense or ColBERT is not encoded (omitempty, in either
+	// encoding): it decodes as none, so that a round trip keeps the
+	// result as it is.
+	for i := range res.Items {
+		if it := &res.Items[i]; len(it.Dense) == 0 {
+			it.Dense = nil
+		}
+		if it := &res.Items[i]; len(it.ColBERT) == 0 {
+			it.ColBERT = nil
+		}
+	}
 	return res, nil
 }
 
@@ -108,20 +119,13 @@ func (r reader) item(it *Item) error {
 	return r.fields("item", func(key string) error {
 		var err error
 		switch key {
-		// An empty dense or ColBERT is not encoded (see mpWriter.item): it
-		// decodes as none, so that a round trip keeps the result as is.
 		case "dense":
 			err = it.Dense.DecodeMsgpack(r.dec)
-			if len(it.Dense) == 0 {
-				it.Dense = nil
-			}
 		case "sparse":
 			it.Sparse = new(Sparse)
 			err = r.sparse(it.Sparse)
 		case "colbert":
-			if it.ColBERT, err = r.vectors(); len(it.ColBERT) == 0 {
-				it.ColBERT = nil
-			}
+			it.ColBERT, err = r.vectors()
 		case "tokens":
 			var v int64
 			v, err = r.integer()

@@ -119,3 +119,21 @@ func TestEncodeResultJSONRefusesNaN(t *testing.T) {
 		t.Error("JSON encoding of NaN succeeded; JSON has no NaN")
 	}
 }
+
+// TestEmptyVectorsDecodeAsNone: an empty dense or ColBERT is not encoded,
+// so it decodes as none in both encodings, and a round trip keeps the
+// result as it is (CI's fuzzing found the msgpack case).
+func TestEmptyVectorsDecodeAsNone(t *testing.T) {
+	for enc, data := range map[Encoding][]byte{
+		EncodingJSON:    []byte(`{"v":1,"id":"x","items":[{"dense":[],"colbert":[]}]}`),
+		EncodingMsgpack: []byte("\x81\xa5items\x91\x82\xa5dense\xc4\x00\xa7colbert\x90"),
+	} {
+		res, err := DecodeResult(data, enc)
+		if err != nil {
+			t.Fatalf("%s: %v", enc, err)
+		}
+		if it := res.Items[0]; it.Dense != nil || it.ColBERT != nil {
+			t.Errorf("%s: dense %#v, colbert %#v; want none", enc, it.Dense, it.ColBERT)
+		}
+	}
+}
