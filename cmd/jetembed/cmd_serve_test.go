@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -137,12 +136,14 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A job serve took comes again as a second delivery. Under load serve
-	// may not have pulled the last jobs at all before the SIGTERM: those are
-	// first deliveries, and since the work queue delivers in order they all
-	// come after every job it took.
+	// A job serve took comes again as a second delivery; one it never
+	// took is a first. Which sequences fall on which side is not checked:
+	// the server puts a message it fetched for a pull request that had
+	// gone (the fetch loop's, at the drain) back on its redelivery queue
+	// with the delivery undone (nats-server's consumer.go,
+	// decDeliveryCount), so a first delivery can sit below a job serve
+	// took. CI once saw that: stream sequence 98 first, 100 second.
 	got, again := 0, 0
-	var lastTaken, firstUntaken uint64 = 0, math.MaxUint64
 	for m := range batch.Messages() {
 		md, err := m.Metadata()
 		if err != nil {
@@ -150,14 +151,8 @@ func TestServeDrainsOnSIGTERM(t *testing.T) {
 		}
 		if md.NumDelivered >= 2 {
 			again++
-			lastTaken = max(lastTaken, md.Sequence.Stream)
-		} else {
-			firstUntaken = min(firstUntaken, md.Sequence.Stream)
 		}
 		got++
-	}
-	if firstUntaken < lastTaken {
-		t.Errorf("job %d was never delivered though serve took job %d after it", firstUntaken, lastTaken)
 	}
 	t.Logf("%d given-back jobs had been taken by serve, %d never", again, got-again)
 	if uint64(got) != left {
