@@ -420,3 +420,79 @@ func TestFairPullInvalidTenantToken(t *testing.T) {
 		t.Errorf("tenants %q: a consumer of the wildcard token", w.Tenants())
 	}
 }
+
+// TestFairPullMaxTenants: a producer that mints a tenant a subject (no
+// permissions stop it) does not get a consumer each: the consumers of
+// tenants the shares do not name stay within MaxTenants for the whole run
+// (counted from the server's create and delete advisories, in the order
+// it sent them), a named tenant gets its consumer beside them, and every
+// job is answered: the waiting tenants get the slots as the empty
+// consumers retire.
+func TestFairPullMaxTenants(t *testing.T) {
+	srv := newServer(t, perTenant)
+	const maxTenants, tenants, jobs = 3, 12, 2
+	watch := connect(t, srv.url)
+	var mu sync.Mutex
+	live, most, created := map[string]bool{}, 0, 0
+	sub, err := watch.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.*."+srv.cfg.Jobs.Name+".*", func(m *nats.Msg) {
+		tok := strings.Split(m.Subject, ".")
+		name := tok[len(tok)-1]
+		if name == srv.cfg.Consumer.Name || strings.HasSuffix(name, "_named") {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch tok[4] {
+		case "CREATED":
+			live[name] = true
+			created++
+		case "DELETED":
+			delete(live, name)
+		}
+		most = max(most, len(live))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+
+	e := openEngine(t, engine.Config{})
+	nc := connect(t, srv.url)
+	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
+		Config: srv.cfg, Embedder: e, Service: jetstream.ServiceOptions{Version: "test"}, Logger: testLogger(t),
+		Refresh: 50 * time.Millisecond,
+		Fair: jetstream.FairConfig{Scan: 100 * time.Millisecond, MaxTenants: maxTenants,
+			Shares: jetstream.Shares{Weights: map[string]int{"named": 2}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+		nc.Close()
+	})
+	for i := range tenants {
+		publishJobs(t, srv, fmt.Sprintf("minted%02d", i), jobs, "a text")
+	}
+	publishJobs(t, srv, "named", 1, "a text")
+	natstest.CheckFor(t, 60*time.Second, 50*time.Millisecond, func() error {
+		if n := natstest.StreamCount(t, srv.js, srv.cfg.Results.Name); n != tenants*jobs+1 {
+			return fmt.Errorf("%d results of %d", n, tenants*jobs+1)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("unnamed tenants' consumers: at most %d at once, %d made in all", most, created)
+	if most > maxTenants {
+		t.Errorf("%d consumers of unnamed tenants at once, want at most %d", most, maxTenants)
+	}
+	if created < tenants {
+		t.Errorf("%d consumers made for %d tenants with jobs", created, tenants)
+	}
+}

@@ -146,4 +146,7 @@ const (
 	// say some jobs are not covered), and is how often it lists them
 	// anyway.
 	DefaultTenantScan = time.Minute
+	// DefaultMaxTenants bounds the consumers of tenants the shares do
+	// not name ([FairConfig.MaxTenants]).
+	DefaultMaxTenants = 128
 )

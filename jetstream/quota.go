@@ -64,6 +64,17 @@ func (s Shares) Quota(tenant string) Quota {
 	return s.Quotas[AnyTenant]
 }
 
+// Names reports whether s names tenant: a weight or a quota of its own,
+// not [AnyTenant]'s.
+func (s Shares) Names(tenant string) bool {
+	if tenant == AnyTenant {
+		return false
+	}
+	_, w := s.Weights[tenant]
+	_, q := s.Quotas[tenant]
+	return w || q
+}
+
 // MaxWeight bounds a tenant's weight.
 const MaxWeight = 1000
 

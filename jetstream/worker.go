@@ -95,6 +95,15 @@ type FairConfig struct {
 	// also listed at any refresh whose counts show jobs no consumer
 	// covers, at most once a Refresh.
 	Scan time.Duration
+	// MaxTenants bounds the consumers of tenants the shares do not name
+	// (default [DefaultMaxTenants]): without permissions a producer can
+	// mint a tenant a subject, and each consumer costs the servers state
+	// and every member a fetch loop and its buffer. A tenant beyond it
+	// has its jobs wait in the stream for a free slot; while any wait, an
+	// empty consumer of an unnamed tenant is retired at once, so the
+	// slots pass round. A tenant the shares name (a weight or a quota of
+	// its own) always gets its consumer.
+	MaxTenants int
 }
 
 // ServerSettings are the durable consumer's settings as the server has

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"time"
@@ -21,10 +22,18 @@ type tenantPull struct {
 	q      *quotas
 	idle   time.Duration
 	scan   time.Duration
+	max    int // consumers of tenants the shares do not name
+	shares Shares
 
 	mu       sync.Mutex // guards the fields below; no server call under it
 	loops    map[string]*tenantLoop
 	lastScan time.Time
+	// waiting is how many tenants with jobs the last scan left without a
+	// consumer (the unnamed ones were at tp.max); freed is set when a
+	// consumer retired since, so the next sync scans again.
+	waiting  int
+	warned   time.Time
+	freed    bool
 	stopped  bool
 	done     chan struct{} // closed when a loop ended on its own
 	doneOnce sync.Once
@@ -53,7 +62,12 @@ func newTenantPull(w *Worker, prefix string, q *quotas, sink Sink) *tenantPull {
 	if scan <= 0 {
 		scan = DefaultTenantScan
 	}
+	maxTenants := f.MaxTenants
+	if maxTenants <= 0 {
+		maxTenants = DefaultMaxTenants
+	}
 	return &tenantPull{w: w, prefix: prefix, q: q, gate: newFairGate(sink, f.Shares, q), idle: idle, scan: scan,
+		max: maxTenants, shares: f.Shares,
 		loops: map[string]*tenantLoop{}, done: make(chan struct{})}
 }
 
@@ -114,7 +128,7 @@ func (tp *tenantPull) scanTenants(ctx context.Context) (map[string]bool, error) 
 
 // sync brings the tenants' consumers and loops in line with the server:
 // it lists them, creates the missing ones of tenants with jobs (after a
-// scan), updates the ones whose settings differ from template's, deletes
+// scan; those of unnamed tenants up to tp.max), updates the ones whose settings differ from template's, deletes
 // the ones idle for longer than tp.idle, and starts or stops loops to
 // match. reopen reopens every loop (the template's settings changed). It
 // returns the backlog over every tenant's consumer.
@@ -126,7 +140,11 @@ func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, 
 		return 0, 0, fmt.Errorf("list the tenants' consumers: %w", err)
 	}
 	var covered uint64
+	unnamed := 0
 	for t, info := range infos {
+		if !tp.shares.Names(t) {
+			unnamed++
+		}
 		want := tenantConsumerConfig(template, tp.prefix, t)
 		if !settingsOf(info.Config).equal(settingsOf(want)) {
 			if _, err := js.CreateOrUpdateConsumer(ctx, stream, want); err != nil {
@@ -140,9 +158,12 @@ func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, 
 	now := time.Now()
 	tp.mu.Lock()
 	first, last := tp.lastScan.IsZero(), tp.lastScan
+	// While tenants wait for a slot, jobs no consumer covers are no news:
+	// only a slot freed is.
+	news := tp.waiting == 0 || tp.freed
 	tp.mu.Unlock()
 	scan := first || now.Sub(last) >= tp.scan
-	if !scan && now.Sub(last) >= tp.w.cfg.Refresh {
+	if !scan && news && now.Sub(last) >= tp.w.cfg.Refresh {
 		// Jobs no consumer covers: a new tenant (or one retired).
 		if s, err := js.Stream(ctx, stream); err == nil && s.CachedInfo().State.Msgs > covered {
 			scan = true
@@ -150,14 +171,17 @@ func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, 
 	}
 	if scan {
 		tp.mu.Lock()
-		tp.lastScan = now
+		tp.lastScan, tp.freed = now, false
 		tp.mu.Unlock()
 		tenants, err := tp.scanTenants(ctx)
 		if err != nil {
 			log.Warn("listing the tenants with jobs", "err", err)
 		}
-		for t := range tenants {
-			if infos[t] != nil {
+		waiting := 0
+		for _, t := range tp.newcomers(tenants, infos) {
+			named := tp.shares.Names(t)
+			if !named && unnamed >= tp.max {
+				waiting++
 				continue
 			}
 			info, err := js.CreateOrUpdateConsumer(ctx, stream, tenantConsumerConfig(template, tp.prefix, t))
@@ -165,20 +189,59 @@ func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, 
 				log.Warn("tenant's consumer not created; its jobs wait in the stream", "tenant", t, "err", err)
 				continue
 			}
+			if !named {
+				unnamed++
+			}
 			log.Info("tenant's consumer created", "tenant", t, "consumer", info.CachedInfo().Name)
 			infos[t] = info.CachedInfo()
 			pending += infos[t].NumPending
+		}
+		tp.mu.Lock()
+		warn := waiting > 0 && (waiting != tp.waiting || now.Sub(tp.warned) >= tp.scan)
+		tp.waiting = waiting
+		if warn {
+			tp.warned = now
+		}
+		tp.mu.Unlock()
+		if warn {
+			log.Warn("tenants with jobs wait for a consumer: the consumers of tenants the shares do not name are at their bound; an empty one is retired at once until none wait",
+				"waiting", waiting, "max_tenants", tp.max)
 		}
 	}
 	tp.reconcile(ctx, infos, st, reopen, now)
 	return pending, ackPending, nil
 }
 
+// newcomers are the tenants with jobs that have no consumer in infos, in
+// the order they get one: those the shares name first, then the others in
+// a random order, so that at tp.max the slots freed go round the waiting
+// tenants, not to the same low names every scan.
+func (tp *tenantPull) newcomers(tenants map[string]bool, infos map[string]*natsjs.ConsumerInfo) []string {
+	var named, other []string
+	for t := range tenants {
+		switch {
+		case infos[t] != nil:
+		case tp.shares.Names(t):
+			named = append(named, t)
+		default:
+			other = append(other, t)
+		}
+	}
+	slices.Sort(named)
+	rand.Shuffle(len(other), func(i, j int) { other[i], other[j] = other[j], other[i] })
+	return append(named, other...)
+}
+
 // reconcile starts a loop for every consumer in infos that has none,
 // reopens them all when reopen, stops the loops of consumers gone, and
-// retires the consumers empty for longer than tp.idle.
+// retires the consumers empty for longer than tp.idle (at once, for an
+// unnamed tenant's, while tenants wait for a slot).
 func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.ConsumerInfo, st ServerSettings, reopen bool, now time.Time) {
-	var retire []*tenantLoop
+	type retiring struct {
+		tl   *tenantLoop
+		idle time.Duration
+	}
+	var retire []retiring
 	tp.mu.Lock()
 	if tp.stopped {
 		tp.mu.Unlock()
@@ -197,11 +260,16 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 			tp.loops[t] = tl
 		}
 		if info.NumPending == 0 && info.NumAckPending == 0 {
+			idle := tp.idle
+			if tp.waiting > 0 && !tp.shares.Names(t) {
+				idle = 0
+			}
 			if tl.emptySince.IsZero() {
 				tl.emptySince = now
-			} else if now.Sub(tl.emptySince) >= tp.idle {
+			}
+			if now.Sub(tl.emptySince) >= idle {
 				delete(tp.loops, t)
-				retire = append(retire, tl)
+				retire = append(retire, retiring{tl, idle})
 				continue
 			}
 		} else {
@@ -214,7 +282,8 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 		}
 	}
 	tp.mu.Unlock()
-	for _, tl := range retire {
+	for _, r := range retire {
+		tl := r.tl
 		tp.stopLoop(tl)
 		// Another member may still pull from it: its requests fail until
 		// it sees the consumer gone. A job that came meanwhile stays in the
@@ -223,7 +292,10 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 			tp.w.log.Warn("idle tenant's consumer not deleted", "tenant", tl.tenant, "err", err)
 			continue
 		}
-		tp.w.log.Info("idle tenant's consumer retired", "tenant", tl.tenant, "idle", tp.idle.String())
+		tp.w.log.Info("idle tenant's consumer retired", "tenant", tl.tenant, "idle", r.idle.String())
+		tp.mu.Lock()
+		tp.freed = true
+		tp.mu.Unlock()
 	}
 }
 

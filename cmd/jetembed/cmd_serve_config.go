@@ -50,6 +50,7 @@ type serveFlags struct {
 	tenantQuotas   string
 	tenantNames    string
 	tenantIdle     time.Duration
+	maxTenants     int
 	api            *gatewayFlags
 }
 
@@ -86,6 +87,7 @@ func addServeFlags(fs *flagSet, provision, api string) *serveFlags {
 	fs.StringVar(&f.tenantQuotas, "tenant-quota", "", "tenants' quotas: NAME=TOKENS_PER_MINUTE[/IN_FLIGHT_TOKENS], comma separated (0: no bound; *=...: every tenant not named; default none); tokens are estimated at 4 bytes of a job's body; over it a tenant's queued jobs wait in the stream unfetched (with per-tenant consumers) and its requests are refused quota_exceeded with a retry-after")
 	fs.StringVar(&f.tenantNames, "tenant-names", "", "JWT mode, where a tenant is its account's public key: a key -> name file (tenants.tsv, as the commands of tenant add --jwt append to it: key TAB name a line); --tenant-weight, --tenant-quota and --interactive-tenants may then name a tenant by name, and the per-tenant metrics label it by name")
 	fs.DurationVar(&f.tenantIdle, "tenant-idle", jetstream.DefaultTenantIdle, "delete a tenant's consumer after it has been empty this long (per-tenant consumers); its next job makes it again")
+	fs.IntVar(&f.maxTenants, "max-tenants", jetstream.DefaultMaxTenants, "per-tenant consumers: at most this many for tenants --tenant-weight and --tenant-quota do not name (a named one always gets its own); a tenant beyond it has its jobs wait in the stream, and while any wait an empty consumer is deleted at once so the slots go round (without permissions a producer can mint a tenant a subject; each consumer costs the servers state and every member a fetch loop)")
 	f.api = addGatewayFlags(fs, "http-api", api)
 	return f
 }
@@ -184,6 +186,9 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		return c, fmt.Errorf("%w: --tenant-quota: %w", errUsage, err)
 	}
 	quotas = byKey(quotas, names)
+	if sf.maxTenants < 1 {
+		return c, fmt.Errorf("%w: --max-tenants %d: want at least 1", errUsage, sf.maxTenants)
+	}
 	var api *node.APIConfig
 	if sf.api.listen != "" {
 		api = &node.APIConfig{Listen: sf.api.listen, Gateway: sf.api.config()}
@@ -199,7 +204,7 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		MaxResultBytes:    int64(sf.maxResult),
 		PrefetchMax:       sf.prefetchMax,
 		PrefetchBytes:     sf.prefetchBytes,
-		Fair:              jetstream.FairConfig{Shares: jetstream.Shares{Weights: weights, Quotas: quotas}, Idle: sf.tenantIdle},
+		Fair:              jetstream.FairConfig{Shares: jetstream.Shares{Weights: weights, Quotas: quotas}, Idle: sf.tenantIdle, MaxTenants: sf.maxTenants},
 		Refresh:           ff.poll,
 		Grace:             sf.grace,
 		Fleet:             fc,
