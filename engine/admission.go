@@ -328,7 +328,9 @@ func (e *Engine) SetBudgets(inFlight, interactiveTokens int) (bulkTokens, intera
 func (e *Engine) Budgets() (inFlight, interactiveTokens int) { return e.adm.budgets() }
 
 // push adds w behind its tenant's calls. A tenant with none waiting joins
-// the turn just before the tenant whose turn it is.
+// the turn just before the tenant whose turn it is: last in the round, so
+// that a tenant whose queue empties at every admission cannot come back
+// first each time and take every release ahead of the tenants that wait.
 func (q *tenantRing) push(w *waiter, weight int) {
 	if q.by == nil {
 		q.by = map[string]*tenantWait{}
@@ -341,6 +343,7 @@ func (q *tenantRing) push(w *waiter, weight int) {
 		q.ring = append(q.ring, nil)
 		copy(q.ring[q.next+1:], q.ring[q.next:])
 		q.ring[q.next] = tw
+		q.next++
 	}
 	tw.calls = append(tw.calls, w)
 	tw.tokens += w.n

@@ -212,7 +212,10 @@ func (g *fairGate) dispatchLocked() {
 	}
 	best.release = release
 	g.busy, g.hand = true, best.tenant
-	g.v = best.start
+	// The virtual time never goes back: a start tag below it (a tenant's
+	// credit, maxLag deliveries of its size) would otherwise leave that
+	// credit banked in its finish tag for the smaller deliveries after.
+	g.v = max(g.v, best.start)
 	g.unwaitLocked(best)
 	best.granted = true
 	close(best.ready)

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -74,5 +75,86 @@ func TestFairGateTwoLoopsOfOneTenant(t *testing.T) {
 	got := map[string]bool{<-sink.took: true, <-sink.took: true}
 	if !got["a-old"] || !got["a-new"] {
 		t.Errorf("handed over %v, want both of a's", got)
+	}
+}
+
+// stepSink says which delivery it took and holds it until the test steps.
+type stepSink struct {
+	took chan string
+	step chan struct{}
+}
+
+func (s *stepSink) Submit(_ context.Context, d consumer.Delivery) error {
+	s.took <- string(d.(*consumer.Stored).Data[:1])
+	<-s.step
+	return nil
+}
+
+// TestFairGateBigDeliveryBanksNoCredit: a tenant back from idle with one
+// large delivery goes ahead by its credit (maxLag deliveries of that
+// size), but the virtual time does not go back to that delivery's start
+// tag: else the credit stays banked, and the tenant's small deliveries that
+// follow go ahead of a backlogged tenant for thousands of turns.
+func TestFairGateBigDeliveryBanksNoCredit(t *testing.T) {
+	sink := &stepSink{took: make(chan string), step: make(chan struct{})}
+	g := newFairGate(sink, Shares{}, newQuotas(Shares{}, nil))
+	none := func() bool { return false }
+	a, b, c := g.forTenant("a", none), g.forTenant("b", none), g.forTenant("c", none)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	submit := func(s Sink, data string) chan error {
+		done := make(chan error, 1)
+		go func() { done <- s.Submit(ctx, &consumer.Stored{Arrival: consumer.Arrival{Data: []byte(data)}}) }()
+		return done
+	}
+	pass := func(s Sink, data string) { // handed over alone, let go at once
+		done := submit(s, data)
+		<-sink.took
+		sink.step <- struct{}{}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 100 { // b's backlog has run a while: the virtual time is ahead
+		pass(b, "b"+strings.Repeat("x", 999))
+	}
+	pass(a, "a"+strings.Repeat("x", 7999)) // a comes back with one large job
+	// c's job holds the gate while b's next and 300 small ones of a wait.
+	cDone := submit(c, "c")
+	<-sink.took
+	bDone := submit(b, "b"+strings.Repeat("x", 999))
+	var aDone []chan error
+	for range 300 {
+		aDone = append(aDone, submit(a, "a123456789"))
+	}
+	for {
+		g.mu.Lock()
+		n := len(g.waiting["a"]) + len(g.waiting["b"])
+		g.mu.Unlock()
+		if n == 301 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d deliveries waiting", n)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	sink.step <- struct{}{}
+	bAt := -1
+	for i := range 301 {
+		if <-sink.took == "b" {
+			bAt = i
+		}
+		sink.step <- struct{}{}
+	}
+	for _, done := range append(aDone, cDone, bDone) {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("b's job went after %d of a's small jobs", bAt)
+	if bAt > 150 {
+		t.Errorf("b's job went after %d of a's small jobs (a's credit from its large one stayed banked), want after at most about 110", bAt)
 	}
 }

@@ -176,6 +176,10 @@ type quotas struct {
 
 	mu    sync.Mutex
 	state map[string]*quotaState
+	// swept is when a sweep of the full state last found no tenant at
+	// rest: the next one waits a second, so that minted tenants do not
+	// each cost a scan of the whole state.
+	swept time.Time
 }
 
 type quotaState struct {
@@ -185,8 +189,16 @@ type quotaState struct {
 }
 
 // maxQuotaTenants bounds the tenants whose state is kept: a tenant at
-// rest with a full bucket and nothing in flight is forgotten first.
+// rest with a full bucket and nothing in flight is forgotten first, and
+// when none is, a tenant the shares do not name shares the state of
+// overflowTenant with every other such tenant beyond the bound (tenants
+// minted faster than they come to rest are held back together; forgetting
+// one that is not at rest would give it a full bucket again).
 const maxQuotaTenants = 4096
+
+// overflowTenant keys the shared state; it contains a dot, so it is no
+// tenant's name.
+const overflowTenant = ".overflow"
 
 func newQuotas(s Shares, now func() time.Time) *quotas {
 	if now == nil {
@@ -204,12 +216,26 @@ func (q *quotas) limited(tenant string) bool {
 	return qu.TokensPerMinute > 0 || qu.InFlight > 0
 }
 
+// key is the state tenant's use is kept in: its own, or overflowTenant's
+// when the state is full of tenants not at rest. q.mu is held.
+func (q *quotas) key(tenant string, now time.Time) string {
+	if _, ok := q.state[tenant]; ok || len(q.state) < maxQuotaTenants || q.shares.Names(tenant) {
+		return tenant
+	}
+	if q.swept.IsZero() || now.Sub(q.swept) >= time.Second || now.Before(q.swept) {
+		q.forgetIdle(now)
+		if len(q.state) < maxQuotaTenants {
+			q.swept = time.Time{}
+			return tenant
+		}
+		q.swept = now
+	}
+	return overflowTenant
+}
+
 func (q *quotas) get(tenant string, qu Quota, now time.Time) *quotaState {
 	st := q.state[tenant]
 	if st == nil {
-		if len(q.state) >= maxQuotaTenants {
-			q.forgetIdle(now)
-		}
 		st = &quotaState{bucket: float64(qu.TokensPerMinute), at: now}
 		q.state[tenant] = st
 		return st
@@ -241,7 +267,8 @@ func (q *quotas) wait(tenant string) time.Duration {
 	qu := q.shares.Quota(tenant)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	return q.waitLocked(tenant, qu, q.now())
+	now := q.now()
+	return q.waitLocked(q.key(tenant, now), qu, now)
 }
 
 // waitInFlight is the wait while a tenant is at its in-flight bound: work
@@ -272,6 +299,7 @@ func (q *quotas) take(tenant string, tokens int) (release func(), wait time.Dura
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	now := q.now()
+	tenant = q.key(tenant, now)
 	if d := q.waitLocked(tenant, qu, now); d > 0 {
 		return nil, d
 	}
@@ -304,7 +332,7 @@ func (s quotaSink) Submit(ctx context.Context, d consumer.Delivery) error {
 	if !ok || !s.q.limited(r.Tenant) || r.Refusal != nil {
 		return s.Sink.Submit(ctx, d)
 	}
-	release, wait := s.q.take(r.Tenant, estimateTokens(len(r.Data)))
+	release, wait := s.q.take(r.Tenant, estimateTokens(requestBytes(r)))
 	if wait > 0 {
 		r.Refusal = schema.QuotaExceeded(wait)
 		return s.Sink.Submit(ctx, r)
@@ -323,6 +351,20 @@ func (s quotaSink) Submit(ctx context.Context, d consumer.Delivery) error {
 		release()
 	}
 	return err
+}
+
+// requestBytes is the body a request's charge is estimated from: its
+// Data, or, for a request made inside the process whose job is decoded
+// already (Data unread and empty), the job's texts.
+func requestBytes(r *consumer.Request) int {
+	if r.Job == nil {
+		return len(r.Data)
+	}
+	n := 0
+	for _, t := range r.Job.Texts {
+		n += len(t)
+	}
+	return max(n, len(r.Data))
 }
 
 // Stats passes the sink's on.
