@@ -100,9 +100,11 @@ type FairConfig struct {
 	// mint a tenant a subject, and each consumer costs the servers state
 	// and every member a fetch loop and its buffer. A tenant beyond it
 	// has its jobs wait in the stream for a free slot; while any wait, an
-	// empty consumer of an unnamed tenant is retired at once, so the
-	// slots pass round. A tenant the shares name (a weight or a quota of
-	// its own) always gets its consumer.
+	// empty consumer of an unnamed tenant is retired at once, and one
+	// that has held its slot for Idle yields it (its loop stops, its
+	// consumer goes once nothing is in flight, its jobs wait again), so
+	// the slots pass round. A tenant the shares name (a weight or a quota
+	// of its own) always gets its consumer.
 	MaxTenants int
 }
 

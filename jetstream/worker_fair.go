@@ -44,7 +44,9 @@ type tenantLoop struct {
 	mu           sync.Mutex
 	loop         *PullLoop
 	emptySince   time.Time
+	since        time.Time // when this member first saw the consumer
 	stopping     bool
+	yielding     bool // its slot's lease is up: the loop is stopped, the consumer goes when nothing is in flight
 }
 
 func (tl *tenantLoop) get() *PullLoop {
@@ -159,8 +161,9 @@ func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, 
 	tp.mu.Lock()
 	first, last := tp.lastScan.IsZero(), tp.lastScan
 	// While tenants wait for a slot, jobs no consumer covers are no news:
-	// only a slot freed is.
-	news := tp.waiting == 0 || tp.freed
+	// only a slot freed is, by this member or by anyone (another member,
+	// an operator: the list has fewer than the bound).
+	news := tp.waiting == 0 || tp.freed || unnamed < tp.max
 	tp.mu.Unlock()
 	scan := first || now.Sub(last) >= tp.scan
 	if !scan && news && now.Sub(last) >= tp.w.cfg.Refresh {
@@ -197,7 +200,9 @@ func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, 
 			pending += infos[t].NumPending
 		}
 		tp.mu.Lock()
-		warn := waiting > 0 && (waiting != tp.waiting || now.Sub(tp.warned) >= tp.scan)
+		// When tenants start to wait, then at most once a scan interval:
+		// while the slots go round the count changes at every scan.
+		warn := waiting > 0 && (tp.waiting == 0 || now.Sub(tp.warned) >= tp.scan)
 		tp.waiting = waiting
 		if warn {
 			tp.warned = now
@@ -242,6 +247,7 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 		idle time.Duration
 	}
 	var retire []retiring
+	var yield []*tenantLoop
 	tp.mu.Lock()
 	if tp.stopped {
 		tp.mu.Unlock()
@@ -256,8 +262,24 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 	for t, info := range infos {
 		tl := tp.loops[t]
 		if tl == nil {
-			tl = &tenantLoop{tenant: t, name: info.Name}
+			tl = &tenantLoop{tenant: t, name: info.Name, since: now}
 			tp.loops[t] = tl
+		}
+		// While tenants wait, an unnamed tenant that never empties does
+		// not keep its slot for ever: after tp.idle its loop stops (what
+		// it buffered goes back), and once nothing of it is in flight its
+		// consumer is retired with jobs left, which wait for a slot again.
+		if tp.waiting > 0 && !tp.shares.Names(t) && now.Sub(tl.since) >= tp.idle {
+			if info.NumAckPending == 0 {
+				delete(tp.loops, t)
+				retire = append(retire, retiring{tl, tp.idle})
+				continue
+			}
+			if !tl.yielding {
+				tl.yielding = true
+				yield = append(yield, tl)
+			}
+			continue
 		}
 		if info.NumPending == 0 && info.NumAckPending == 0 {
 			idle := tp.idle
@@ -275,13 +297,24 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 		} else {
 			tl.emptySince = time.Time{}
 		}
-		if tl.get() == nil || reopen {
+		if tl.get() == nil || reopen || tl.yielding {
 			if err := tp.startLoop(ctx, tl, st); err != nil {
 				tp.w.log.Warn("tenant's fetch loop not started", "tenant", t, "err", err)
+			} else if tl.yielding {
+				// No longer yielding (none wait): its loop runs again, and
+				// its end is news again (tl.loop is the new one already).
+				tl.yielding = false
+				tl.mu.Lock()
+				tl.stopping = false
+				tl.mu.Unlock()
 			}
 		}
 	}
 	tp.mu.Unlock()
+	for _, tl := range yield {
+		tp.stopLoop(tl)
+		tp.w.log.Info("tenant's consumer yields its slot to waiting tenants", "tenant", tl.tenant, "held", now.Sub(tl.since).Round(time.Second).String())
+	}
 	for _, r := range retire {
 		tl := r.tl
 		tp.stopLoop(tl)
