@@ -44,6 +44,7 @@ type fairGate struct {
 	more    map[string]func() bool // tenant's loop has more buffered
 	jobs    map[string]uint64      // deliveries handed over, per tenant
 	timer   *time.Timer            // wakes the gate when a quota frees
+	timerAt time.Time              // when timer fires
 }
 
 // maxLag is the credit a tenant keeps when it had nothing waiting (see
@@ -193,14 +194,7 @@ func (g *fairGate) dispatchLocked() {
 		}
 	}
 	if best == nil {
-		if soonest > 0 && g.timer == nil {
-			g.timer = time.AfterFunc(soonest, func() {
-				g.mu.Lock()
-				g.timer = nil
-				g.dispatchLocked()
-				g.mu.Unlock()
-			})
-		}
+		g.wakeInLocked(soonest)
 		return
 	}
 	release, wait := g.q.take(best.tenant, estimateTokens(best.size))
@@ -219,6 +213,33 @@ func (g *fairGate) dispatchLocked() {
 	g.unwaitLocked(best)
 	best.granted = true
 	close(best.ready)
+}
+
+// wakeInLocked has the gate look again in d (0: no wait), unless its
+// timer is set for sooner: one timer, moved up when a quota frees before
+// the one it waits for. g.mu is held.
+func (g *fairGate) wakeInLocked(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	at := time.Now().Add(d)
+	if g.timer != nil {
+		if !at.Before(g.timerAt) {
+			return
+		}
+		g.timer.Stop()
+	}
+	var t *time.Timer
+	t = time.AfterFunc(d, func() {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		if g.timer != t {
+			return // moved up: the newer timer looks
+		}
+		g.timer = nil
+		g.dispatchLocked()
+	})
+	g.timer, g.timerAt = t, at
 }
 
 // unwaitLocked takes w out of its tenant's waiting deliveries. g.mu is

@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/jetembed/jetembed/consumer"
@@ -157,4 +158,50 @@ func TestFairGateBigDeliveryBanksNoCredit(t *testing.T) {
 	if bAt > 150 {
 		t.Errorf("b's job went after %d of a's small jobs (a's credit from its large one stayed banked), want after at most about 110", bAt)
 	}
+}
+
+// TestFairGateWakesForTheSoonestQuota: the gate waits for a quota to free
+// with one timer. A tenant whose quota frees in a second, arriving while
+// the timer is set for another's in nine minutes, is handed over after
+// its second, not after the other's nine minutes.
+func TestFairGateWakesForTheSoonestQuota(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		shares := Shares{Quotas: map[string]Quota{"slow": {TokensPerMinute: 60}, "fast": {TokensPerMinute: 6000}}}
+		q := newQuotas(shares, nil)
+		sink := &takeSink{}
+		g := newFairGate(sink, shares, q)
+		none := func() bool { return false }
+		if _, wait := q.take("slow", 600); wait != 0 { // 540 s in debt
+			t.Fatal(wait)
+		}
+		if _, wait := q.take("fast", 6100); wait != 0 { // 1 s in debt
+			t.Fatal(wait)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		submit := func(s Sink, data string) chan error {
+			done := make(chan error, 1)
+			go func() { done <- s.Submit(ctx, &consumer.Stored{Arrival: consumer.Arrival{Data: []byte(data)}}) }()
+			return done
+		}
+		slow := submit(g.forTenant("slow", none), "s")
+		synctest.Wait() // the timer is set for slow's 540 s
+		fast := submit(g.forTenant("fast", none), "f")
+		synctest.Wait()
+		start := time.Now()
+		select {
+		case err := <-fast:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(time.Hour):
+			t.Fatal("fast's delivery not handed over in an hour")
+		}
+		if waited := time.Since(start); waited > 2*time.Second {
+			t.Errorf("fast's delivery handed over after %v, want about its quota's 1 s", waited)
+		}
+		if err := <-slow; err != nil { // at its 540 s, in the bubble's time
+			t.Fatal(err)
+		}
+	})
 }
