@@ -159,10 +159,12 @@ func (a *admission) acquire(ctx context.Context, c Call, n int) (int, *schema.Er
 // room decides whether w may wait: within the interactive bound (pushing
 // out the newest calls of a tenant over its share, returned to be woken
 // once the lock is released), and able to start before lim at the
-// measured drain rate. a.mu is held.
+// measured drain rate. The push-out is planned first and done only when
+// w is let in: a call refused anyway pushes nothing out. a.mu is held.
 func (a *admission) room(w *waiter, lim, now time.Time) (evicted []*waiter, refusal *schema.Error) {
 	q := &a.queue[w.cl]
 	cl := w.cl
+	var cut map[*tenantWait]int // tokens each tenant would lose to the push-out
 	if cl == interactive && a.bound > 0 && q.tokens+w.n > a.bound {
 		tenants := len(q.by)
 		if q.by[w.tenant] == nil {
@@ -177,29 +179,76 @@ func (a *admission) room(w *waiter, lim, now time.Time) (evicted []*waiter, refu
 			return nil, schema.Errorf(schema.CodeOverloaded, "%s budget full (%d of %d tokens held) and %d tokens already waiting, %d of them this tenant's (its share: %d)%s",
 				cl, a.used[cl], a.budget[cl], q.tokens, own, share, a.retryHintFor(cl, q.tokens+w.n))
 		}
-		for q.tokens+w.n > a.bound {
-			hog := q.hog(w.tenant)
-			if hog == nil || hog.tokens <= share {
-				break
-			}
-			last := hog.calls[len(hog.calls)-1]
-			q.remove(last)
-			last.refusal = schema.Errorf(schema.CodeOverloaded, "pushed out of the %s queue by another tenant's call: this tenant holds more than its share%s", cl, a.retryHintFor(cl, q.tokens))
-			evicted = append(evicted, last)
+		var plan []*waiter
+		plan, cut = q.pushOut(w.tenant, share, q.tokens+w.n-a.bound)
+		left := q.tokens
+		for _, x := range plan {
+			left -= x.n
 		}
-		if q.tokens+w.n > a.bound && q.tokens > 0 {
-			return evicted, schema.Errorf(schema.CodeOverloaded, "%s budget full (%d of %d tokens held) and %d tokens already waiting%s",
+		if left+w.n > a.bound && left > 0 {
+			return nil, schema.Errorf(schema.CodeOverloaded, "%s budget full (%d of %d tokens held) and %d tokens already waiting%s",
 				cl, a.used[cl], a.budget[cl], q.tokens, a.retryHintFor(cl, q.tokens+w.n))
 		}
+		evicted = plan
 	}
 	if cl == interactive && !lim.IsZero() {
-		ahead := a.used[cl] + q.ahead(w.tenant, w.n) - a.budget[cl]
+		ahead := a.used[cl] + q.aheadAfter(w.tenant, w.n, cut) - a.budget[cl]
 		if wait, ok := a.meter.Wait(ahead, now); ok && now.Add(wait).After(lim) {
-			return evicted, schema.Errorf(schema.CodeOverloaded, "%s budget full: at the measured %.0f tokens/s this call would start in about %s, after its deadline%s",
+			return nil, schema.Errorf(schema.CodeOverloaded, "%s budget full: at the measured %.0f tokens/s this call would start in about %s, after its deadline%s",
 				cl, a.meter.Rate(), wait.Round(time.Millisecond), a.retryHintFor(cl, ahead+a.budget[cl]))
 		}
 	}
+	for _, x := range evicted {
+		q.remove(x)
+	}
+	for _, x := range evicted {
+		x.refusal = schema.Errorf(schema.CodeOverloaded, "pushed out of the %s queue by another tenant's call: this tenant holds more than its share%s", cl, a.retryHintFor(cl, q.tokens))
+	}
 	return evicted, nil
+}
+
+// pushOut plans which calls to push out to free need tokens: the newest
+// calls of the tenant other than tenant that holds the most, while it
+// holds more than share. It changes nothing; cut is the tokens each
+// tenant would lose.
+func (q *tenantRing) pushOut(tenant string, share, need int) (plan []*waiter, cut map[*tenantWait]int) {
+	cut = map[*tenantWait]int{}
+	taken := map[*tenantWait]int{} // calls from the tail
+	for need > 0 {
+		var hog *tenantWait
+		for t, tw := range q.by {
+			if t != tenant && (hog == nil || tw.tokens-cut[tw] > hog.tokens-cut[hog]) {
+				hog = tw
+			}
+		}
+		if hog == nil || hog.tokens-cut[hog] <= share {
+			break
+		}
+		x := hog.calls[len(hog.calls)-1-taken[hog]]
+		taken[hog]++
+		cut[hog] += x.n
+		need -= x.n
+		plan = append(plan, x)
+	}
+	return plan, cut
+}
+
+// aheadAfter is the tokens that would be admitted before a call of n
+// tokens of tenant, were it queued now, its own included, once the other
+// tenants have lost cut: every tenant's waiting calls up to as many
+// tokens as tenant will have waiting (the turns interleave them).
+func (q *tenantRing) aheadAfter(tenant string, n int, cut map[*tenantWait]int) int {
+	own := n
+	if tw := q.by[tenant]; tw != nil {
+		own += tw.tokens
+	}
+	total := own
+	for t, tw := range q.by {
+		if t != tenant {
+			total += min(tw.tokens-cut[tw], own)
+		}
+	}
+	return total
 }
 
 // take charges n tokens to class cl. a.mu is held.
@@ -384,36 +433,6 @@ func (q *tenantRing) remove(w *waiter) bool {
 		}
 	}
 	return true
-}
-
-// ahead is the tokens that would be admitted before a call of n tokens of
-// tenant, were it queued now, its own included: every tenant's waiting
-// calls up to as many tokens as tenant will have waiting (the turns
-// interleave them).
-func (q *tenantRing) ahead(tenant string, n int) int {
-	own := n
-	if tw := q.by[tenant]; tw != nil {
-		own += tw.tokens
-	}
-	total := own
-	for t, tw := range q.by {
-		if t != tenant {
-			total += min(tw.tokens, own)
-		}
-	}
-	return total
-}
-
-// hog is the waiting calls of the tenant other than tenant that holds the
-// most tokens.
-func (q *tenantRing) hog(tenant string) *tenantWait {
-	var most *tenantWait
-	for t, tw := range q.by {
-		if t != tenant && (most == nil || tw.tokens > most.tokens) {
-			most = tw
-		}
-	}
-	return most
 }
 
 // failAll refuses every waiting call with se (the engine closed).

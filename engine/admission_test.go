@@ -173,3 +173,50 @@ func TestAdmissionRejoinDoesNotStarve(t *testing.T) {
 		}
 	})
 }
+
+// TestAdmissionNoPushOutForNothing: a call that would push another
+// tenant's call out of the full interactive queue but is refused anyway
+// (at the measured drain rate it could not start before its deadline)
+// pushes nothing out: the flood's newest call keeps waiting and is
+// admitted later, instead of being answered overloaded for a call that
+// never ran.
+func TestAdmissionNoPushOutForNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAdmission(Config{AdmissionTokens: 100, InteractiveTokens: 10, MaxTokens: 2, QueueTokens: 10})
+		// Measure a drain rate: 10 tokens in a second.
+		if _, se := a.acquire(context.Background(), Call{Class: Interactive, Tenant: "x"}, 10); se != nil {
+			t.Fatal(se)
+		}
+		time.Sleep(time.Second)
+		a.release(Interactive, 10)
+		if _, se := a.acquire(context.Background(), Call{Class: Interactive, Tenant: "x"}, 10); se != nil {
+			t.Fatal(se)
+		}
+		var flood []<-chan *schema.Error
+		for range 5 {
+			flood = append(flood, admitAsync(a, Call{Class: Interactive, Tenant: "flood"}, 2))
+			synctest.Wait()
+		}
+		_, se := a.acquire(context.Background(), Call{Class: Interactive, Tenant: "other", Deadline: time.Now().Add(10 * time.Millisecond)}, 2)
+		if se == nil || se.Code != schema.CodeOverloaded {
+			t.Fatalf("a call that could not start before its deadline: %v, want overloaded", se)
+		}
+		synctest.Wait()
+		select {
+		case se := <-flood[4]:
+			t.Errorf("the flood's newest call answered %v for a call that was refused anyway, want it still waiting", se)
+		default:
+		}
+		a.release(Interactive, 10)
+		synctest.Wait()
+		for _, ch := range flood {
+			select {
+			case se := <-ch:
+				if se != nil {
+					t.Errorf("the flood's call: %v, want admitted", se)
+				}
+			default:
+			}
+		}
+	})
+}
