@@ -45,6 +45,7 @@ type tenantLoop struct {
 	loop         *PullLoop
 	emptySince   time.Time
 	since        time.Time // when this member first saw the consumer
+	created      time.Time // the consumer's creation (server time): which consumer of the name since is of
 	stopping     bool
 	yielding     bool // its slot's lease is up: the loop is stopped, the consumer goes when nothing is in flight
 }
@@ -262,8 +263,14 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 	for t, info := range infos {
 		tl := tp.loops[t]
 		if tl == nil {
-			tl = &tenantLoop{tenant: t, name: info.Name, since: now}
+			tl = &tenantLoop{tenant: t, name: info.Name, since: now, created: info.Created}
 			tp.loops[t] = tl
+		} else if !info.Created.Equal(tl.created) {
+			// Another consumer of the name: the one tl saw was retired and
+			// made again elsewhere between two lists (another member's scan
+			// gave the tenant a slot anew). Its lease starts now; were it
+			// yielding, its loop starts again below.
+			tl.created, tl.since, tl.emptySince = info.Created, now, time.Time{}
 		}
 		// While tenants wait, an unnamed tenant that never empties does
 		// not keep its slot for ever: after tp.idle its loop stops (what
