@@ -19,7 +19,7 @@ func (w *Worker) TenantsReady(tenants ...string) bool {
 		if len(g.waiting[t]) > 0 {
 			continue
 		}
-		if more := g.more[t]; g.busy && g.hand == t && more != nil && more() {
+		if more := g.more[t]; g.busy && g.hand == t && more != nil && more.has() {
 			continue
 		}
 		return false

@@ -41,10 +41,10 @@ type fairGate struct {
 	// first: usually one, two while a tenant's loop is replaced (the old
 	// one drains its buffer through the gate beside the new one).
 	waiting map[string][]*gateWaiter
-	more    map[string]func() bool // tenant's loop has more buffered
-	jobs    map[string]uint64      // deliveries handed over, per tenant
-	timer   *time.Timer            // wakes the gate when a quota frees
-	timerAt time.Time              // when timer fires
+	more    map[string]*loopMore // tenant's loop has more buffered
+	jobs    map[string]uint64    // deliveries handed over, per tenant
+	timer   *time.Timer          // wakes the gate when a quota frees
+	timerAt time.Time            // when timer fires
 }
 
 // maxLag is the credit a tenant keeps when it had nothing waiting (see
@@ -65,22 +65,32 @@ type gateWaiter struct {
 func newFairGate(sink Sink, shares Shares, q *quotas) *fairGate {
 	return &fairGate{sink: sink, shares: shares, q: q,
 		finish: map[string]float64{}, waiting: map[string][]*gateWaiter{},
-		more: map[string]func() bool{}, jobs: map[string]uint64{}}
+		more: map[string]*loopMore{}, jobs: map[string]uint64{}}
 }
 
 // forTenant is the [Sink] of tenant's fetch loop; more reports whether the
 // loop has another delivery buffered after the one in Submit.
-func (g *fairGate) forTenant(tenant string, more func() bool) Sink {
+func (g *fairGate) forTenant(tenant string, more func() bool) gateSink {
+	m := &loopMore{has: more}
 	g.mu.Lock()
-	g.more[tenant] = more
+	g.more[tenant] = m
 	g.mu.Unlock()
-	return gateSink{g: g, tenant: tenant}
+	return gateSink{g: g, tenant: tenant, loop: m}
 }
 
-// forget drops tenant (its loop stopped): the turn is not held for it.
-func (g *fairGate) forget(tenant string) {
+// loopMore is one fetch loop's "has more buffered": a tenant's newer loop
+// replaces it.
+type loopMore struct{ has func() bool }
+
+// forget drops the tenant of s (its loop stopped): the turn is not held
+// for it. A tenant whose newer loop registered since keeps its state.
+func (g *fairGate) forget(s gateSink) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	tenant := s.tenant
+	if g.more[tenant] != s.loop {
+		return
+	}
 	delete(g.more, tenant)
 	delete(g.finish, tenant)
 	delete(g.jobs, tenant)
@@ -96,6 +106,7 @@ func (g *fairGate) forget(tenant string) {
 type gateSink struct {
 	g      *fairGate
 	tenant string
+	loop   *loopMore
 }
 
 func (s gateSink) Submit(ctx context.Context, d consumer.Delivery) error {
@@ -187,7 +198,7 @@ func (g *fairGate) dispatchLocked() {
 			best = w
 		}
 	}
-	if l := g.last; l != "" && len(g.waiting[l]) == 0 && g.more[l] != nil && g.q.wait(l) == 0 && g.more[l]() {
+	if l := g.last; l != "" && len(g.waiting[l]) == 0 && g.more[l] != nil && g.q.wait(l) == 0 && g.more[l].has() {
 		if start := max(g.finish[l], g.v); best == nil || start < best.start {
 			g.onDeck = l
 			return

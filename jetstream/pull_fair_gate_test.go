@@ -205,3 +205,30 @@ func TestFairGateWakesForTheSoonestQuota(t *testing.T) {
 		}
 	})
 }
+
+// TestFairGateForgetsOnlyItsLoop: a tenant's old fetch loop, stopped in
+// the background after its consumer went (made again since, with a new
+// loop), forgets only itself: the tenant's new loop keeps its place in
+// the gate (its "more buffered", its finish tag and its count).
+func TestFairGateForgetsOnlyItsLoop(t *testing.T) {
+	g := newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil))
+	old := g.forTenant("a", func() bool { return false })
+	if err := old.Submit(context.Background(), &consumer.Stored{Arrival: consumer.Arrival{Data: []byte("a")}}); err != nil {
+		t.Fatal(err)
+	}
+	cur := g.forTenant("a", func() bool { return true })
+	g.forget(old)
+	g.mu.Lock()
+	kept, jobs := g.more["a"] == cur.loop, g.jobs["a"]
+	g.mu.Unlock()
+	if !kept || jobs != 1 {
+		t.Errorf("after the old loop forgot itself: new loop kept %v, jobs %d; want kept, 1", kept, jobs)
+	}
+	g.forget(cur)
+	g.mu.Lock()
+	_, left := g.more["a"]
+	g.mu.Unlock()
+	if left {
+		t.Error("the current loop's forget left the tenant in the gate")
+	}
+}

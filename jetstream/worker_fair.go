@@ -43,6 +43,7 @@ type tenantLoop struct {
 	tenant, name string
 	mu           sync.Mutex
 	loop         *PullLoop
+	sink         gateSink // loop's way into the gate
 	emptySince   time.Time
 	since        time.Time // when this member first saw the consumer
 	created      time.Time // the consumer's creation (server time): which consumer of the name since is of
@@ -362,7 +363,7 @@ func (tp *tenantPull) startLoop(ctx context.Context, tl *tenantLoop, st ServerSe
 	}
 	tl.mu.Lock()
 	old := tl.loop
-	tl.loop = loop
+	tl.loop, tl.sink = loop, sink
 	tl.mu.Unlock()
 	if old != nil {
 		old.Drain()
@@ -384,14 +385,14 @@ func (tp *tenantPull) startLoop(ctx context.Context, tl *tenantLoop, st ServerSe
 func (tp *tenantPull) stopLoop(tl *tenantLoop) {
 	tl.mu.Lock()
 	tl.stopping = true
-	loop := tl.loop
+	loop, sink := tl.loop, tl.sink
 	tl.mu.Unlock()
 	if loop == nil {
 		return
 	}
 	loop.Stop()
 	<-loop.Done()
-	tp.gate.forget(tl.tenant)
+	tp.gate.forget(sink)
 }
 
 // stop stops every loop and waits for them.
