@@ -273,11 +273,15 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 			// yielding, its loop starts again below.
 			tl.created, tl.since, tl.emptySince = info.Created, now, time.Time{}
 		}
+	}
+	leaseUp := tp.leasesUp(now)
+	for t, info := range infos {
+		tl := tp.loops[t]
 		// While tenants wait, an unnamed tenant that never empties does
 		// not keep its slot for ever: after tp.idle its loop stops (what
 		// it buffered goes back), and once nothing of it is in flight its
 		// consumer is retired with jobs left, which wait for a slot again.
-		if tp.waiting > 0 && !tp.shares.Names(t) && now.Sub(tl.since) >= tp.idle {
+		if tp.waiting > 0 && (tl.yielding && now.Sub(tl.since) >= tp.idle || leaseUp[t]) {
 			if info.NumAckPending == 0 {
 				delete(tp.loops, t)
 				retire = append(retire, retiring{tl, tp.idle})
@@ -338,6 +342,32 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 		tp.freed = true
 		tp.mu.Unlock()
 	}
+}
+
+// leasesUp chooses the unnamed tenants whose consumers yield their slots
+// now: those held for tp.idle, the longest held first, as many as tenants
+// wait less those yielding already (one tenant waiting does not make
+// every slot's holder yield at once). tp.mu is held.
+func (tp *tenantPull) leasesUp(now time.Time) map[string]bool {
+	if tp.waiting == 0 {
+		return nil
+	}
+	room := tp.waiting
+	var due []*tenantLoop
+	for t, tl := range tp.loops {
+		switch {
+		case tl.yielding && now.Sub(tl.since) >= tp.idle: // (a new consumer of the name starts its lease)
+			room--
+		case !tp.shares.Names(t) && now.Sub(tl.since) >= tp.idle:
+			due = append(due, tl)
+		}
+	}
+	slices.SortFunc(due, func(a, b *tenantLoop) int { return a.since.Compare(b.since) })
+	up := map[string]bool{}
+	for _, tl := range due[:max(min(room, len(due)), 0)] {
+		up[tl.tenant] = true
+	}
+	return up
 }
 
 // startLoop opens (or reopens: the old one drains) tl's fetch loop.

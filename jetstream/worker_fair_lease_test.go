@@ -85,3 +85,29 @@ func TestFairPullLeaseOfTheSameConsumer(t *testing.T) {
 		t.Errorf("deleted %q, want hog's consumer: its lease is up and tenants wait", js.deleted)
 	}
 }
+
+// TestFairPullLeaseYieldsAsManyAsWait: one tenant waiting for a slot
+// makes one holder past its lease yield, the longest held, not every
+// holder past it at once (each would give back its buffer and be made
+// again).
+func TestFairPullLeaseYieldsAsManyAsWait(t *testing.T) {
+	const idle = time.Minute
+	now := time.Now()
+	js := &leaseJS{}
+	w := &Worker{js: js, log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: WorkerConfig{Config: DefaultConfig()}}
+	tp := &tenantPull{w: w, gate: newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil)), idle: idle, scan: time.Minute, max: 3,
+		loops: map[string]*tenantLoop{}, done: make(chan struct{})}
+	infos := map[string]*natsjs.ConsumerInfo{}
+	for i, name := range []string{"a", "b", "c"} {
+		made := now.Add(-time.Duration(5-i) * idle) // a held longest
+		tp.loops[name] = &tenantLoop{tenant: name, name: "embedder_" + name, since: made, created: made}
+		infos[name] = &natsjs.ConsumerInfo{Name: "embedder_" + name, Created: made, NumPending: 5}
+	}
+	tp.waiting = 1
+	tp.reconcile(context.Background(), infos, ServerSettings{}, false, now)
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if len(js.deleted) != 1 || js.deleted[0] != "embedder_a" {
+		t.Errorf("deleted %q with one tenant waiting, want the longest held alone (embedder_a)", js.deleted)
+	}
+}
