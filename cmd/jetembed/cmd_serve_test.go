@@ -19,6 +19,7 @@ import (
 
 	"github.com/jetembed/jetembed/client"
 	"github.com/jetembed/jetembed/internal/natstest"
+	"github.com/jetembed/jetembed/jetstream"
 	"github.com/jetembed/jetembed/schema"
 )
 
@@ -247,7 +248,8 @@ func TestServeBudgetFlags(t *testing.T) {
 
 // TestServeTenantWeightOneKnob: --tenant-weight is one setting for both
 // places fairness lives: the engine's admission queue and the per-tenant
-// pulling; a bad value is a usage error.
+// pulling; a bad value is a usage error. --max-tenants reaches the
+// per-tenant pulling, at least 1.
 func TestServeTenantWeightOneKnob(t *testing.T) {
 	parse := func(args ...string) (serveConfig, error) {
 		sc := addServeCommand(newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard}), true, true, "off")
@@ -266,6 +268,15 @@ func TestServeTenantWeightOneKnob(t *testing.T) {
 	}
 	if _, err := parse("--tenant-weight", "acme=zero"); !errors.Is(err, errUsage) {
 		t.Errorf("--tenant-weight acme=zero: %v, want a usage error", err)
+	}
+	if c.Runtime.Fair.MaxTenants != jetstream.DefaultMaxTenants {
+		t.Errorf("max tenants %d, want the default %d", c.Runtime.Fair.MaxTenants, jetstream.DefaultMaxTenants)
+	}
+	if c, err := parse("--max-tenants", "7"); err != nil || c.Runtime.Fair.MaxTenants != 7 {
+		t.Errorf("--max-tenants 7: %d, %v", c.Runtime.Fair.MaxTenants, err)
+	}
+	if _, err := parse("--max-tenants", "0"); !errors.Is(err, errUsage) {
+		t.Errorf("--max-tenants 0: %v, want a usage error", err)
 	}
 }
 
