@@ -124,24 +124,30 @@ func TestBodyBurstThenSilence(t *testing.T) {
 			t.Errorf("%d bytes of a declared 1 MiB, then silence: %d %s after %s", sent, resp.StatusCode, body, took)
 		}
 	}
-	// A body that keeps the pace past many windows is read.
+	// A body that keeps the pace past many windows is read. Its own
+	// gateway has a window of a second, and the body comes at five times
+	// the minimum rate: at twice the rate over 500 ms windows a loaded
+	// machine that held the writer (or the reader) a few hundred ms made
+	// it late (CI: 1800 bytes in 1.312s, 408).
+	r = newRig(t, true, func(c *gateway.Config) { c.HeaderTimeout, c.MinBodyRate = time.Second, 1000 })
+	addr = strings.TrimPrefix(r.url, "http://")
 	c := dialFrom(t, "127.0.0.1", addr)
-	const n = 4000
+	const n = 17500
 	go func() {
 		fmt.Fprintf(c, "POST /v1/embeddings HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", addr, n)
 		part := `{"input":"` + strings.Repeat("x", n-12) + `"}`
-		for i := 0; i < len(part); i += 200 {
-			_, _ = c.Write([]byte(part[i:min(i+200, len(part))]))
-			time.Sleep(100 * time.Millisecond) // 2000 B/s for 2 s
+		for i := 0; i < len(part); i += 500 {
+			_, _ = c.Write([]byte(part[i:min(i+500, len(part))]))
+			time.Sleep(100 * time.Millisecond) // 5000 B/s for 3.5 s: past three windows
 		}
 	}()
-	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_ = c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if body, _ := io.ReadAll(resp.Body); resp.StatusCode != 200 {
-		t.Errorf("a body at twice the minimum rate for 4 windows: %d %s", resp.StatusCode, body)
+		t.Errorf("a body at five times the minimum rate for 3.5 windows: %d %s", resp.StatusCode, body)
 	}
 }
 
