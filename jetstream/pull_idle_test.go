@@ -93,7 +93,15 @@ func TestPullIdleReopenLosesNothing(t *testing.T) {
 	// the publishes before the publisher's connection closes.
 	var publishing sync.WaitGroup
 	defer publishing.Wait()
-	loop, err := Pull(context.Background(), cons, sink, PullLogger(quietLog), PullExpiry(150*time.Millisecond, 50*time.Millisecond),
+	// The loop's request ends at the client when its context does, and
+	// nats.go asks the server for 90% of that: the server's request ends
+	// first by a tenth of the expiry. At 150 ms that was 15 ms (and a
+	// missed heartbeat 100 ms), which a loaded machine's delay of the
+	// request outlasts: the old request was still open at the server when
+	// the next job came, which is the lost job this test is about, made by
+	// the load (a package run under two busy loops: "job 7 (+1ms) delivered 2 times"). A second gives
+	// 100 ms, and 500 ms of heartbeats.
+	loop, err := Pull(context.Background(), cons, sink, PullLogger(quietLog), PullExpiry(time.Second, 250*time.Millisecond),
 		func(o *pullOptions) {
 			o.onRequest = func() {
 				n := int(requests.Add(1))
