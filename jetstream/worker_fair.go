@@ -132,9 +132,9 @@ func (tp *tenantPull) scanTenants(ctx context.Context) (map[string]bool, error) 
 
 // sync brings the tenants' consumers and loops in line with the server:
 // it lists them, creates the missing ones of tenants with jobs (after a
-// scan; those of unnamed tenants up to tp.max), updates the ones whose settings differ from template's, deletes
-// the ones idle for longer than tp.idle, and starts or stops loops to
-// match. reopen reopens every loop (the template's settings changed). It
+// scan; those of unnamed tenants up to tp.max), updates the ones whose
+// settings differ from template's, deletes the ones idle for longer than
+// tp.idle (see reconcile), and starts or stops loops to match. reopen reopens every loop (the template's settings changed). It
 // returns the backlog over every tenant's consumer.
 func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, st ServerSettings, reopen bool) (pending uint64, ackPending int, err error) {
 	js, log := tp.w.js, tp.w.log
@@ -211,7 +211,7 @@ func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, 
 		}
 		tp.mu.Unlock()
 		if warn {
-			log.Warn("tenants with jobs wait for a consumer: the consumers of tenants the shares do not name are at their bound; an empty one is retired at once until none wait",
+			log.Warn("tenants with jobs wait for a consumer: the consumers of tenants the shares do not name are at their bound; until none wait, an empty one is retired at once and one held for the tenant idle time yields its slot",
 				"waiting", waiting, "max_tenants", tp.max)
 		}
 	}
@@ -242,7 +242,8 @@ func (tp *tenantPull) newcomers(tenants map[string]bool, infos map[string]*natsj
 // reconcile starts a loop for every consumer in infos that has none,
 // reopens them all when reopen, stops the loops of consumers gone, and
 // retires the consumers empty for longer than tp.idle (at once, for an
-// unnamed tenant's, while tenants wait for a slot).
+// unnamed tenant's, while tenants wait for a slot, when also those held
+// for tp.idle yield: see leasesUp).
 func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.ConsumerInfo, st ServerSettings, reopen bool, now time.Time) {
 	type retiring struct {
 		tl   *tenantLoop
