@@ -156,6 +156,11 @@ func (e *Engine) ran(s Shape) {
 // ModelID is the id of the engine's model (name@sha256-prefix).
 func (e *Engine) ModelID() string { return e.model.ID }
 
+// Precision names the sessions' arithmetic ("fp32", "int8"): what the
+// result cache's keys name, so that no vector of one precision answers a
+// text embedded in another.
+func (e *Engine) Precision() string { return e.cfg.Precision.String() }
+
 // MaxTokens is the longest text, in tokens, the engine runs untruncated.
 func (e *Engine) MaxTokens() int { return e.cfg.MaxTokens }
 

@@ -98,6 +98,12 @@ func (r *Node) serveOn(ctx context.Context, nc *nats.Conn, js natsjs.JetStream, 
 func (r *Node) workerConfig(emb engine.Embedder, e *engine.Engine) jetstream.WorkerConfig {
 	lc := r.cfg.Loop
 	lc.Logger, lc.Metrics, lc.MaxResultBytes = r.log, r.metrics, r.cfg.resultLimit(e)
+	// The cache's keys name the precision the engine runs (int8 when
+	// --precision int8 held its canary): emb may be the fleet's wrapper,
+	// which does not say it.
+	if lc.Precision == "" {
+		lc.Precision = e.Precision()
+	}
 	// What the engine admits is what the service advertises.
 	_, interactive := e.Budgets()
 	return jetstream.WorkerConfig{
