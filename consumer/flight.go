@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/schema"
 )
 
 // A text's identity (the key of the cache and of the flights), and compute
@@ -121,7 +122,7 @@ func (b *flights) claim(unique []int, keys []cacheKey, n int) (lead []int, mine,
 // board. It is called once per claimed flight; ok false sends them to run
 // the text themselves.
 func (b *flights) land(key cacheKey, f *flight, emb engine.Embedding, ok, cached bool) {
-	if ok && emb.Err != nil && (emb.Err.Retriable || emb.Err.Code.Retriable()) {
+	if ok && emb.Err != nil && !shareable(emb.Err) {
 		ok = false
 	}
 	b.mu.Lock()
@@ -136,6 +137,14 @@ func (b *flights) land(key cacheKey, f *flight, emb engine.Embedding, ok, cached
 	if done != nil {
 		close(done)
 	}
+}
+
+// shareable reports whether a text's item error is the text's own, and
+// so every job's that holds it: not a retriable refusal, and not
+// deadline_exceeded, which the engine answers for the texts of a call
+// whose context ended (the leader left the queue, or the process stops).
+func shareable(err *schema.Error) bool {
+	return !err.Retriable && !err.Code.Retriable() && err.Code != schema.CodeDeadlineExceeded
 }
 
 // inFlight is how many texts are on the board (tests).

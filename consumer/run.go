@@ -62,6 +62,12 @@ func (c *Loop) runJob(ctx context.Context, j *job) {
 	if err == nil && len(embs) != len(texts) {
 		err = errCount(len(embs), len(texts))
 	}
+	if err == nil && ctx.Err() != nil && cutShort(embs) {
+		// The engine answers the texts of a call whose context ended
+		// deadline_exceeded item by item: this process stopping (or
+		// the job leaving the queue), not the producer's deadline.
+		err = ctx.Err()
+	}
 	if errors.Is(err, engine.ErrClosed) || errors.Is(err, engine.ErrUnavailable) {
 		err = schema.Errorf(schema.CodeEngineUnavailable, "engine unavailable")
 	}
@@ -83,6 +89,16 @@ func (c *Loop) runJob(ctx context.Context, j *job) {
 	}
 	res, jobErr := c.safeAssemble(j, embs, seq, idx, from)
 	c.settle(ctx, j, c.decide(j, res, jobErr))
+}
+
+// cutShort reports whether any text was answered deadline_exceeded.
+func cutShort(embs []engine.Embedding) bool {
+	for _, e := range embs {
+		if e.Err != nil && e.Err.Code == schema.CodeDeadlineExceeded {
+			return true
+		}
+	}
+	return false
 }
 
 // expired reports whether the job's deadline passed at now.
