@@ -78,6 +78,11 @@ type flight struct {
 	// cached: it came from the cache.
 	emb        engine.Embedding
 	ok, cached bool
+	// interactive: the job that claimed it runs in the interactive
+	// class. An interactive job does not follow a bulk one's text: it
+	// would wait out the bulk queue (and its budget), past its own wait
+	// and deadline; it runs the text itself, off the board.
+	interactive bool
 }
 
 // flights is the loop's board of texts in flight, by key.
@@ -88,9 +93,11 @@ type flights struct {
 
 // claim takes the texts unique (indexes of texts, with their keys) onto
 // the board: the ones no other job has in flight are this job's to run
-// (lead, and their flights in mine); the others are followed (theirs).
-// mine and theirs are aligned with the job's texts (n of them).
-func (b *flights) claim(unique []int, keys []cacheKey, n int) (lead []int, mine, theirs []*flight) {
+// (lead, and their flights in mine); the others are followed (theirs),
+// but for an interactive job a bulk job's: those it runs too (lead, with
+// no flight in mine). mine and theirs are aligned with the job's texts
+// (n of them).
+func (b *flights) claim(unique []int, keys []cacheKey, n int, interactive bool) (lead []int, mine, theirs []*flight) {
 	both := make([]*flight, 2*n)
 	mine, theirs = both[:n:n], both[n:]
 	// One allocation for the job's flights (a followed text leaves its
@@ -104,6 +111,10 @@ func (b *flights) claim(unique []int, keys []cacheKey, n int) (lead []int, mine,
 	}
 	for _, k := range unique {
 		if f, ok := b.m[keys[k]]; ok {
+			if interactive && !f.interactive {
+				lead = append(lead, k)
+				continue
+			}
 			if f.done == nil {
 				f.done = make(chan struct{})
 			}
@@ -111,6 +122,7 @@ func (b *flights) claim(unique []int, keys []cacheKey, n int) (lead []int, mine,
 			continue
 		}
 		f := &slab[len(lead)]
+		f.interactive = interactive
 		b.m[keys[k]] = f
 		mine[k] = f
 		lead = append(lead, k)

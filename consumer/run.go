@@ -196,7 +196,7 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 		t := texts[k]
 		keys[k] = makeCacheKey(c.model, c.precision, j.tenant, t.Outputs, t.Truncate, c.maxTokens, t.Text)
 	}
-	lead, mine, theirs := c.flights.claim(unique, keys, n)
+	lead, mine, theirs := c.flights.claim(unique, keys, n, j.interactive)
 	// Every flight this job claimed lands, whatever happens: unanswered,
 	// its followers run the text themselves.
 	defer func() {
@@ -207,8 +207,10 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 		}
 	}()
 	landed := func(k int, cached bool) {
-		c.flights.land(keys[k], mine[k], embs[k], true, cached)
-		mine[k] = nil
+		if mine[k] != nil {
+			c.flights.land(keys[k], mine[k], embs[k], true, cached)
+			mine[k] = nil
+		}
 	}
 
 	miss := lead
