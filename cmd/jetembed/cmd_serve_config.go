@@ -10,6 +10,7 @@ import (
 
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/engine"
+	"github.com/jetembed/jetembed/engine/ort"
 	"github.com/jetembed/jetembed/gateway"
 	"github.com/jetembed/jetembed/internal/mallocenv"
 	"github.com/jetembed/jetembed/internal/telemetry"
@@ -198,7 +199,7 @@ func (sf *serveFlags) config(objects jetstream.Config, ef *engineFlags, ff *flee
 		Check:             check,
 		InFlightTokens:    inFlight,
 		InteractiveTokens: interactive,
-		Loop:              consumer.Config{Replies: replies, InteractiveTenants: keysOf(interactiveTenants(sf.interTenants), names)},
+		Loop:              consumer.Config{Replies: replies, InteractiveTenants: keysOf(interactiveTenants(sf.interTenants), names), Precision: resultPrecision(c.Engine.Provider)},
 		Blobs:             sf.blobs,
 		Cache:             cache,
 		MaxResultBytes:    int64(sf.maxResult),
@@ -382,4 +383,15 @@ func keysByName(names map[string]string) map[string][]string {
 		keys[names[k]] = append(keys[names[k]], k)
 	}
 	return keys
+}
+
+// resultPrecision is the precision the result cache's keys name when the
+// provider decides it: TensorRT's FP16 engines (--fp16) give other
+// vectors than fp32 ones of the same model. "" leaves it to the engine
+// (fp32, or int8 when --precision int8 held its canary).
+func resultPrecision(p ort.Provider) string {
+	if p.Kind == ort.TensorRT && p.FP16 {
+		return "fp16"
+	}
+	return ""
 }

@@ -391,3 +391,32 @@ func TestServeInteractiveTenants(t *testing.T) {
 		}
 	}
 }
+
+// TestServeResultPrecision: TensorRT's FP16 engines give other vectors
+// than fp32 ones of the same model, so the result cache's keys name fp16
+// (a member with --fp16 and one without never answer each other's texts);
+// otherwise the engine names its own precision at start.
+func TestServeResultPrecision(t *testing.T) {
+	parse := func(args ...string) serveConfig {
+		t.Helper()
+		sc := addServeCommand(newFlagSet("serve", stdio{in: strings.NewReader(""), out: io.Discard, err: io.Discard}), true, true, "off")
+		c, _, err := sc.parse(args, stdio{out: io.Discard, err: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"--provider", "tensorrt", "--fleet-sm", "8.9"}, ""},
+		{[]string{"--provider", "tensorrt", "--fleet-sm", "8.9", "--fp16"}, "fp16"},
+		{[]string{"--provider", "cuda", "--fleet-sm", "8.9", "--fp16"}, ""}, // --fp16 is TensorRT's alone
+	} {
+		if got := parse(tc.args...).Runtime.Loop.Precision; got != tc.want {
+			t.Errorf("serve %q: the cache's precision %q, want %q", tc.args, got, tc.want)
+		}
+	}
+}
