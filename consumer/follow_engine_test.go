@@ -107,3 +107,76 @@ func (r *firstRunGated) Run(ctx context.Context, in engine.RunInput) (engine.Run
 	}
 	return r.Runner.Run(ctx, in)
 }
+
+// TestRealEngineFollowerKeepsItsDeadline: a bulk job with a deadline
+// whose text a queued bulk job without one holds (that job waits for room
+// in the bulk budget) is answered at its own deadline, deadline_exceeded:
+// it does not wait out the leader's queue, past its deadline.
+func TestRealEngineFollowerKeepsItsDeadline(t *testing.T) {
+	gate := &firstRunGate{open: make(chan struct{}), first: make(chan struct{})}
+	e := enginetest.OpenWith(t, engine.Config{Sessions: 2, MaxTokens: 24, AdmissionTokens: 24}, func(r engine.Runner) engine.Runner {
+		return &firstRunGated{Runner: r, g: gate}
+	})
+	open := sync.OnceFunc(func() { close(gate.open) })
+	t.Cleanup(open) // before the engine closes: it waits for the held run
+	pub := &results{data: map[string][]byte{}}
+	c, err := consumer.New(consumer.Config{}, e, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Run(context.Background()) }()
+	t.Cleanup(func() { open(); _ = c.Drain(context.Background()) })
+
+	stored := func(id, text, deadline string) (*consumer.Stored, ackMsg) {
+		j := schema.NewJob(id, text)
+		j.Reply = "embed.results.t1." + id
+		j.Deadline = deadline
+		data, err := schema.EncodeJob(j, schema.EncodingMsgpack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := ackMsg{done: make(chan string, 1)}
+		return &consumer.Stored{Msg: m, NumDelivered: 1, Arrival: consumer.Arrival{Data: data, Subject: "embed.jobs.t1",
+			Header: map[string][]string{schema.HeaderContentType: {schema.EncodingMsgpack.ContentType()}}}}, m
+	}
+	d, _ := stored("full", strings.Repeat("long text ", 20), "")
+	if err := c.Submit(context.Background(), d); err != nil {
+		t.Fatal(err)
+	}
+	<-gate.first
+	const shared = "a text two bulk jobs hold"
+	d, _ = stored("leader", shared, "")
+	go func() { _ = c.Submit(context.Background(), d) }()
+	testkit.CheckFor(t, 10*time.Second, time.Millisecond, func() error {
+		if w := e.Stats().Waiting; w != 1 {
+			return fmt.Errorf("%d calls wait for room, want the leader's", w)
+		}
+		return nil
+	})
+	deadline := time.Now().Add(500 * time.Millisecond)
+	d, m := stored("follower", shared, deadline.UTC().Format(time.RFC3339Nano))
+	go func() { _ = c.Submit(context.Background(), d) }()
+	select {
+	case verdict := <-m.done:
+		t.Logf("follower settled %s %v after its deadline", verdict, time.Since(deadline).Round(time.Millisecond))
+	case <-time.After(20 * time.Second):
+		t.Fatal("the follower was not settled 20 s after its deadline: it waited out the leader's queue")
+	}
+	pub.mu.Lock()
+	data := pub.data["follower"]
+	pub.mu.Unlock()
+	res, err := schema.DecodeResult(data, schema.EncodingMsgpack)
+	if err != nil {
+		t.Fatalf("follower's result: %v", err)
+	}
+	code := schema.Code("")
+	switch {
+	case res.Error != nil:
+		code = res.Error.Code
+	case len(res.Items) == 1 && res.Items[0].Error != nil:
+		code = res.Items[0].Error.Code
+	}
+	if code != schema.CodeDeadlineExceeded {
+		t.Errorf("follower's result %+v: want deadline_exceeded", res)
+	}
+}

@@ -245,13 +245,22 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 	}
 
 	var again []int
+	// A job waits for the texts it follows until its own deadline, not
+	// the leader's: past it, they go to the engine (below), which answers
+	// a call past its deadline deadline_exceeded at once.
+	wait := ctx
+	if !j.deadline.IsZero() {
+		var cancel context.CancelFunc
+		wait, cancel = context.WithDeadline(ctx, j.deadline)
+		defer cancel()
+	}
 	for k, f := range theirs {
 		if f == nil {
 			continue
 		}
 		select {
 		case <-f.done:
-		case <-ctx.Done():
+		case <-wait.Done():
 		}
 		switch {
 		case isClosed(f.done) && f.ok && f.cached:
