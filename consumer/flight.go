@@ -152,11 +152,12 @@ func (b *flights) land(key cacheKey, f *flight, emb engine.Embedding, ok, cached
 }
 
 // shareable reports whether a text's item error is the text's own, and
-// so every job's that holds it: not a retriable refusal, and not
+// so every job's that holds it: not a retriable refusal, not
 // deadline_exceeded, which the engine answers for the texts of a call
-// whose context ended (the leader left the queue, or the process stops).
+// whose context ended (the leader left the queue, or the process stops),
+// and not internal, a fault of the leader's run rather than of the text.
 func shareable(err *schema.Error) bool {
-	return !err.Retriable && !err.Code.Retriable() && err.Code != schema.CodeDeadlineExceeded
+	return !err.Retriable && !err.Code.Retriable() && err.Code != schema.CodeDeadlineExceeded && err.Code != schema.CodeInternal
 }
 
 // inFlight is how many texts are on the board (tests).
