@@ -170,6 +170,29 @@ func TestCacheScopes(t *testing.T) {
 	}
 }
 
+// TestCacheScopesModelFiles: a loop whose model has another
+// fingerprint (Config.CacheModel: a tokenizer or head changed under the
+// same graph) does not answer from the first one's entries.
+func TestCacheScopesModelFiles(t *testing.T) {
+	cache := newMemCache()
+	for i, fp := range []string{"m@1+aaaa", "m@1+bbbb", "m@1+aaaa"} {
+		r := newRig(t, Config{Cache: cache, CacheModel: fp}, nil, nil)
+		j := schema.NewJob(fmt.Sprint("j", i), "same text")
+		j.Reply = "r.x"
+		r.submit(t, j, schema.EncodingMsgpack)
+		want := 1
+		if i == 2 { // the first fingerprint again: its entry answers
+			want = 0
+		}
+		if got := embedded(r.emb); len(got) != want {
+			t.Errorf("model %s: ran %q, want %d", fp, got, want)
+		}
+	}
+	if len(cache.m) != 2 {
+		t.Errorf("%d cache entries, want one a fingerprint", len(cache.m))
+	}
+}
+
 // TestCacheTwins: identical texts of one job run once, and each gets the
 // same item; they count their tokens but no padding.
 func TestCacheTwins(t *testing.T) {

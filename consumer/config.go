@@ -107,6 +107,11 @@ type Config struct {
 	// that no int8 vector answers an fp32 text: default the Embedder's
 	// Precision() when it has that method, else "fp32".
 	Precision string
+	// CacheModel names the model in the cache's keys: default the model
+	// id; a serving process gives the digest of every file the model
+	// reads, so that a changed tokenizer or head under the same graph
+	// does not answer from the old one's entries.
+	CacheModel string
 	// Now is the clock; default time.Now. Tests move it.
 	Now func() time.Time
 }

@@ -34,8 +34,10 @@ type Loop struct {
 	model     string
 	maxTokens int // the engine's, 0 when it does not say
 	precision string
-	cache     cacheState
-	flights   flights // texts in flight, computed once across jobs (flight.go)
+	// cacheModel names the model in the cache's keys (Config.CacheModel).
+	cacheModel string
+	cache      cacheState
+	flights    flights // texts in flight, computed once across jobs (flight.go)
 
 	mu   sync.Mutex
 	held map[*job]struct{}
@@ -102,6 +104,10 @@ func New(cfg Config, emb engine.Embedder, pub Publisher) (*Loop, error) {
 	}
 	c.maxTokens = emb.MaxTokens()
 	c.precision = precisionOf(cfg.Precision, emb)
+	c.cacheModel = cfg.CacheModel
+	if c.cacheModel == "" {
+		c.cacheModel = c.model
+	}
 	return c, nil
 }
 

@@ -194,7 +194,7 @@ func (c *Loop) embedTexts(ctx context.Context, j *job, texts []engine.Text) (emb
 	keys := make([]cacheKey, n)
 	for _, k := range unique {
 		t := texts[k]
-		keys[k] = makeCacheKey(c.model, c.precision, j.tenant, t.Outputs, t.Truncate, c.maxTokens, t.Text)
+		keys[k] = makeCacheKey(c.cacheModel, c.precision, j.tenant, t.Outputs, t.Truncate, c.maxTokens, t.Text)
 	}
 	lead, mine, theirs := c.flights.claim(unique, keys, n, j.interactive)
 	// Every flight this job claimed lands, whatever happens: unanswered,

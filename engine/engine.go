@@ -156,6 +156,10 @@ func (e *Engine) ran(s Shape) {
 // ModelID is the id of the engine's model (name@sha256-prefix).
 func (e *Engine) ModelID() string { return e.model.ID }
 
+// ModelFingerprint is a digest of every file of the engine's model
+// ([model.Model.Fingerprint]): what the result cache's keys name.
+func (e *Engine) ModelFingerprint() string { return e.model.Fingerprint() }
+
 // Precision names the sessions' arithmetic ("fp32", "int8"): what the
 // result cache's keys name, so that no vector of one precision answers a
 // text embedded in another.

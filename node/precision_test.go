@@ -22,8 +22,13 @@ func TestWorkerConfigNamesPrecision(t *testing.T) {
 		e := enginetest.Open(t, engine.Config{Precision: c.p})
 		r := &Node{cfg: Config{}.WithDefaults(), log: slog.New(slog.DiscardHandler)}
 		for _, emb := range []engine.Embedder{e, fleet.Wrap(e, nil)} {
-			if got := r.workerConfig(emb, e).Consumer.Precision; got != c.want {
+			wc := r.workerConfig(emb, e).Consumer
+			if got := wc.Precision; got != c.want {
 				t.Errorf("engine in %s: the loop's cache keys name precision %q, want %q", c.want, got, c.want)
+			}
+			// And the model by every file it reads, not the graph alone.
+			if want := e.ModelID() + "+" + e.ModelFingerprint(); wc.CacheModel != want {
+				t.Errorf("the loop's cache keys name the model %q, want %q", wc.CacheModel, want)
 			}
 		}
 	}

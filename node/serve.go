@@ -104,6 +104,11 @@ func (r *Node) workerConfig(emb engine.Embedder, e *engine.Engine) jetstream.Wor
 	if lc.Precision == "" {
 		lc.Precision = e.Precision()
 	}
+	// And the model by every file it reads: a tokenizer or head changed
+	// under the same graph has another fingerprint.
+	if lc.CacheModel == "" {
+		lc.CacheModel = e.ModelID() + "+" + e.ModelFingerprint()
+	}
 	// What the engine admits is what the service advertises.
 	_, interactive := e.Budgets()
 	return jetstream.WorkerConfig{

@@ -1,6 +1,8 @@
 package model
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -209,6 +211,20 @@ func Open(ref string, opts Options) (*Model, error) {
 	}
 	m.ID = m.Name + "@" + m.SHA256[:idHexLen]
 	return m, nil
+}
+
+// Fingerprint is a digest of every file the model reads (graph and its
+// external data, tokenizer, config, heads: their paths and digests), so
+// that a model whose tokenizer or heads changed under the same graph has
+// another. The result cache's keys name it; [Model.ID] names the graph.
+func (m *Model) Fingerprint() string {
+	files := slices.Clone(m.Files)
+	slices.SortFunc(files, func(a, b File) int { return strings.Compare(a.Path, b.Path) })
+	h := sha256.New()
+	for _, f := range files {
+		fmt.Fprintf(h, "%s\x00%s\n", f.Path, f.SHA256)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // Roles of [File].

@@ -229,3 +229,42 @@ func TestOpenTestdata(t *testing.T) {
 		}
 	}
 }
+
+// TestFingerprint: the fingerprint (what the result cache's keys name)
+// covers every file the model reads: the same directory gives the same
+// one, and a tokenizer or a head changed under the same graph gives
+// another, while the id (the graph's) stays.
+func TestFingerprint(t *testing.T) {
+	dir := writeDir(t, modeltest.Tiny)
+	open := func() *model.Model {
+		t.Helper()
+		m, err := model.Open(dir, model.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	m0 := open()
+	if again := open(); again.Fingerprint() != m0.Fingerprint() {
+		t.Fatalf("the same directory: fingerprint %s then %s", m0.Fingerprint(), again.Fingerprint())
+	}
+	prev := m0.Fingerprint()
+	for _, f := range []string{model.TokenizerFile, model.SparseFile} {
+		p := filepath.Join(dir, f)
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, append(b, ' '), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		m := open()
+		if m.ID != m0.ID {
+			t.Errorf("%s changed: id %s, want the graph's %s", f, m.ID, m0.ID)
+		}
+		if m.Fingerprint() == prev {
+			t.Errorf("%s changed: the fingerprint stayed %s", f, prev)
+		}
+		prev = m.Fingerprint()
+	}
+}
