@@ -211,8 +211,29 @@ func (l *conns) shedOne() bool {
 // empty): an idle keep-alive first, else one whose body comes slower than
 // the minimum rate, else the one that has waited longest without sending
 // a request (a client that means to call sends its request as soon as it
-// connects). It forgets it at once, so the room is there now.
+// connects). For any client, it looks first among the connections of the
+// client that holds the most: under a flood from a few addresses the
+// flood's connections churn so fast that a lone caller's, accepted but not
+// yet read, could be the oldest that sent nothing. It forgets it at once,
+// so the room is there now.
 func (l *conns) shedLocked(client string) bool {
+	if client == "" {
+		top, most := "", 0
+		for c, n := range l.byClient {
+			if n > most || n == most && c < top {
+				top, most = c, n
+			}
+		}
+		if most > 1 && l.shedClientLocked(top) {
+			return true
+		}
+	}
+	return l.shedClientLocked(client)
+}
+
+// shedClientLocked is shedLocked's tiers among the connections of client
+// (any client when empty).
+func (l *conns) shedClientLocked(client string) bool {
 	var victim net.Conn
 	var oldest time.Time
 	pick := func(state http.ConnState) {
