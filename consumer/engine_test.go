@@ -47,6 +47,19 @@ func (m ackMsg) NakWithDelay(time.Duration) error { m.done <- "nak"; return nil 
 func (m ackMsg) Term() error                      { m.done <- "term"; return nil }
 func (ackMsg) InProgress() error                  { return nil }
 
+// storedJob is a stored delivery of j on subject, encoded enc, as a
+// fetch loop would hand it over; its ackMsg says how it was settled.
+func storedJob(t *testing.T, subject string, j *schema.Job, enc schema.Encoding) (*consumer.Stored, ackMsg) {
+	t.Helper()
+	data, err := schema.EncodeJob(j, enc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ackMsg{done: make(chan string, 1)}
+	return &consumer.Stored{Msg: m, NumDelivered: 1, Arrival: consumer.Arrival{Data: data, Subject: subject,
+		Header: map[string][]string{schema.HeaderContentType: {enc.ContentType()}}}}, m
+}
+
 type results struct {
 	mu   sync.Mutex
 	data map[string][]byte
@@ -99,12 +112,7 @@ func TestRealEngine(t *testing.T) {
 		j := schema.NewJob(fmt.Sprint("job-", k), texts...)
 		j.Outputs, j.Reply = outputs[k%len(outputs)], "embed.results.real.x"
 		enc := schema.Encoding(k % 2)
-		data, err := schema.EncodeJob(j, enc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := ackMsg{done: make(chan string, 1)}
-		d := &consumer.Stored{Msg: m, NumDelivered: 1, Arrival: consumer.Arrival{Data: data, Subject: "embed.jobs.real", Header: map[string][]string{schema.HeaderContentType: {enc.ContentType()}}}}
+		d, m := storedJob(t, "embed.jobs.real", j, enc)
 		if err := c.Submit(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}

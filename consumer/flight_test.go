@@ -193,78 +193,46 @@ func TestFlightFollowerHoldsBudget(t *testing.T) {
 	}
 }
 
-// TestFlightLeaderDeadlineNotShared: a text the leader's call answered
+// TestFlightLeaderEndNotShared: what ends the leader's run of a text
+// without being the text's own answer is not shared with the job that
+// follows it, which runs the text itself and gets its vectors:
 // deadline_exceeded (the engine's answer for the texts of a call whose
-// context ended: the leader left the queue, or stops) is the leader's
-// own end, not the text's: the job that followed it runs the text itself
-// and gets its vectors, not the leader's deadline_exceeded.
-func TestFlightLeaderDeadlineNotShared(t *testing.T) {
-	var calls atomic.Int32
-	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10),
-		blockIf: func(texts []engine.Text) bool { return texts[0].Text == "shared" },
-		refuse: func(text string) *schema.Error {
-			if text == "shared" && calls.Add(1) == 1 {
-				return schema.Errorf(schema.CodeDeadlineExceeded, "context canceled")
+// context ended: the leader left the queue, or stops) and an internal
+// error (a fault of that run).
+func TestFlightLeaderEndNotShared(t *testing.T) {
+	for _, code := range []schema.Code{schema.CodeDeadlineExceeded, schema.CodeInternal} {
+		t.Run(string(code), func(t *testing.T) {
+			var calls atomic.Int32
+			emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10),
+				blockIf: func(texts []engine.Text) bool { return texts[0].Text == "shared" },
+				refuse: func(text string) *schema.Error {
+					if text == "shared" && calls.Add(1) == 1 {
+						return schema.Errorf(code, "the leader's run ended")
+					}
+					return nil
+				},
 			}
-			return nil
-		},
-	}
-	r := newRig(t, Config{}, emb, nil)
-	a := schema.NewJob("a", "shared")
-	a.Reply = "r.a"
-	ma := submitAsync(t, r, a, "")
-	<-emb.started
-	b := schema.NewJob("b", "own", "shared")
-	b.Reply = "r.b"
-	mb := submitAsync(t, r, b, "")
-	<-emb.started // b's own text
-	close(emb.block)
-	ma.wait(t)
-	if got := mb.wait(t); !slices.Equal(got, []string{"ack"}) {
-		t.Fatalf("the follower: %v, want [ack]", got)
-	}
-	rb, _ := r.resultFor(t, "b")
-	if rb.Error != nil || len(rb.Items) != 2 || rb.Items[1].Error != nil || rb.Items[1].Dense == nil {
-		t.Errorf("follower's shared item %+v: want its vectors, not the leader's deadline_exceeded", rb.Items[1])
-	}
-	if n := calls.Load(); n != 2 {
-		t.Errorf("the shared text was tried %d times, want twice (the leader's, then the follower's)", n)
-	}
-}
-
-// TestFlightLeaderInternalNotShared: an internal error of the leader's
-// run is a fault of that run, not of the text: the job that follows the
-// text runs it itself.
-func TestFlightLeaderInternalNotShared(t *testing.T) {
-	var calls atomic.Int32
-	emb := &fakeEmb{block: make(chan struct{}), started: make(chan struct{}, 10),
-		blockIf: func(texts []engine.Text) bool { return texts[0].Text == "shared" },
-		refuse: func(text string) *schema.Error {
-			if text == "shared" && calls.Add(1) == 1 {
-				return schema.Errorf(schema.CodeInternal, "the heads failed")
+			r := newRig(t, Config{}, emb, nil)
+			a := schema.NewJob("a", "shared")
+			a.Reply = "r.a"
+			ma := submitAsync(t, r, a, "")
+			<-emb.started
+			b := schema.NewJob("b", "own", "shared")
+			b.Reply = "r.b"
+			mb := submitAsync(t, r, b, "")
+			<-emb.started // b's own text
+			close(emb.block)
+			ma.wait(t)
+			if got := mb.wait(t); !slices.Equal(got, []string{"ack"}) {
+				t.Fatalf("the follower: %v, want [ack]", got)
 			}
-			return nil
-		},
-	}
-	r := newRig(t, Config{}, emb, nil)
-	a := schema.NewJob("a", "shared")
-	a.Reply = "r.a"
-	ma := submitAsync(t, r, a, "")
-	<-emb.started
-	b := schema.NewJob("b", "own", "shared")
-	b.Reply = "r.b"
-	mb := submitAsync(t, r, b, "")
-	<-emb.started // b's own text
-	close(emb.block)
-	ma.wait(t)
-	if got := mb.wait(t); !slices.Equal(got, []string{"ack"}) {
-		t.Fatalf("the follower: %v, want [ack]", got)
-	}
-	rb, _ := r.resultFor(t, "b")
-	if rb.Error != nil || len(rb.Items) != 2 || rb.Items[1].Error != nil || rb.Items[1].Dense == nil {
-		t.Errorf("follower's shared item %+v: want its vectors, not the leader's internal error", rb.Items[1])
-	}
-	if n := calls.Load(); n != 2 {
-		t.Errorf("the shared text was tried %d times, want twice (the leader's, then the follower's)", n)
+			rb, _ := r.resultFor(t, "b")
+			if rb.Error != nil || len(rb.Items) != 2 || rb.Items[1].Error != nil || rb.Items[1].Dense == nil {
+				t.Errorf("follower's shared item %+v: want its vectors, not the leader's %s", rb.Items[1], code)
+			}
+			if n := calls.Load(); n != 2 {
+				t.Errorf("the shared text was tried %d times, want twice (the leader's, then the follower's)", n)
+			}
+		})
 	}
 }

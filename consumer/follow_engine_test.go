@@ -25,30 +25,12 @@ import (
 // wait out the bulk queue (as long as the bulk job's deadline, or for
 // ever), past its own MaxWait and deadline.
 func TestRealEngineRequestNotBehindQueuedTwin(t *testing.T) {
-	gate := &firstRunGate{open: make(chan struct{}), first: make(chan struct{})}
-	e := enginetest.OpenWith(t, engine.Config{Sessions: 2, MaxTokens: 24, AdmissionTokens: 24}, func(r engine.Runner) engine.Runner {
-		return &firstRunGated{Runner: r, g: gate}
-	})
-	open := sync.OnceFunc(func() { close(gate.open) })
-	t.Cleanup(open) // before the engine closes: it waits for the held run
-	pub := &results{data: map[string][]byte{}}
-	c, err := consumer.New(consumer.Config{}, e, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = c.Run(context.Background()) }()
-	t.Cleanup(func() { open(); _ = c.Drain(context.Background()) })
+	e, c, _, gate := followRig(t)
 
 	stored := func(id, text string) (*consumer.Stored, ackMsg) {
 		j := schema.NewJob(id, text)
 		j.Reply = "embed.results.t1.x"
-		data, err := schema.EncodeJob(j, schema.EncodingMsgpack)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := ackMsg{done: make(chan string, 1)}
-		return &consumer.Stored{Msg: m, NumDelivered: 1, Arrival: consumer.Arrival{Data: data, Subject: "embed.jobs.t1",
-			Header: map[string][]string{schema.HeaderContentType: {schema.EncodingMsgpack.ContentType()}}}}, m
+		return storedJob(t, "embed.jobs.t1", j, schema.EncodingMsgpack)
 	}
 	// The bulk budget is full: a job of the model's longest text runs,
 	// held by the session.
@@ -87,6 +69,28 @@ func TestRealEngineRequestNotBehindQueuedTwin(t *testing.T) {
 	}
 }
 
+// followRig is the tiny model's real engine on two sessions whose first
+// run is held by gate (open it with close(gate.open); the test's clean-up
+// does), with a bulk budget of 24 tokens: one job of the model's longest
+// text fills it. c is a consumer on it, run until the test ends, its
+// results in pub.
+func followRig(t *testing.T) (*engine.Engine, *consumer.Loop, *results, *firstRunGate) {
+	gate := &firstRunGate{open: make(chan struct{}), first: make(chan struct{})}
+	e := enginetest.OpenWith(t, engine.Config{Sessions: 2, MaxTokens: 24, AdmissionTokens: 24}, func(r engine.Runner) engine.Runner {
+		return &firstRunGated{Runner: r, g: gate}
+	})
+	open := sync.OnceFunc(func() { close(gate.open) })
+	t.Cleanup(open) // before the engine closes: it waits for the held run
+	pub := &results{data: map[string][]byte{}}
+	c, err := consumer.New(consumer.Config{}, e, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = c.Run(context.Background()) }()
+	t.Cleanup(func() { open(); _ = c.Drain(context.Background()) })
+	return e, c, pub, gate
+}
+
 // firstRunGate holds the first run of any session until open is closed
 // (first is closed when it starts); the other runs, on the other
 // sessions, go on meanwhile.
@@ -113,31 +117,13 @@ func (r *firstRunGated) Run(ctx context.Context, in engine.RunInput) (engine.Run
 // in the bulk budget) is answered at its own deadline, deadline_exceeded:
 // it does not wait out the leader's queue, past its deadline.
 func TestRealEngineFollowerKeepsItsDeadline(t *testing.T) {
-	gate := &firstRunGate{open: make(chan struct{}), first: make(chan struct{})}
-	e := enginetest.OpenWith(t, engine.Config{Sessions: 2, MaxTokens: 24, AdmissionTokens: 24}, func(r engine.Runner) engine.Runner {
-		return &firstRunGated{Runner: r, g: gate}
-	})
-	open := sync.OnceFunc(func() { close(gate.open) })
-	t.Cleanup(open) // before the engine closes: it waits for the held run
-	pub := &results{data: map[string][]byte{}}
-	c, err := consumer.New(consumer.Config{}, e, pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = c.Run(context.Background()) }()
-	t.Cleanup(func() { open(); _ = c.Drain(context.Background()) })
+	e, c, pub, gate := followRig(t)
 
 	stored := func(id, text, deadline string) (*consumer.Stored, ackMsg) {
 		j := schema.NewJob(id, text)
 		j.Reply = "embed.results.t1." + id
 		j.Deadline = deadline
-		data, err := schema.EncodeJob(j, schema.EncodingMsgpack)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := ackMsg{done: make(chan string, 1)}
-		return &consumer.Stored{Msg: m, NumDelivered: 1, Arrival: consumer.Arrival{Data: data, Subject: "embed.jobs.t1",
-			Header: map[string][]string{schema.HeaderContentType: {schema.EncodingMsgpack.ContentType()}}}}, m
+		return storedJob(t, "embed.jobs.t1", j, schema.EncodingMsgpack)
 	}
 	d, _ := stored("full", strings.Repeat("long text ", 20), "")
 	if err := c.Submit(context.Background(), d); err != nil {

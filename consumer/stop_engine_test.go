@@ -44,13 +44,7 @@ func TestRealEngineHardStopNaks(t *testing.T) {
 	for _, id := range []string{"leader", "follower"} {
 		j := schema.NewJob(id, "a text both jobs hold")
 		j.Reply = "embed.results.stop.x"
-		data, err := schema.EncodeJob(j, schema.EncodingMsgpack)
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := ackMsg{done: make(chan string, 1)}
-		d := &consumer.Stored{Msg: m, NumDelivered: 1, Arrival: consumer.Arrival{Data: data, Subject: "embed.jobs.stop",
-			Header: map[string][]string{schema.HeaderContentType: {schema.EncodingMsgpack.ContentType()}}}}
+		d, m := storedJob(t, "embed.jobs.stop", j, schema.EncodingMsgpack)
 		if err := c.Submit(context.Background(), d); err != nil {
 			t.Fatal(err)
 		}
