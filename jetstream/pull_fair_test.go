@@ -431,33 +431,7 @@ func TestFairPullInvalidTenantToken(t *testing.T) {
 func TestFairPullMaxTenants(t *testing.T) {
 	srv := newServer(t, perTenant)
 	const maxTenants, tenants, jobs = 3, 12, 2
-	watch := connect(t, srv.url)
-	var mu sync.Mutex
-	live, most, created := map[string]bool{}, 0, 0
-	sub, err := watch.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.*."+srv.cfg.Jobs.Name+".*", func(m *nats.Msg) {
-		tok := strings.Split(m.Subject, ".")
-		name := tok[len(tok)-1]
-		if name == srv.cfg.Consumer.Name || strings.HasSuffix(name, "_named") {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		switch tok[4] {
-		case "CREATED":
-			live[name] = true
-			created++
-		case "DELETED":
-			delete(live, name)
-		}
-		most = max(most, len(live))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := watch.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	made := watchConsumers(t, srv, func(name string) bool { return strings.HasSuffix(name, "_named") })
 
 	e := openEngine(t, engine.Config{})
 	nc := connect(t, srv.url)
@@ -486,8 +460,7 @@ func TestFairPullMaxTenants(t *testing.T) {
 		}
 		return nil
 	})
-	mu.Lock()
-	defer mu.Unlock()
+	most, created := made.counts()
 	t.Logf("unnamed tenants' consumers: at most %d at once, %d made in all", most, created)
 	if most > maxTenants {
 		t.Errorf("%d consumers of unnamed tenants at once, want at most %d", most, maxTenants)
@@ -495,4 +468,51 @@ func TestFairPullMaxTenants(t *testing.T) {
 	if created < tenants {
 		t.Errorf("%d consumers made for %d tenants with jobs", created, tenants)
 	}
+}
+
+// consumerWatch counts the consumers of the jobs stream the server says it
+// made and deleted (its advisories, in the order it sent them), the
+// stream's shared consumer and those skip names left out: how many lived
+// at once at the most, and how many were made.
+type consumerWatch struct {
+	mu            sync.Mutex
+	live          map[string]bool
+	most, created int
+}
+
+func watchConsumers(t *testing.T, srv *server, skip func(name string) bool) *consumerWatch {
+	t.Helper()
+	cw := &consumerWatch{live: map[string]bool{}}
+	watch := connect(t, srv.url)
+	sub, err := watch.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.*."+srv.cfg.Jobs.Name+".*", func(m *nats.Msg) {
+		tok := strings.Split(m.Subject, ".")
+		name := tok[len(tok)-1]
+		if name == srv.cfg.Consumer.Name || skip != nil && skip(name) {
+			return
+		}
+		cw.mu.Lock()
+		defer cw.mu.Unlock()
+		switch tok[4] {
+		case "CREATED":
+			cw.live[name] = true
+			cw.created++
+		case "DELETED":
+			delete(cw.live, name)
+		}
+		cw.most = max(cw.most, len(cw.live))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	return cw
+}
+
+func (cw *consumerWatch) counts() (most, created int) {
+	cw.mu.Lock()
+	defer cw.mu.Unlock()
+	return cw.most, cw.created
 }

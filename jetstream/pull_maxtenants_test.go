@@ -12,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
@@ -197,33 +195,7 @@ func TestFairPullMaxTenantsWarnsOnce(t *testing.T) {
 func TestFairPullMaxTenantsTwoMembers(t *testing.T) {
 	srv := newServer(t, perTenant)
 	const maxTenants, tenants, jobs = 3, 20, 2
-	watch := connect(t, srv.url)
-	var mu sync.Mutex
-	live, most, created := map[string]bool{}, 0, 0
-	sub, err := watch.Subscribe("$JS.EVENT.ADVISORY.CONSUMER.*."+srv.cfg.Jobs.Name+".*", func(m *nats.Msg) {
-		tok := strings.Split(m.Subject, ".")
-		name := tok[len(tok)-1]
-		if name == srv.cfg.Consumer.Name {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		switch tok[4] {
-		case "CREATED":
-			live[name] = true
-			created++
-		case "DELETED":
-			delete(live, name)
-		}
-		most = max(most, len(live))
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := watch.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Unsubscribe()
+	made := watchConsumers(t, srv, nil)
 	fair := jetstream.FairConfig{MaxTenants: maxTenants, Scan: 100 * time.Millisecond}
 	ins := []*intake{{}, {}}
 	ws := []*jetstream.Worker{
@@ -246,8 +218,7 @@ func TestFairPullMaxTenantsTwoMembers(t *testing.T) {
 		default:
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
+	most, created := made.counts()
 	taken := len(ins[0].snapshot()) + len(ins[1].snapshot())
 	t.Logf("consumers: at most %d at once, %d made; %d deliveries taken for %d jobs", most, created, taken, tenants*jobs)
 	if most > 2*maxTenants {

@@ -31,6 +31,15 @@ func (j *leaseJS) Consumer(context.Context, string, string) (natsjs.Consumer, er
 	return nil, errors.New("no server here")
 }
 
+// leaseRig is a member's per-tenant pull with a lease of idle and room
+// for maxTenants unnamed tenants, on a server that records what it deletes.
+func leaseRig(idle time.Duration, maxTenants int) (*tenantPull, *leaseJS) {
+	js := &leaseJS{}
+	w := &Worker{js: js, log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: WorkerConfig{Config: DefaultConfig()}}
+	return &tenantPull{w: w, gate: newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil)), idle: idle, scan: time.Minute, max: maxTenants,
+		loops: map[string]*tenantLoop{}, done: make(chan struct{})}, js
+}
+
 // TestFairPullLeaseOfANewConsumer: while tenants wait, a tenant's
 // consumer is retired elsewhere (another member's lease of it ran out, or
 // an operator deleted it) and made again (another member's scan gave the
@@ -42,10 +51,7 @@ func (j *leaseJS) Consumer(context.Context, string, string) (natsjs.Consumer, er
 func TestFairPullLeaseOfANewConsumer(t *testing.T) {
 	const idle = time.Minute
 	now := time.Now()
-	js := &leaseJS{}
-	w := &Worker{js: js, log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: WorkerConfig{Config: DefaultConfig()}}
-	tp := &tenantPull{w: w, gate: newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil)), idle: idle, scan: time.Minute, max: 1,
-		loops: map[string]*tenantLoop{}, done: make(chan struct{})}
+	tp, js := leaseRig(idle, 1)
 	// The old consumer: this member has held it past its lease and yields it.
 	tp.loops["hog"] = &tenantLoop{tenant: "hog", name: "embedder_hog", since: now.Add(-2 * idle), created: now.Add(-2 * idle), yielding: true}
 	tp.waiting = 1
@@ -70,10 +76,7 @@ func TestFairPullLeaseOfANewConsumer(t *testing.T) {
 func TestFairPullLeaseOfTheSameConsumer(t *testing.T) {
 	const idle = time.Minute
 	now := time.Now()
-	js := &leaseJS{}
-	w := &Worker{js: js, log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: WorkerConfig{Config: DefaultConfig()}}
-	tp := &tenantPull{w: w, gate: newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil)), idle: idle, scan: time.Minute, max: 1,
-		loops: map[string]*tenantLoop{}, done: make(chan struct{})}
+	tp, js := leaseRig(idle, 1)
 	made := now.Add(-2 * idle)
 	tp.loops["hog"] = &tenantLoop{tenant: "hog", name: "embedder_hog", since: made, created: made, yielding: true}
 	tp.waiting = 1
@@ -93,10 +96,7 @@ func TestFairPullLeaseOfTheSameConsumer(t *testing.T) {
 func TestFairPullLeaseYieldsAsManyAsWait(t *testing.T) {
 	const idle = time.Minute
 	now := time.Now()
-	js := &leaseJS{}
-	w := &Worker{js: js, log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: WorkerConfig{Config: DefaultConfig()}}
-	tp := &tenantPull{w: w, gate: newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil)), idle: idle, scan: time.Minute, max: 3,
-		loops: map[string]*tenantLoop{}, done: make(chan struct{})}
+	tp, js := leaseRig(idle, 3)
 	infos := map[string]*natsjs.ConsumerInfo{}
 	for i, name := range []string{"a", "b", "c"} {
 		made := now.Add(-time.Duration(5-i) * idle) // a held longest
