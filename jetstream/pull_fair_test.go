@@ -80,23 +80,10 @@ func publishJobs(t *testing.T, srv *server, tenant string, n int, text string) {
 
 func startFairWorker(t *testing.T, srv *server, emb engine.Embedder, in *intake, shares jetstream.Shares, pull ...jetstream.PullOption) *jetstream.Worker {
 	t.Helper()
-	nc := connect(t, srv.url)
-	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
-		Config: srv.cfg, Consumer: consumer.Config{}, Embedder: emb, Sink: in.sink,
-		Service: jetstream.ServiceOptions{Version: "test"}, Logger: testLogger(t),
-		Refresh: 50 * time.Millisecond, PrefetchMax: 64, Pull: pull,
+	return runWorker(t, srv, jetstream.WorkerConfig{
+		Embedder: emb, Sink: in.sink, Refresh: 50 * time.Millisecond, PrefetchMax: 64, Pull: pull,
 		Fair: jetstream.FairConfig{Shares: shares, Scan: 100 * time.Millisecond},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-		nc.Close()
-	})
-	return w
 }
 
 func perTenant(c *jetstream.Config) { c.Consumer.PerTenant = true }
@@ -367,19 +354,8 @@ func TestMemberCheckTakesPerTenantFromServer(t *testing.T) {
 func TestFairPullInvalidTenantToken(t *testing.T) {
 	srv := newServer(t, perTenant)
 	e := openEngine(t, engine.Config{})
-	nc := connect(t, srv.url)
-	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
-		Config: srv.cfg, Embedder: e, Service: jetstream.ServiceOptions{Version: "test"}, Logger: testLogger(t),
-		Refresh: 50 * time.Millisecond, Fair: jetstream.FairConfig{Scan: 100 * time.Millisecond},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-		nc.Close()
+	w := runWorker(t, srv, jetstream.WorkerConfig{
+		Embedder: e, Refresh: 50 * time.Millisecond, Fair: jetstream.FairConfig{Scan: 100 * time.Millisecond},
 	})
 	// A whole-token wildcard (a core publish without permissions stores
 	// one) gets no consumer: its filter would take every tenant's jobs.
@@ -434,21 +410,10 @@ func TestFairPullMaxTenants(t *testing.T) {
 	made := watchConsumers(t, srv, func(name string) bool { return strings.HasSuffix(name, "_named") })
 
 	e := openEngine(t, engine.Config{})
-	nc := connect(t, srv.url)
-	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
-		Config: srv.cfg, Embedder: e, Service: jetstream.ServiceOptions{Version: "test"}, Logger: testLogger(t),
-		Refresh: 50 * time.Millisecond,
+	runWorker(t, srv, jetstream.WorkerConfig{
+		Embedder: e, Refresh: 50 * time.Millisecond,
 		Fair: jetstream.FairConfig{Scan: 100 * time.Millisecond, MaxTenants: maxTenants,
 			Shares: jetstream.Shares{Weights: map[string]int{"named": 2}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-		nc.Close()
 	})
 	for i := range tenants {
 		publishJobs(t, srv, fmt.Sprintf("minted%02d", i), jobs, "a text")

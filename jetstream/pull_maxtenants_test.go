@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jetembed/jetembed/consumer"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 )
@@ -51,22 +50,10 @@ func startBoundWorker(t *testing.T, srv *server, in *intake, fair jetstream.Fair
 	t.Helper()
 	step := make(chan struct{})
 	close(step)
-	nc := connect(t, srv.url)
-	w, err := jetstream.StartWorker(context.Background(), nc, jetstream.WorkerConfig{
-		Config: srv.cfg, Consumer: consumer.Config{}, Embedder: steppedEmbedder(t, step), Sink: in.sink,
-		Service: jetstream.ServiceOptions{Version: "test"}, Logger: log,
+	return runWorker(t, srv, jetstream.WorkerConfig{
+		Embedder: steppedEmbedder(t, step), Sink: in.sink, Logger: log,
 		Refresh: 50 * time.Millisecond, PrefetchMax: 64, Fair: fair,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-		nc.Close()
-	})
-	return w
 }
 
 // tenantConsumers lists the tenants' consumers on the server.

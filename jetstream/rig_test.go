@@ -117,6 +117,32 @@ func startWorker(t testing.TB, srv *server, emb engine.Embedder, o workerOptions
 	return wk
 }
 
+// runWorker starts a worker of cfg on a connection of its own to srv,
+// with srv's configuration, version "test" and the test's logger unless
+// cfg names others, and stops it when the test ends.
+func runWorker(t *testing.T, srv *server, cfg jetstream.WorkerConfig) *jetstream.Worker {
+	t.Helper()
+	cfg.Config = srv.cfg
+	if cfg.Service.Version == "" {
+		cfg.Service.Version = "test"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	nc := connect(t, srv.url)
+	w, err := jetstream.StartWorker(context.Background(), nc, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+		nc.Close()
+	})
+	return w
+}
+
 // stop shuts the worker down as serve does on SIGTERM.
 func (w *worker) stop(t testing.TB, grace time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
