@@ -23,6 +23,28 @@ func (s *heldSink) Submit(_ context.Context, d consumer.Delivery) error {
 	return nil
 }
 
+// waitInGate waits until n deliveries of tenants wait in g, or fails the
+// test when ctx ends first.
+func waitInGate(ctx context.Context, t *testing.T, g *fairGate, n int, tenants ...string) {
+	t.Helper()
+	for {
+		g.mu.Lock()
+		got := 0
+		for _, tenant := range tenants {
+			got += len(g.waiting[tenant])
+		}
+		g.mu.Unlock()
+		if got == n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("%d deliveries of %q waiting, want %d", got, tenants, n)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 // TestFairGateTwoLoopsOfOneTenant: while a tenant's fetch loop is replaced
 // (the template changed), its old loop drains through the gate beside the
 // new one, so two deliveries of one tenant wait at once. Both are handed
@@ -49,19 +71,7 @@ func TestFairGateTwoLoopsOfOneTenant(t *testing.T) {
 	oldDone := submit(oldA, "a-old")
 	newDone := submit(newA, "a-new")
 	// Both of a's deliveries wait in the gate before b's is let go.
-	for {
-		g.mu.Lock()
-		n := len(g.waiting["a"])
-		g.mu.Unlock()
-		if n == 2 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d of a's deliveries waiting", n)
-		case <-time.After(time.Millisecond):
-		}
-	}
+	waitInGate(ctx, t, g, 2, "a")
 	close(sink.go_) // every Submit returns at once from now on
 	for _, done := range []chan error{bDone, oldDone, newDone} {
 		select {
@@ -128,19 +138,7 @@ func TestFairGateBigDeliveryBanksNoCredit(t *testing.T) {
 	for range 300 {
 		aDone = append(aDone, submit(a, "a123456789"))
 	}
-	for {
-		g.mu.Lock()
-		n := len(g.waiting["a"]) + len(g.waiting["b"])
-		g.mu.Unlock()
-		if n == 301 {
-			break
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("%d deliveries waiting", n)
-		case <-time.After(time.Millisecond):
-		}
-	}
+	waitInGate(ctx, t, g, 301, "a", "b")
 	sink.step <- struct{}{}
 	bAt := -1
 	for i := range 301 {
