@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -282,7 +283,7 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 		// not keep its slot for ever: after tp.idle its loop stops (what
 		// it buffered goes back), and once nothing of it is in flight its
 		// consumer is retired with jobs left, which wait for a slot again.
-		if tp.waiting > 0 && (tl.yielding && now.Sub(tl.since) >= tp.idle || leaseUp[t]) {
+		if leaseUp[t] {
 			if info.NumAckPending == 0 {
 				delete(tp.loops, t)
 				retire = append(retire, retiring{tl, tp.idle})
@@ -346,26 +347,30 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 }
 
 // leasesUp chooses the unnamed tenants whose consumers yield their slots
-// now: those held for tp.idle, the longest held first, as many as tenants
-// wait less those yielding already (one tenant waiting does not make
-// every slot's holder yield at once). tp.mu is held.
+// now: of those held for tp.idle, as many as tenants wait, the oldest
+// consumers first (by their creation on the server, then name: the order
+// every member sees, so that the members pulling a consumer yield the
+// same ones; it is retired only once none pulls it). Those yielding
+// already are among them; one that is no longer chosen (an older one's
+// lease came up since) pulls again. tp.mu is held.
 func (tp *tenantPull) leasesUp(now time.Time) map[string]bool {
 	if tp.waiting == 0 {
 		return nil
 	}
-	room := tp.waiting
 	var due []*tenantLoop
 	for t, tl := range tp.loops {
-		switch {
-		case tl.yielding && now.Sub(tl.since) >= tp.idle: // (a new consumer of the name starts its lease)
-			room--
-		case !tp.shares.Names(t) && now.Sub(tl.since) >= tp.idle:
+		if !tp.shares.Names(t) && now.Sub(tl.since) >= tp.idle { // (a new consumer of the name starts its lease)
 			due = append(due, tl)
 		}
 	}
-	slices.SortFunc(due, func(a, b *tenantLoop) int { return a.since.Compare(b.since) })
+	slices.SortFunc(due, func(a, b *tenantLoop) int {
+		if c := a.created.Compare(b.created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.tenant, b.tenant)
+	})
 	up := map[string]bool{}
-	for _, tl := range due[:max(min(room, len(due)), 0)] {
+	for _, tl := range due[:min(tp.waiting, len(due))] {
 		up[tl.tenant] = true
 	}
 	return up

@@ -111,3 +111,68 @@ func TestFairPullLeaseYieldsAsManyAsWait(t *testing.T) {
 		t.Errorf("deleted %q with one tenant waiting, want the longest held alone (embedder_a)", js.deleted)
 	}
 }
+
+// TestFairPullLeaseTwoMembersAgree: two members pull from the same two
+// unnamed consumers (the bound, 2), both held past their lease, with one
+// tenant waiting. Each member made one of them in its own scan and saw
+// the other's later (b the first only a moment ago: its lease there is up
+// a refresh later), so their local first-seen times order the two the
+// other way round. A consumer is retired only once nothing of it
+// is in flight, that is once every member pulling it yields it. Before,
+// each member yielded the consumer it had seen first and kept pulling the
+// other: both stayed in flight for ever, neither was retired, and the
+// waiting tenant never got a slot.
+func TestFairPullLeaseTwoMembersAgree(t *testing.T) {
+	const idle, refresh = time.Minute, 50 * time.Millisecond
+	now := time.Now()
+	js := &leaseJS{}
+	w := &Worker{js: js, log: slog.New(slog.NewTextHandler(io.Discard, nil)), cfg: WorkerConfig{Config: DefaultConfig()}}
+	member := func() *tenantPull {
+		return &tenantPull{w: w, gate: newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil)), idle: idle, scan: time.Minute, max: 2,
+			loops: map[string]*tenantLoop{}, done: make(chan struct{}), waiting: 1}
+	}
+	// x made by member a, y a moment later by member b; each saw the
+	// other's at its next list.
+	madeX, madeY := now.Add(-2*idle), now.Add(-2*idle+10*time.Millisecond)
+	a, b := member(), member()
+	a.loops["x"] = &tenantLoop{tenant: "x", name: "embedder_x", since: madeX, created: madeX}
+	a.loops["y"] = &tenantLoop{tenant: "y", name: "embedder_y", since: madeX.Add(refresh), created: madeY}
+	b.loops["y"] = &tenantLoop{tenant: "y", name: "embedder_y", since: madeY, created: madeY}
+	b.loops["x"] = &tenantLoop{tenant: "x", name: "embedder_x", since: now.Add(-idle + refresh), created: madeX}
+	created := map[string]time.Time{"x": madeX, "y": madeY}
+	members := []*tenantPull{a, b}
+	for round := range 5 {
+		// The server's view: a consumer has jobs in flight while a member
+		// pulls it (its loop not yielding).
+		for _, m := range members {
+			infos := map[string]*natsjs.ConsumerInfo{}
+			for tenant, made := range created {
+				pulling := 0
+				for _, o := range members {
+					if tl := o.loops[tenant]; tl != nil && !tl.yielding {
+						pulling++
+					}
+				}
+				infos[tenant] = &natsjs.ConsumerInfo{Name: "embedder_" + tenant, Created: made, NumPending: 100, NumAckPending: pulling}
+			}
+			m.reconcile(context.Background(), infos, ServerSettings{}, false, now.Add(time.Duration(round)*refresh))
+		}
+		js.mu.Lock()
+		n := len(js.deleted)
+		js.mu.Unlock()
+		if n > 0 {
+			return
+		}
+	}
+	t.Errorf("no consumer retired after 5 refreshes with a tenant waiting: member a yields %v, member b %v", yielding(a), yielding(b))
+}
+
+func yielding(tp *tenantPull) []string {
+	var out []string
+	for t, tl := range tp.loops {
+		if tl.yielding {
+			out = append(out, t)
+		}
+	}
+	return out
+}
