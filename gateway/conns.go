@@ -212,16 +212,28 @@ func (l *conns) shedOne() bool {
 // the minimum rate, else the one that has waited longest without sending
 // a request (a client that means to call sends its request as soon as it
 // connects). For any client, it looks first among the connections of the
-// client that holds the most: under a flood from a few addresses the
-// flood's connections churn so fast that a lone caller's, accepted but not
-// yet read, could be the oldest that sent nothing. It forgets it at once,
-// so the room is there now.
+// client that holds the most that may be shed (idle, silent, or reading a
+// slow body; not those busy with a call): under a flood from a few
+// addresses the flood's connections churn so fast that a lone caller's,
+// accepted but not yet read, could be the oldest that sent nothing. A
+// caller whose other connections are busy holds no more of them than a
+// flood address with one, so a flood from many addresses does not make
+// its new connection the one shed. It forgets it at once, so the room is
+// there now.
 func (l *conns) shedLocked(client string) bool {
 	if client == "" {
+		now := time.Now()
+		idle := map[string]int{}
 		top, most := "", 0
-		for c, n := range l.byClient {
-			if n > most || n == most && c < top {
-				top, most = c, n
+		for _, ci := range l.open {
+			if ci.state == http.StateActive {
+				if slow, _ := ci.slowBody(now, l.minRate, l.slowGrace); l.minRate <= 0 || !slow {
+					continue
+				}
+			}
+			idle[ci.client]++
+			if n := idle[ci.client]; n > most || n == most && ci.client < top {
+				top, most = ci.client, n
 			}
 		}
 		if most > 1 && l.shedClientLocked(top) {
