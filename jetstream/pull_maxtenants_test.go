@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jetembed/jetembed/engine"
 	"github.com/jetembed/jetembed/internal/natstest"
 	"github.com/jetembed/jetembed/jetstream"
 )
@@ -211,4 +212,57 @@ func TestFairPullMaxTenantsTwoMembers(t *testing.T) {
 	if most > 2*maxTenants {
 		t.Errorf("%d consumers at once, want at most %d", most, 2*maxTenants)
 	}
+}
+
+// TestFairPullMaxTenantsHolderWithBuffer: at the bound, the one slot is
+// held by a tenant with a long backlog and no quota, whose fetch loop has
+// jobs buffered behind the one in the job loop (each job takes 20 ms).
+// When its lease is up its loop stops and NAKs what it buffered; the
+// server counts a NAKed message as pending an ack until it is delivered
+// again, so the consumer must not wait for NumAckPending to reach 0 with
+// nobody pulling it: it is retired after an ack wait (1 s here). The
+// waiting tenant's one job must be taken in bounded time (each retirement
+// gives the slot to it or, by the draw, to the holder again: a lease
+// takes about 2 s here, so 40 s is about 19 draws); before, the holder
+// stayed yielding with its NAKed jobs for ever: neither it nor the
+// waiting tenant got a job through.
+func TestFairPullMaxTenantsHolderWithBuffer(t *testing.T) {
+	// An ack wait of 1 s: the longest a yielding consumer waits for what
+	// the server counts as pending an ack.
+	srv := newServer(t, func(c *jetstream.Config) {
+		perTenant(c)
+		c.Consumer.AckWait = time.Second
+		c.Consumer.BackOff = jetstream.ExponentialBackOff(time.Second, 4)
+	})
+	publishJobs(t, srv, "hog", 1000, "a text")
+	in := &intake{}
+	slow := engine.EmbedderFunc(func(ctx context.Context, texts []engine.Text, _ engine.Call) ([]engine.Embedding, engine.CallReport, error) {
+		select {
+		case <-time.After(20 * time.Millisecond):
+		case <-ctx.Done():
+			return nil, engine.CallReport{}, ctx.Err()
+		}
+		out := make([]engine.Embedding, len(texts))
+		for i := range out {
+			out[i] = engine.Embedding{Dense: []float32{1}, Tokens: 1}
+		}
+		return out, engine.CallReport{Tokens: len(texts)}, nil
+	})
+	runWorker(t, srv, jetstream.WorkerConfig{
+		Embedder: slow, Sink: in.sink, Refresh: 50 * time.Millisecond, PrefetchMax: 64,
+		Fair: jetstream.FairConfig{MaxTenants: 1, Scan: 100 * time.Millisecond, Idle: time.Second},
+	})
+	natstest.CheckFor(t, 20*time.Second, 20*time.Millisecond, func() error {
+		if len(in.snapshot()) < 1 {
+			return fmt.Errorf("hog's first job not taken")
+		}
+		return nil
+	})
+	publishJobs(t, srv, "victim", 1, "a text")
+	natstest.CheckFor(t, 40*time.Second, 50*time.Millisecond, func() error {
+		if indexOf(in.snapshot(), "victim") < 0 {
+			return fmt.Errorf("victim's job not taken (%d of the hog's taken); consumers %q", len(in.snapshot()), tenantConsumers(t, srv))
+		}
+		return nil
+	})
 }

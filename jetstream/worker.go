@@ -102,7 +102,9 @@ type FairConfig struct {
 	// has its jobs wait in the stream for a free slot; while any wait, an
 	// empty consumer of an unnamed tenant is retired at once, and one
 	// that has held its slot for Idle yields it (its loop stops, its
-	// consumer goes once nothing is in flight, its jobs wait again), so
+	// consumer goes once nothing is in flight, or after an ack wait: the
+	// server counts what the loop NAKed as in flight until it is
+	// delivered again; its jobs wait again), so
 	// the slots pass round. A tenant the shares name (a weight or a quota
 	// of its own) always gets its consumer.
 	MaxTenants int

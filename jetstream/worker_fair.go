@@ -49,7 +49,8 @@ type tenantLoop struct {
 	since        time.Time // when this member first saw the consumer
 	created      time.Time // the consumer's creation (server time): which consumer of the name since is of
 	stopping     bool
-	yielding     bool // its slot's lease is up: the loop is stopped, the consumer goes when nothing is in flight
+	yielding     bool      // its slot's lease is up: the loop is stopped, the consumer goes when nothing is in flight
+	yieldAt      time.Time // when yielding began
 }
 
 func (tl *tenantLoop) get() *PullLoop {
@@ -283,14 +284,20 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 		// not keep its slot for ever: after tp.idle its loop stops (what
 		// it buffered goes back), and once nothing of it is in flight its
 		// consumer is retired with jobs left, which wait for a slot again.
+		// The server counts a message NAKed (what the loop buffered), or
+		// one whose ack wait ran out, as pending an ack until it is
+		// delivered again, which no one does while every member yields:
+		// so a consumer yielding for an ack wait is retired all the same
+		// (a job still running then, kept alive by its heartbeats, is
+		// answered twice at worst, never lost: the stream keeps it).
 		if leaseUp[t] {
-			if info.NumAckPending == 0 {
+			if info.NumAckPending == 0 || tl.yielding && now.Sub(tl.yieldAt) >= yieldGrace(st, info) {
 				delete(tp.loops, t)
 				retire = append(retire, retiring{tl, tp.idle})
 				continue
 			}
 			if !tl.yielding {
-				tl.yielding = true
+				tl.yielding, tl.yieldAt = true, now
 				yield = append(yield, tl)
 			}
 			continue
@@ -344,6 +351,19 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 		tp.freed = true
 		tp.mu.Unlock()
 	}
+}
+
+// yieldGrace is how long a yielding consumer waits for its messages
+// pending an ack before it is retired anyway: the consumers' ack wait
+// (the server's default, 30 s, when none is set).
+func yieldGrace(st ServerSettings, info *natsjs.ConsumerInfo) time.Duration {
+	switch {
+	case st.AckWait > 0:
+		return st.AckWait
+	case info.Config.AckWait > 0:
+		return info.Config.AckWait
+	}
+	return 30 * time.Second
 }
 
 // leasesUp chooses the unnamed tenants whose consumers yield their slots

@@ -153,7 +153,8 @@ func TestFairPullLeaseTwoMembersAgree(t *testing.T) {
 						pulling++
 					}
 				}
-				infos[tenant] = &natsjs.ConsumerInfo{Name: "embedder_" + tenant, Created: made, NumPending: 100, NumAckPending: pulling}
+				infos[tenant] = &natsjs.ConsumerInfo{Name: "embedder_" + tenant, Created: made, NumPending: 100, NumAckPending: pulling,
+					Config: natsjs.ConsumerConfig{AckWait: time.Minute}}
 			}
 			m.reconcile(context.Background(), infos, ServerSettings{}, false, now.Add(time.Duration(round)*refresh))
 		}
