@@ -217,22 +217,22 @@ func TestFairPullMaxTenantsTwoMembers(t *testing.T) {
 // TestFairPullMaxTenantsHolderWithBuffer: at the bound, the one slot is
 // held by a tenant with a long backlog and no quota, whose fetch loop has
 // jobs buffered behind the one in the job loop (each job takes 20 ms).
-// When its lease is up its loop stops and NAKs what it buffered; the
+// When its lease is up, the waiting tenant's job is taken in a few
+// seconds, well within the consumers' ack wait (a minute here). Two ways
+// this failed: the yielding loop NAKed what it had buffered, and the
 // server counts a NAKed message as pending an ack until it is delivered
-// again, so the consumer must not wait for NumAckPending to reach 0 with
-// nobody pulling it: it is retired after an ack wait (1 s here). The
-// waiting tenant's one job must be taken in bounded time (each retirement
-// gives the slot to it or, by the draw, to the holder again: a lease
-// takes about 2 s here, so 40 s is about 19 draws); before, the holder
-// stayed yielding with its NAKed jobs for ever: neither it nor the
-// waiting tenant got a job through.
+// again, which no one does while the members yield, so the consumer was
+// never retired (neither tenant got a job through), and once retired
+// after an ack wait, not before the minute; and the tenant that yielded
+// was drawn for the free slot on equal terms with the waiting one (half
+// the rotations gave the slot back to it). Now the loop hands its buffer
+// to the job loop, the consumer goes once that is answered, and the
+// waiting tenant takes the slot first.
 func TestFairPullMaxTenantsHolderWithBuffer(t *testing.T) {
-	// An ack wait of 1 s: the longest a yielding consumer waits for what
-	// the server counts as pending an ack.
 	srv := newServer(t, func(c *jetstream.Config) {
 		perTenant(c)
-		c.Consumer.AckWait = time.Second
-		c.Consumer.BackOff = jetstream.ExponentialBackOff(time.Second, 4)
+		c.Consumer.AckWait = time.Minute
+		c.Consumer.BackOff = nil
 	})
 	publishJobs(t, srv, "hog", 1000, "a text")
 	in := &intake{}
@@ -259,7 +259,10 @@ func TestFairPullMaxTenantsHolderWithBuffer(t *testing.T) {
 		return nil
 	})
 	publishJobs(t, srv, "victim", 1, "a text")
-	natstest.CheckFor(t, 40*time.Second, 50*time.Millisecond, func() error {
+	// The lease is a second; what the holder buffered (at most 64 jobs of
+	// 20 ms) is answered first: 20 s is far from both and from the
+	// minute an ack wait takes.
+	natstest.CheckFor(t, 20*time.Second, 50*time.Millisecond, func() error {
 		if indexOf(in.snapshot(), "victim") < 0 {
 			return fmt.Errorf("victim's job not taken (%d of the hog's taken); consumers %q", len(in.snapshot()), tenantConsumers(t, srv))
 		}

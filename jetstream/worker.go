@@ -101,12 +101,12 @@ type FairConfig struct {
 	// and every member a fetch loop and its buffer. A tenant beyond it
 	// has its jobs wait in the stream for a free slot; while any wait, an
 	// empty consumer of an unnamed tenant is retired at once, and one
-	// that has held its slot for Idle yields it (its loop stops, its
-	// consumer goes once nothing is in flight, or after an ack wait: the
-	// server counts what the loop NAKed as in flight until it is
-	// delivered again; its jobs wait again), so
-	// the slots pass round. A tenant the shares name (a weight or a quota
-	// of its own) always gets its consumer.
+	// that has held its slot for Idle yields it (its loop stops pulling
+	// and finishes what it buffered, its consumer goes once nothing is in
+	// flight, or after an ack wait at the latest, its jobs wait again and
+	// take a slot after the tenants that were waiting), so the slots pass
+	// round. A tenant the shares name (a weight or a quota of its own)
+	// always gets its consumer.
 	MaxTenants int
 }
 

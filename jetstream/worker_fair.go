@@ -32,8 +32,13 @@ type tenantPull struct {
 	// waiting is how many tenants with jobs the last scan left without a
 	// consumer (the unnamed ones were at tp.max); freed is set when a
 	// consumer retired since, so the next sync scans again.
-	waiting  int
-	warned   time.Time
+	waiting int
+	warned  time.Time
+	// yielded are the unnamed tenants whose consumer this member retired
+	// for its lease while others waited: they take a free slot after the
+	// tenants that were waiting (newcomers). An entry goes when its
+	// tenant gets a consumer again or has no jobs left.
+	yielded  map[string]bool
 	freed    bool
 	stopped  bool
 	done     chan struct{} // closed when a loop ended on its own
@@ -224,21 +229,32 @@ func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, 
 // newcomers are the tenants with jobs that have no consumer in infos, in
 // the order they get one: those the shares name first, then the others in
 // a random order, so that at tp.max the slots freed go round the waiting
-// tenants, not to the same low names every scan.
+// tenants, not to the same low names every scan; a tenant that has just
+// yielded its slot comes after those that were waiting for one.
 func (tp *tenantPull) newcomers(tenants map[string]bool, infos map[string]*natsjs.ConsumerInfo) []string {
-	var named, other []string
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	for t := range tp.yielded {
+		if !tenants[t] || infos[t] != nil {
+			delete(tp.yielded, t)
+		}
+	}
+	var named, other, again []string
 	for t := range tenants {
 		switch {
 		case infos[t] != nil:
 		case tp.shares.Names(t):
 			named = append(named, t)
+		case tp.yielded[t]:
+			again = append(again, t)
 		default:
 			other = append(other, t)
 		}
 	}
 	slices.Sort(named)
 	rand.Shuffle(len(other), func(i, j int) { other[i], other[j] = other[j], other[i] })
-	return append(named, other...)
+	rand.Shuffle(len(again), func(i, j int) { again[i], again[j] = again[j], again[i] })
+	return slices.Concat(named, other, again)
 }
 
 // reconcile starts a loop for every consumer in infos that has none,
@@ -281,19 +297,24 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 	for t, info := range infos {
 		tl := tp.loops[t]
 		// While tenants wait, an unnamed tenant that never empties does
-		// not keep its slot for ever: after tp.idle its loop stops (what
-		// it buffered goes back), and once nothing of it is in flight its
-		// consumer is retired with jobs left, which wait for a slot again.
-		// The server counts a message NAKed (what the loop buffered), or
-		// one whose ack wait ran out, as pending an ack until it is
-		// delivered again, which no one does while every member yields:
-		// so a consumer yielding for an ack wait is retired all the same
-		// (a job still running then, kept alive by its heartbeats, is
-		// answered twice at worst, never lost: the stream keeps it).
+		// not keep its slot for ever: after tp.idle its loop stops pulling
+		// and hands what it buffered to the job loop (yieldLoop), and once
+		// nothing of it is in flight its consumer is retired with jobs
+		// left, which wait for a slot again. The server counts a message
+		// whose ack wait ran out (a member that died holding it) or that
+		// was NAKed as pending an ack until it is delivered again, which
+		// no one does while every member yields: so a consumer yielding
+		// for an ack wait is retired all the same (a job still running
+		// then, kept alive by its heartbeats, is answered twice at worst,
+		// never lost: the stream keeps it).
 		if leaseUp[t] {
 			if info.NumAckPending == 0 || tl.yielding && now.Sub(tl.yieldAt) >= yieldGrace(st, info) {
 				delete(tp.loops, t)
 				retire = append(retire, retiring{tl, tp.idle})
+				if tp.yielded == nil {
+					tp.yielded = map[string]bool{}
+				}
+				tp.yielded[t] = true
 				continue
 			}
 			if !tl.yielding {
@@ -333,7 +354,7 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 	}
 	tp.mu.Unlock()
 	for _, tl := range yield {
-		tp.stopLoop(tl)
+		tp.yieldLoop(tl)
 		tp.w.log.Info("tenant's consumer yields its slot to waiting tenants", "tenant", tl.tenant, "held", now.Sub(tl.since).Round(time.Second).String())
 	}
 	for _, r := range retire {
@@ -449,6 +470,28 @@ func (tp *tenantPull) stopLoop(tl *tenantLoop) {
 	loop.Stop()
 	<-loop.Done()
 	tp.gate.forget(sink)
+}
+
+// yieldLoop ends tl's fetch loop for its slot's lease: it stops pulling
+// and hands what it buffered to the job loop, which answers and ACKs it.
+// Stopping it (stopLoop) would NAK that buffer, and the server counts a
+// NAKed message as pending an ack until it is delivered again, which no
+// one does while the members yield: the consumer would wait out an ack
+// wait before it could be retired, its slot empty, and its NAKed jobs
+// would be answered later than they could have been.
+func (tp *tenantPull) yieldLoop(tl *tenantLoop) {
+	tl.mu.Lock()
+	tl.stopping = true
+	loop, sink := tl.loop, tl.sink
+	tl.mu.Unlock()
+	if loop == nil {
+		return
+	}
+	loop.Drain()
+	go func() {
+		<-loop.Done()
+		tp.gate.forget(sink)
+	}()
 }
 
 // stop stops every loop and waits for them.

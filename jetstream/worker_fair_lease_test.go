@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -176,4 +177,65 @@ func yielding(tp *tenantPull) []string {
 		}
 	}
 	return out
+}
+
+// TestFairPullYieldedTakesASlotLast: the tenant whose consumer this
+// member retired for its lease comes after the tenants that were waiting
+// when the free slots are drawn (before, on equal terms: with one tenant
+// waiting, half the rotations gave the slot straight back), and is
+// forgotten once it has no jobs.
+func TestFairPullYieldedTakesASlotLast(t *testing.T) {
+	const idle = time.Minute
+	now := time.Now()
+	tp, js := leaseRig(idle, 1)
+	made := now.Add(-2 * idle)
+	tp.loops["hog"] = &tenantLoop{tenant: "hog", name: "embedder_hog", since: made, created: made}
+	tp.waiting = 3
+	tp.reconcile(context.Background(), map[string]*natsjs.ConsumerInfo{"hog": {Name: "embedder_hog", Created: made, NumPending: 5}}, ServerSettings{}, false, now)
+	js.mu.Lock()
+	deleted := slices.Clone(js.deleted)
+	js.mu.Unlock()
+	if len(deleted) != 1 {
+		t.Fatalf("deleted %q, want hog's consumer: its lease is up and tenants wait", deleted)
+	}
+	tenants := map[string]bool{"hog": true, "a": true, "b": true, "c": true}
+	for range 20 {
+		if got := tp.newcomers(tenants, nil); len(got) != 4 || got[3] != "hog" {
+			t.Fatalf("slots drawn in the order %q: want hog, which just yielded, last", got)
+		}
+	}
+	delete(tenants, "hog")
+	tp.newcomers(tenants, nil)
+	tp.mu.Lock()
+	defer tp.mu.Unlock()
+	if tp.yielded["hog"] {
+		t.Error("hog is remembered as yielded with no jobs left")
+	}
+}
+
+// TestFairPullLeaseRetiredAfterAnAckWait: a yielding consumer whose
+// messages the server still counts as pending an ack (a member died
+// holding them: nobody pulls it to have them delivered again) is retired
+// once it has yielded for an ack wait, not before, and not never.
+func TestFairPullLeaseRetiredAfterAnAckWait(t *testing.T) {
+	const idle = time.Minute
+	now := time.Now()
+	tp, js := leaseRig(idle, 1)
+	made := now.Add(-2 * idle)
+	tp.loops["hog"] = &tenantLoop{tenant: "hog", name: "embedder_hog", since: made, created: made, yielding: true, yieldAt: now.Add(-30 * time.Second)}
+	tp.waiting = 1
+	infos := map[string]*natsjs.ConsumerInfo{"hog": {Name: "embedder_hog", Created: made, NumPending: 5, NumAckPending: 3,
+		Config: natsjs.ConsumerConfig{AckWait: time.Minute}}}
+	for _, c := range []struct {
+		at      time.Time
+		deleted int
+	}{{now, 0}, {now.Add(31 * time.Second), 1}} {
+		tp.reconcile(context.Background(), infos, ServerSettings{}, false, c.at)
+		js.mu.Lock()
+		n := len(js.deleted)
+		js.mu.Unlock()
+		if n != c.deleted {
+			t.Errorf("%v after yielding: %d consumers deleted, want %d", c.at.Sub(now)+30*time.Second, n, c.deleted)
+		}
+	}
 }
