@@ -436,6 +436,7 @@ func (tp *tenantPull) startLoop(ctx context.Context, tl *tenantLoop, st ServerSe
 	}
 	loop, err := tp.w.pullWith(jc, st, sink, opts...)
 	if err != nil {
+		tp.gate.forget(sink)
 		return err
 	}
 	tl.mu.Lock()

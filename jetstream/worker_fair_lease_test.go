@@ -239,3 +239,32 @@ func TestFairPullLeaseRetiredAfterAnAckWait(t *testing.T) {
 		}
 	}
 }
+
+// consumerJS is leaseJS with a consumer to pull from: the pull loop's
+// own checks run, nothing is fetched.
+type consumerJS struct{ leaseJS }
+
+func (j *consumerJS) Consumer(context.Context, string, string) (natsjs.Consumer, error) {
+	return nil, nil
+}
+
+// TestFairPullLoopNotStartedForgotten: a tenant's fetch loop that does not
+// start (a pull option the loop refuses) leaves nothing of the tenant in
+// the fair gate; before, each such tenant stayed registered for good.
+func TestFairPullLoopNotStartedForgotten(t *testing.T) {
+	now := time.Now()
+	js := &consumerJS{}
+	w := &Worker{js: js, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		cfg: WorkerConfig{Config: DefaultConfig(), Pull: []PullOption{PrefetchLimits(2, 1)}}}
+	tp := &tenantPull{w: w, gate: newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil)), idle: time.Minute, scan: time.Minute, max: 1,
+		loops: map[string]*tenantLoop{}, done: make(chan struct{})}
+	tp.reconcile(context.Background(), map[string]*natsjs.ConsumerInfo{"a": {Name: "embedder_a", Created: now, NumPending: 1}}, ServerSettings{}, false, now)
+	if tl := tp.loops["a"]; tl == nil || tl.get() != nil {
+		t.Fatalf("a's loop %+v: want kept, not started", tl)
+	}
+	tp.gate.mu.Lock()
+	defer tp.gate.mu.Unlock()
+	if _, ok := tp.gate.more["a"]; ok {
+		t.Error("a's loop did not start, and a stays registered in the fair gate")
+	}
+}
