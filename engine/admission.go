@@ -113,6 +113,11 @@ func (a *admission) acquire(ctx context.Context, c Call, n int) (int, *schema.Er
 	evicted, refusal := a.room(w, lim, now)
 	if refusal == nil {
 		q.push(w, a.weight(c.Tenant))
+		if len(evicted) > 0 {
+			// The call whose turn it was may be gone: those behind it
+			// that fit go now, not at the next release.
+			a.grant()
+		}
 	}
 	a.mu.Unlock()
 	for _, e := range evicted {

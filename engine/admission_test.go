@@ -174,6 +174,43 @@ func TestAdmissionRejoinDoesNotStarve(t *testing.T) {
 	})
 }
 
+// TestAdmissionPushOutOfTheTurnGrants: a push-out that takes the call
+// whose turn it was (it did not fit) out of the queue lets in at once the
+// calls that fit behind it, the pushing call too. Before, they waited for
+// the next release of the budget, with room for them.
+func TestAdmissionPushOutOfTheTurnGrants(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAdmission(Config{AdmissionTokens: 100, InteractiveTokens: 10, MaxTokens: 8, QueueTokens: 10})
+		if _, se := a.acquire(context.Background(), Call{Class: Interactive, Tenant: "x"}, 6); se != nil {
+			t.Fatal(se)
+		}
+		hog := admitAsync(a, Call{Class: Interactive, Tenant: "hog"}, 8) // does not fit: 6 + 8 > 10
+		synctest.Wait()
+		// 8 + 4 tokens waiting pass the queue's 10: the hog's call, over
+		// its share (5), is pushed out; 6 + 4 fit the budget.
+		other := admitAsync(a, Call{Class: Interactive, Tenant: "other"}, 4)
+		synctest.Wait()
+		select {
+		case se := <-hog:
+			if se == nil || se.Code != schema.CodeOverloaded {
+				t.Errorf("the hog's call: %v, want pushed out (overloaded)", se)
+			}
+		default:
+			t.Error("the hog's call still waits, want pushed out")
+		}
+		select {
+		case se := <-other:
+			if se != nil {
+				t.Errorf("the pushing call: %v, want admitted", se)
+			}
+		default:
+			t.Error("the pushing call waits with room for it in the budget (6 + 4 of 10 tokens)")
+		}
+		a.release(Interactive, 6)
+		synctest.Wait()
+	})
+}
+
 // TestAdmissionNoPushOutForNothing: a call that would push another
 // tenant's call out of the full interactive queue but is refused anyway
 // (at the measured drain rate it could not start before its deadline)
