@@ -152,9 +152,9 @@ func (p *PullLoop) Prefetch() int {
 // NAKs that delivery). Deliveries already handed over are the consumer's:
 // drain it next.
 //
-// The pull request in progress is abandoned: a message the server sends
-// for it in the instant its inbox goes away comes back after AckWait
-// (delivery is at least once).
+// The pull request in progress is abandoned: what the server still sends
+// for it is NAKed as it comes, while the connection lasts (after it, such
+// a message comes back after AckWait: delivery is at least once).
 func (p *PullLoop) Stop() {
 	p.mu.Lock()
 	p.nak = true
@@ -258,10 +258,18 @@ func (p *PullLoop) wantMore() (n int, ok bool) {
 }
 
 // fetchOnce runs one pull request to its end and buffers what it brings.
-// A reconnect of the connection ends the request at once (the server it
-// was parked on may be gone), and so does its close.
+// The end is the server's: its 408 when the request expires, or the last
+// message asked for. A deadline of the client's own (nats.go's
+// FetchContext asks the server for 90% of it, at most a second less) is
+// shorter than the request's life at the server whenever the request was
+// delayed on its way by more than that margin, and a job the server sent
+// to it after the client left came back only after AckWait.
+//
+// A reconnect of the connection, its close or the loop stopping abandons
+// the request at once (the server it was parked on may be gone): what it
+// still brings is NAKed, for anyone to take now.
 func (p *PullLoop) fetchOnce(n int) error {
-	ctx, cancel := context.WithTimeout(p.fetchCtx, p.o.expires)
+	ctx, cancel := context.WithCancel(p.fetchCtx)
 	defer cancel()
 	if p.o.nc != nil {
 		status := p.o.nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
@@ -277,11 +285,27 @@ func (p *PullLoop) fetchOnce(n int) error {
 			}
 		}()
 	}
-	mb, err := p.cons.Fetch(n, natsjs.FetchContext(ctx), natsjs.FetchHeartbeat(p.o.heartbeat))
+	mb, err := p.cons.Fetch(n, natsjs.FetchMaxWait(p.o.expires), natsjs.FetchHeartbeat(p.o.heartbeat))
 	if err != nil {
 		return err
 	}
-	for m := range mb.Messages() {
+	msgs := mb.Messages()
+	for {
+		var m natsjs.Msg
+		var ok bool
+		select {
+		case m, ok = <-msgs:
+		case <-ctx.Done():
+			go func() {
+				for m := range msgs {
+					_ = m.Nak()
+				}
+			}()
+			return nil
+		}
+		if !ok {
+			break
+		}
 		b := &buffered{m: m, size: msgSize(m), touched: p.o.now()}
 		if p.keep != nil {
 			b.release = p.keep(m, b.touched)
@@ -295,8 +319,7 @@ func (p *PullLoop) fetchOnce(n int) error {
 		signal(p.more)
 	}
 	err = mb.Error()
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
-		errors.Is(err, natsjs.ErrBatchCompleted) || errors.Is(err, natsjs.ErrMaxBytesExceeded) {
+	if errors.Is(err, natsjs.ErrBatchCompleted) || errors.Is(err, natsjs.ErrMaxBytesExceeded) {
 		return nil
 	}
 	return err
