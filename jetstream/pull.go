@@ -152,9 +152,9 @@ func (p *PullLoop) Prefetch() int {
 // NAKs that delivery). Deliveries already handed over are the consumer's:
 // drain it next.
 //
-// The pull request in progress is abandoned: what the server still sends
-// for it is NAKed as it comes, while the connection lasts (after it, such
-// a message comes back after AckWait: delivery is at least once).
+// The pull request in progress is abandoned: its inbox goes, so the server
+// drops it; a message the server sends it in that instant comes back after
+// AckWait (delivery is at least once).
 func (p *PullLoop) Stop() {
 	p.mu.Lock()
 	p.nak = true
@@ -266,8 +266,12 @@ func (p *PullLoop) wantMore() (n int, ok bool) {
 // to it after the client left came back only after AckWait.
 //
 // A reconnect of the connection, its close or the loop stopping abandons
-// the request at once (the server it was parked on may be gone): what it
-// still brings is NAKed, for anyone to take now.
+// the request at once (the server it was parked on may be gone): nats.go
+// unsubscribes its inbox, so the server drops the request rather than
+// deliver to it, and what it brought before is buffered like the rest
+// (submitted, or NAKed after Stop). Keeping the inbox to NAK what came
+// made the request a trap: a job NAKed went back to the same request,
+// still parked at the server, until MaxDeliver ended it unhandled.
 func (p *PullLoop) fetchOnce(n int) error {
 	ctx, cancel := context.WithCancel(p.fetchCtx)
 	defer cancel()
@@ -285,27 +289,12 @@ func (p *PullLoop) fetchOnce(n int) error {
 			}
 		}()
 	}
-	mb, err := p.cons.Fetch(n, natsjs.FetchMaxWait(p.o.expires), natsjs.FetchHeartbeat(p.o.heartbeat))
+	fctx := serverEnd{ctx, fetchDeadline(time.Now(), p.o.expires)}
+	mb, err := p.cons.Fetch(n, natsjs.FetchContext(fctx), natsjs.FetchHeartbeat(p.o.heartbeat))
 	if err != nil {
 		return err
 	}
-	msgs := mb.Messages()
-	for {
-		var m natsjs.Msg
-		var ok bool
-		select {
-		case m, ok = <-msgs:
-		case <-ctx.Done():
-			go func() {
-				for m := range msgs {
-					_ = m.Nak()
-				}
-			}()
-			return nil
-		}
-		if !ok {
-			break
-		}
+	for m := range mb.Messages() {
 		b := &buffered{m: m, size: msgSize(m), touched: p.o.now()}
 		if p.keep != nil {
 			b.release = p.keep(m, b.touched)
@@ -319,7 +308,7 @@ func (p *PullLoop) fetchOnce(n int) error {
 		signal(p.more)
 	}
 	err = mb.Error()
-	if errors.Is(err, natsjs.ErrBatchCompleted) || errors.Is(err, natsjs.ErrMaxBytesExceeded) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, natsjs.ErrBatchCompleted) || errors.Is(err, natsjs.ErrMaxBytesExceeded) {
 		return nil
 	}
 	return err
@@ -409,4 +398,26 @@ func (p *PullLoop) adapt() {
 	}
 	p.o.logger.Info("prefetch follows throughput", "jobs_per_s", round1(jobsPerSec), "texts_per_s", round1(textsPerSec), "from", p.size, "to", target)
 	p.size = target
+}
+
+// serverEnd is the context a pull request is fetched with: it ends only
+// when the embedded one does (the request abandoned), and its deadline is
+// the one at which nats.go's FetchContext, which asks the server for 90%
+// of the time left and at most a second less, asks for the loop's expiry
+// (fetchDeadline). The request thus ends at the server's 408, not at a
+// deadline of the client's; and abandoning it makes nats.go unsubscribe
+// its inbox, which FetchMaxWait gives no way to do.
+type serverEnd struct {
+	context.Context
+	at time.Time
+}
+
+func (c serverEnd) Deadline() (time.Time, bool) { return c.at, true }
+
+// fetchDeadline is the deadline FetchContext turns, at now, into a request
+// expiring after expires (a few milliseconds more: the time FetchContext
+// reads the clock later, so that it never asks for less, which could fall
+// below twice the heartbeat, the least nats.go accepts).
+func fetchDeadline(now time.Time, expires time.Duration) time.Time {
+	return now.Add(expires + min(expires/9, time.Second) + 10*time.Millisecond)
 }
