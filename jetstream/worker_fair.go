@@ -35,10 +35,11 @@ type tenantPull struct {
 	waiting int
 	warned  time.Time
 	// yielded are the unnamed tenants whose consumer this member retired
-	// for its lease while others waited: they take a free slot after the
-	// tenants that were waiting (newcomers). An entry goes when its
-	// tenant gets a consumer again or has no jobs left.
-	yielded  map[string]bool
+	// for its lease while others waited, with when: they take a free slot
+	// after the tenants that were waiting, the one that yielded first
+	// first (newcomers). An entry goes when its tenant gets a consumer
+	// again or has no jobs left.
+	yielded  map[string]time.Time
 	freed    bool
 	stopped  bool
 	done     chan struct{} // closed when a loop ended on its own
@@ -229,8 +230,11 @@ func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, 
 // newcomers are the tenants with jobs that have no consumer in infos, in
 // the order they get one: those the shares name first, then the others in
 // a random order, so that at tp.max the slots freed go round the waiting
-// tenants, not to the same low names every scan; a tenant that has just
-// yielded its slot comes after those that were waiting for one.
+// tenants, not to the same low names every scan; a tenant that yielded its
+// slot comes after those that were waiting for one, and after those that
+// yielded before it (they have waited since: with two tenants taking turns
+// at a slot, the one that just yielded would otherwise draw on equal terms
+// with the one it was held from).
 func (tp *tenantPull) newcomers(tenants map[string]bool, infos map[string]*natsjs.ConsumerInfo) []string {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
@@ -245,7 +249,7 @@ func (tp *tenantPull) newcomers(tenants map[string]bool, infos map[string]*natsj
 		case infos[t] != nil:
 		case tp.shares.Names(t):
 			named = append(named, t)
-		case tp.yielded[t]:
+		case !tp.yielded[t].IsZero():
 			again = append(again, t)
 		default:
 			other = append(other, t)
@@ -254,6 +258,7 @@ func (tp *tenantPull) newcomers(tenants map[string]bool, infos map[string]*natsj
 	slices.Sort(named)
 	rand.Shuffle(len(other), func(i, j int) { other[i], other[j] = other[j], other[i] })
 	rand.Shuffle(len(again), func(i, j int) { again[i], again[j] = again[j], again[i] })
+	slices.SortStableFunc(again, func(a, b string) int { return tp.yielded[a].Compare(tp.yielded[b]) })
 	return slices.Concat(named, other, again)
 }
 
@@ -312,9 +317,9 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 				delete(tp.loops, t)
 				retire = append(retire, retiring{tl, tp.idle})
 				if tp.yielded == nil {
-					tp.yielded = map[string]bool{}
+					tp.yielded = map[string]time.Time{}
 				}
-				tp.yielded[t] = true
+				tp.yielded[t] = now
 				continue
 			}
 			if !tl.yielding {

@@ -208,7 +208,7 @@ func TestFairPullYieldedTakesASlotLast(t *testing.T) {
 	tp.newcomers(tenants, nil)
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	if tp.yielded["hog"] {
+	if _, ok := tp.yielded["hog"]; ok {
 		t.Error("hog is remembered as yielded with no jobs left")
 	}
 }
@@ -266,5 +266,42 @@ func TestFairPullLoopNotStartedForgotten(t *testing.T) {
 	defer tp.gate.mu.Unlock()
 	if _, ok := tp.gate.more["a"]; ok {
 		t.Error("a's loop did not start, and a stays registered in the fair gate")
+	}
+}
+
+// TestFairPullYieldedInTurn: two tenants take turns at one slot. The one
+// that yielded first has waited for a slot since, so when the other
+// yields it back the slot is its: the tenant that has just yielded comes
+// after it. Before, a tenant stayed marked as yielded until it had a
+// consumer again, so from the second turn on the two drew on equal terms
+// and half the turns gave the slot straight back.
+func TestFairPullYieldedInTurn(t *testing.T) {
+	const idle = time.Minute
+	now := time.Now()
+	tp, js := leaseRig(idle, 1)
+	tenants := map[string]bool{"a": true, "b": true}
+	made := now.Add(-2 * idle)
+	tp.waiting = 1
+	tp.loops["a"] = &tenantLoop{tenant: "a", name: "embedder_a", since: made, created: made}
+	tp.reconcile(context.Background(), map[string]*natsjs.ConsumerInfo{"a": {Name: "embedder_a", Created: made, NumPending: 5}}, ServerSettings{}, false, now)
+	if got := tp.newcomers(tenants, nil); !slices.Equal(got, []string{"b", "a"}) {
+		t.Fatalf("after a yielded, slots drawn in the order %q", got)
+	}
+	// b takes the slot, holds it for its lease, and yields it.
+	later := now.Add(2 * idle)
+	bInfo := map[string]*natsjs.ConsumerInfo{"b": {Name: "embedder_b", Created: now, NumPending: 5}}
+	tp.newcomers(tenants, bInfo) // a scan while b holds the slot
+	tp.loops["b"] = &tenantLoop{tenant: "b", name: "embedder_b", since: now, created: now}
+	tp.reconcile(context.Background(), bInfo, ServerSettings{}, false, later)
+	js.mu.Lock()
+	deleted := slices.Clone(js.deleted)
+	js.mu.Unlock()
+	if !slices.Equal(deleted, []string{"embedder_a", "embedder_b"}) {
+		t.Fatalf("deleted %q, want a's then b's consumer", deleted)
+	}
+	for range 20 {
+		if got := tp.newcomers(tenants, nil); !slices.Equal(got, []string{"a", "b"}) {
+			t.Fatalf("after b yielded, slots drawn in the order %q: want a, which waited while b held the slot, first", got)
+		}
 	}
 }
