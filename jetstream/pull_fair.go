@@ -103,6 +103,16 @@ func (g *fairGate) forget(s gateSink) {
 	g.dispatchLocked()
 }
 
+// reinstate gives tenant's registration back to old, the sink of its loop
+// that runs, when failed (of a loop that did not start) took it.
+func (g *fairGate) reinstate(old, failed gateSink) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.more[failed.tenant] == failed.loop {
+		g.more[failed.tenant] = old.loop
+	}
+}
+
 type gateSink struct {
 	g      *fairGate
 	tenant string

@@ -441,7 +441,16 @@ func (tp *tenantPull) startLoop(ctx context.Context, tl *tenantLoop, st ServerSe
 	}
 	loop, err := tp.w.pullWith(jc, st, sink, opts...)
 	if err != nil {
-		tp.gate.forget(sink)
+		// The tenant's loop that runs (a reopen's) keeps its place in
+		// the gate; with none, the tenant has none.
+		tl.mu.Lock()
+		old, oldSink := tl.loop, tl.sink
+		tl.mu.Unlock()
+		if old != nil && !ended(old) {
+			tp.gate.reinstate(oldSink, sink)
+		} else {
+			tp.gate.forget(sink)
+		}
 		return err
 	}
 	tl.mu.Lock()
@@ -461,6 +470,16 @@ func (tp *tenantPull) startLoop(ctx context.Context, tl *tenantLoop, st ServerSe
 		}
 	}()
 	return nil
+}
+
+// ended reports whether l has ended.
+func ended(l *PullLoop) bool {
+	select {
+	case <-l.Done():
+		return true
+	default:
+		return false
+	}
 }
 
 // stopLoop stops tl's loop (its buffered messages go back at once) and

@@ -305,3 +305,34 @@ func TestFairPullYieldedInTurn(t *testing.T) {
 		}
 	}
 }
+
+// TestFairPullReopenNotStartedKeepsTheRunningLoop: a reopen (the template
+// changed) whose new loop does not start leaves the tenant's running loop
+// as it was, registered in the fair gate with its count of jobs; before,
+// the failed start forgot the tenant under the running loop: its turn was
+// no longer held, and its count went back to 0 (the loop sizes its
+// prefetch on that count: read as a jump, it went to the maximum).
+func TestFairPullReopenNotStartedKeepsTheRunningLoop(t *testing.T) {
+	now := time.Now()
+	js := &consumerJS{}
+	w := &Worker{js: js, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		cfg: WorkerConfig{Config: DefaultConfig(), Pull: []PullOption{PrefetchLimits(2, 1)}}}
+	tp := &tenantPull{w: w, gate: newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil)), idle: time.Minute, scan: time.Minute, max: 1,
+		loops: map[string]*tenantLoop{}, done: make(chan struct{})}
+	running := &PullLoop{} // stands for the loop of the old settings, running
+	tl := &tenantLoop{tenant: "a", name: "embedder_a", since: now, created: now, loop: running}
+	tl.sink = tp.gate.forTenant("a", func() bool { return false })
+	tp.loops["a"] = tl
+	tp.gate.mu.Lock()
+	tp.gate.jobs["a"] = 7
+	tp.gate.mu.Unlock()
+	tp.reconcile(context.Background(), map[string]*natsjs.ConsumerInfo{"a": {Name: "embedder_a", Created: now, NumPending: 1}}, ServerSettings{}, true, now)
+	if tl.get() != running {
+		t.Fatal("the running loop was replaced by one that did not start")
+	}
+	tp.gate.mu.Lock()
+	defer tp.gate.mu.Unlock()
+	if tp.gate.more["a"] != tl.sink.loop || tp.gate.jobs["a"] != 7 {
+		t.Errorf("the running loop's tenant in the gate: registered %v (want its own), %d jobs (want 7)", tp.gate.more["a"] == tl.sink.loop, tp.gate.jobs["a"])
+	}
+}
