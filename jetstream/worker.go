@@ -104,7 +104,7 @@ type FairConfig struct {
 	// that has held its slot for Idle yields it (its loop stops pulling
 	// and finishes what it buffered, its consumer goes once nothing is in
 	// flight, or after an ack wait at the latest, its jobs wait again and
-	// take a slot after the tenants that were waiting), so the slots pass
+	// wait for a slot again from then: the longest waiting get one first), so the slots pass
 	// round. A tenant the shares name (a weight or a quota of its own)
 	// always gets its consumer.
 	MaxTenants int

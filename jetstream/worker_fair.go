@@ -34,12 +34,12 @@ type tenantPull struct {
 	// consumer retired since, so the next sync scans again.
 	waiting int
 	warned  time.Time
-	// yielded are the unnamed tenants whose consumer this member retired
-	// for its lease while others waited, with when: they take a free slot
-	// after the tenants that were waiting, the one that yielded first
-	// first (newcomers). An entry goes when its tenant gets a consumer
-	// again or has no jobs left.
-	yielded  map[string]time.Time
+	// queued is since when each unnamed tenant with jobs and no consumer
+	// has waited for a slot: since a scan first saw it so, or since its
+	// consumer yielded its slot; free slots go to the longest waiting
+	// (newcomers). An entry goes when its tenant gets a consumer or has no
+	// jobs left.
+	queued   map[string]time.Time
 	freed    bool
 	stopped  bool
 	done     chan struct{} // closed when a loop ended on its own
@@ -191,7 +191,7 @@ func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, 
 			log.Warn("listing the tenants with jobs", "err", err)
 		}
 		waiting := 0
-		for _, t := range tp.newcomers(tenants, infos) {
+		for _, t := range tp.newcomers(tenants, infos, now) {
 			named := tp.shares.Names(t)
 			if !named && unnamed >= tp.max {
 				waiting++
@@ -228,38 +228,40 @@ func (tp *tenantPull) sync(ctx context.Context, template natsjs.ConsumerConfig, 
 }
 
 // newcomers are the tenants with jobs that have no consumer in infos, in
-// the order they get one: those the shares name first, then the others in
-// a random order, so that at tp.max the slots freed go round the waiting
-// tenants, not to the same low names every scan; a tenant that yielded its
-// slot comes after those that were waiting for one, and after those that
-// yielded before it (they have waited since: with two tenants taking turns
-// at a slot, the one that just yielded would otherwise draw on equal terms
-// with the one it was held from).
-func (tp *tenantPull) newcomers(tenants map[string]bool, infos map[string]*natsjs.ConsumerInfo) []string {
+// the order they get one: those the shares name first, then the others by
+// how long they have waited for a slot (tp.queued), those first seen at
+// once in a random order (by name, a minted "000..." would always go
+// first). A tenant whose consumer yields its slot waits again from then:
+// behind those that waited while it held the slot, ahead of tenants that
+// appear after it (a producer minting new tenants cannot keep it out).
+func (tp *tenantPull) newcomers(tenants map[string]bool, infos map[string]*natsjs.ConsumerInfo, now time.Time) []string {
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	for t := range tp.yielded {
+	for t := range tp.queued {
 		if !tenants[t] || infos[t] != nil {
-			delete(tp.yielded, t)
+			delete(tp.queued, t)
 		}
 	}
-	var named, other, again []string
+	var named, other []string
 	for t := range tenants {
 		switch {
 		case infos[t] != nil:
 		case tp.shares.Names(t):
 			named = append(named, t)
-		case !tp.yielded[t].IsZero():
-			again = append(again, t)
 		default:
+			if _, ok := tp.queued[t]; !ok {
+				if tp.queued == nil {
+					tp.queued = map[string]time.Time{}
+				}
+				tp.queued[t] = now
+			}
 			other = append(other, t)
 		}
 	}
 	slices.Sort(named)
 	rand.Shuffle(len(other), func(i, j int) { other[i], other[j] = other[j], other[i] })
-	rand.Shuffle(len(again), func(i, j int) { again[i], again[j] = again[j], again[i] })
-	slices.SortStableFunc(again, func(a, b string) int { return tp.yielded[a].Compare(tp.yielded[b]) })
-	return slices.Concat(named, other, again)
+	slices.SortStableFunc(other, func(a, b string) int { return tp.queued[a].Compare(tp.queued[b]) })
+	return append(named, other...)
 }
 
 // reconcile starts a loop for every consumer in infos that has none,
@@ -316,10 +318,10 @@ func (tp *tenantPull) reconcile(ctx context.Context, infos map[string]*natsjs.Co
 			if info.NumAckPending == 0 || tl.yielding && now.Sub(tl.yieldAt) >= yieldGrace(st, info) {
 				delete(tp.loops, t)
 				retire = append(retire, retiring{tl, tp.idle})
-				if tp.yielded == nil {
-					tp.yielded = map[string]time.Time{}
+				if tp.queued == nil {
+					tp.queued = map[string]time.Time{}
 				}
-				tp.yielded[t] = now
+				tp.queued[t] = now
 				continue
 			}
 			if !tl.yielding {

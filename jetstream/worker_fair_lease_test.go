@@ -180,36 +180,41 @@ func yielding(tp *tenantPull) []string {
 }
 
 // TestFairPullYieldedTakesASlotLast: the tenant whose consumer this
-// member retired for its lease comes after the tenants that were waiting
-// when the free slots are drawn (before, on equal terms: with one tenant
-// waiting, half the rotations gave the slot straight back), and is
-// forgotten once it has no jobs.
+// member retired for its lease waits again from then: behind the tenants
+// that were waiting while it held the slot (before, it drew on equal terms
+// with them: with one tenant waiting, half the rotations gave the slot
+// straight back), ahead of a tenant that appears after it (a producer
+// minting tenants cannot keep it out); and is forgotten once it has no
+// jobs.
 func TestFairPullYieldedTakesASlotLast(t *testing.T) {
 	const idle = time.Minute
 	now := time.Now()
 	tp, js := leaseRig(idle, 1)
 	made := now.Add(-2 * idle)
+	hogInfo := map[string]*natsjs.ConsumerInfo{"hog": {Name: "embedder_hog", Created: made, NumPending: 5}}
+	tenants := map[string]bool{"hog": true, "a": true, "b": true, "c": true}
+	tp.newcomers(tenants, hogInfo, now) // the scan that found a, b and c waiting
 	tp.loops["hog"] = &tenantLoop{tenant: "hog", name: "embedder_hog", since: made, created: made}
 	tp.waiting = 3
-	tp.reconcile(context.Background(), map[string]*natsjs.ConsumerInfo{"hog": {Name: "embedder_hog", Created: made, NumPending: 5}}, ServerSettings{}, false, now)
+	tp.reconcile(context.Background(), hogInfo, ServerSettings{}, false, now.Add(time.Second))
 	js.mu.Lock()
 	deleted := slices.Clone(js.deleted)
 	js.mu.Unlock()
 	if len(deleted) != 1 {
 		t.Fatalf("deleted %q, want hog's consumer: its lease is up and tenants wait", deleted)
 	}
-	tenants := map[string]bool{"hog": true, "a": true, "b": true, "c": true}
+	tenants["minted"] = true // appears after hog yielded
 	for range 20 {
-		if got := tp.newcomers(tenants, nil); len(got) != 4 || got[3] != "hog" {
-			t.Fatalf("slots drawn in the order %q: want hog, which just yielded, last", got)
+		if got := tp.newcomers(tenants, nil, now.Add(2*time.Second)); len(got) != 5 || got[3] != "hog" || got[4] != "minted" {
+			t.Fatalf("slots drawn in the order %q: want hog, which just yielded, after a, b and c, and before minted", got)
 		}
 	}
 	delete(tenants, "hog")
-	tp.newcomers(tenants, nil)
+	tp.newcomers(tenants, nil, now.Add(3*time.Second))
 	tp.mu.Lock()
 	defer tp.mu.Unlock()
-	if _, ok := tp.yielded["hog"]; ok {
-		t.Error("hog is remembered as yielded with no jobs left")
+	if _, ok := tp.queued["hog"]; ok {
+		t.Error("hog is remembered as waiting with no jobs left")
 	}
 }
 
@@ -282,15 +287,17 @@ func TestFairPullYieldedInTurn(t *testing.T) {
 	tenants := map[string]bool{"a": true, "b": true}
 	made := now.Add(-2 * idle)
 	tp.waiting = 1
+	aInfo := map[string]*natsjs.ConsumerInfo{"a": {Name: "embedder_a", Created: made, NumPending: 5}}
+	tp.newcomers(tenants, aInfo, now.Add(-time.Second)) // the scan that found b waiting
 	tp.loops["a"] = &tenantLoop{tenant: "a", name: "embedder_a", since: made, created: made}
-	tp.reconcile(context.Background(), map[string]*natsjs.ConsumerInfo{"a": {Name: "embedder_a", Created: made, NumPending: 5}}, ServerSettings{}, false, now)
-	if got := tp.newcomers(tenants, nil); !slices.Equal(got, []string{"b", "a"}) {
+	tp.reconcile(context.Background(), aInfo, ServerSettings{}, false, now)
+	if got := tp.newcomers(tenants, nil, now); !slices.Equal(got, []string{"b", "a"}) {
 		t.Fatalf("after a yielded, slots drawn in the order %q", got)
 	}
 	// b takes the slot, holds it for its lease, and yields it.
 	later := now.Add(2 * idle)
 	bInfo := map[string]*natsjs.ConsumerInfo{"b": {Name: "embedder_b", Created: now, NumPending: 5}}
-	tp.newcomers(tenants, bInfo) // a scan while b holds the slot
+	tp.newcomers(tenants, bInfo, now) // a scan while b holds the slot
 	tp.loops["b"] = &tenantLoop{tenant: "b", name: "embedder_b", since: now, created: now}
 	tp.reconcile(context.Background(), bInfo, ServerSettings{}, false, later)
 	js.mu.Lock()
@@ -300,7 +307,7 @@ func TestFairPullYieldedInTurn(t *testing.T) {
 		t.Fatalf("deleted %q, want a's then b's consumer", deleted)
 	}
 	for range 20 {
-		if got := tp.newcomers(tenants, nil); !slices.Equal(got, []string{"a", "b"}) {
+		if got := tp.newcomers(tenants, nil, later); !slices.Equal(got, []string{"a", "b"}) {
 			t.Fatalf("after b yielded, slots drawn in the order %q: want a, which waited while b held the slot, first", got)
 		}
 	}
