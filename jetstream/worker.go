@@ -103,10 +103,10 @@ type FairConfig struct {
 	// empty consumer of an unnamed tenant is retired at once, and one
 	// that has held its slot for Idle yields it (its loop stops pulling
 	// and finishes what it buffered, its consumer goes once nothing is in
-	// flight, or after an ack wait at the latest, its jobs wait again and
-	// wait for a slot again from then: the longest waiting get one first), so the slots pass
-	// round. A tenant the shares name (a weight or a quota of its own)
-	// always gets its consumer.
+	// flight, or after an ack wait at the latest, and its jobs wait for a
+	// slot again from then: the longest waiting get one first), so the
+	// slots pass round. A tenant the shares name (a weight or a quota of
+	// its own) always gets its consumer.
 	MaxTenants int
 }
 
