@@ -25,7 +25,10 @@ import (
 // loop now takes a request to its end at the server (the server's 408),
 // so each job is delivered once, at once.
 func TestPullRequestDelayedLosesNothing(t *testing.T) {
-	const delay, expiry, heartbeat = 500 * time.Millisecond, 2 * time.Second, 600 * time.Millisecond
+	// The first heartbeat comes delay + heartbeat after the request left,
+	// and nats.go gives up at twice the heartbeat: half a second of margin
+	// for a loaded machine.
+	const delay, expiry, heartbeat = 500 * time.Millisecond, 2500 * time.Millisecond, time.Second
 	srv := natstest.RunServer(t)
 	_, _, direct := pullRig(t, srv.ClientURL(), 30*time.Second, nil)
 	nc, err := nats.Connect("nats://" + delayedProxy(t, srv.Addr().String(), delay))
