@@ -24,7 +24,11 @@ func TestPullStoppedRequestDoesNotBurnDeliveries(t *testing.T) {
 	for _, how := range []string{"stop", "drain"} {
 		t.Run(how, func(t *testing.T) {
 			srv := natstest.RunServer(t)
-			nc, js, cons := pullRig(t, srv.ClientURL(), time.Minute, nil) // MaxDeliver 5
+			// MaxDeliver 5. An AckWait of 2 s: a job the server hands the
+			// leaving request in the instant before its unsubscribe lands
+			// (nats.go sends it just after closing the batch the loop
+			// reads) comes back to the next puller within the wait below.
+			nc, js, cons := pullRig(t, srv.ClientURL(), 2*time.Second, nil)
 			var requests atomic.Int32
 			sink := sinkOf(func(_ context.Context, dl consumer.Delivery) error {
 				t.Errorf("delivered to the stopped loop: %q", dl.(*consumer.Stored).Data)
@@ -63,7 +67,7 @@ func TestPullStoppedRequestDoesNotBurnDeliveries(t *testing.T) {
 				t.Errorf("with no loop running the job was delivered %d times (%d redelivered, %d pending an ack, %d pending)",
 					info.Delivered.Consumer, info.NumRedelivered, info.NumAckPending, info.NumPending)
 			}
-			mb, err := cons.Fetch(1, natsjs.FetchMaxWait(2*time.Second))
+			mb, err := cons.Fetch(1, natsjs.FetchMaxWait(5*time.Second))
 			if err != nil {
 				t.Fatal(err)
 			}
