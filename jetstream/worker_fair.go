@@ -59,6 +59,15 @@ type tenantLoop struct {
 	yieldAt      time.Time // when yielding began
 }
 
+// leave marks tl's loop as ended on purpose (its end is no news) and
+// returns it, nil if none, with its sink in the fair gate.
+func (tl *tenantLoop) leave() (*PullLoop, gateSink) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	tl.stopping = true
+	return tl.loop, tl.sink
+}
+
 func (tl *tenantLoop) get() *PullLoop {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
@@ -487,10 +496,7 @@ func ended(l *PullLoop) bool {
 // stopLoop stops tl's loop (its buffered messages go back at once) and
 // waits for it.
 func (tp *tenantPull) stopLoop(tl *tenantLoop) {
-	tl.mu.Lock()
-	tl.stopping = true
-	loop, sink := tl.loop, tl.sink
-	tl.mu.Unlock()
+	loop, sink := tl.leave()
 	if loop == nil {
 		return
 	}
@@ -507,10 +513,7 @@ func (tp *tenantPull) stopLoop(tl *tenantLoop) {
 // wait before it could be retired, its slot empty, and its NAKed jobs
 // would be answered later than they could have been.
 func (tp *tenantPull) yieldLoop(tl *tenantLoop) {
-	tl.mu.Lock()
-	tl.stopping = true
-	loop, sink := tl.loop, tl.sink
-	tl.mu.Unlock()
+	loop, sink := tl.leave()
 	if loop == nil {
 		return
 	}
