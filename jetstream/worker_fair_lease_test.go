@@ -253,16 +253,21 @@ func (j *consumerJS) Consumer(context.Context, string, string) (natsjs.Consumer,
 	return nil, nil
 }
 
+// refusedPullRig is a member's per-tenant pull whose fetch loops do not
+// start: the server has the consumers, the loop refuses its options.
+func refusedPullRig() *tenantPull {
+	w := &Worker{js: &consumerJS{}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		cfg: WorkerConfig{Config: DefaultConfig(), Pull: []PullOption{PrefetchLimits(2, 1)}}}
+	return &tenantPull{w: w, gate: newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil)), idle: time.Minute, scan: time.Minute, max: 1,
+		loops: map[string]*tenantLoop{}, done: make(chan struct{})}
+}
+
 // TestFairPullLoopNotStartedForgotten: a tenant's fetch loop that does not
 // start (a pull option the loop refuses) leaves nothing of the tenant in
 // the fair gate; before, each such tenant stayed registered for good.
 func TestFairPullLoopNotStartedForgotten(t *testing.T) {
 	now := time.Now()
-	js := &consumerJS{}
-	w := &Worker{js: js, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		cfg: WorkerConfig{Config: DefaultConfig(), Pull: []PullOption{PrefetchLimits(2, 1)}}}
-	tp := &tenantPull{w: w, gate: newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil)), idle: time.Minute, scan: time.Minute, max: 1,
-		loops: map[string]*tenantLoop{}, done: make(chan struct{})}
+	tp := refusedPullRig()
 	tp.reconcile(context.Background(), map[string]*natsjs.ConsumerInfo{"a": {Name: "embedder_a", Created: now, NumPending: 1}}, ServerSettings{}, false, now)
 	if tl := tp.loops["a"]; tl == nil || tl.get() != nil {
 		t.Fatalf("a's loop %+v: want kept, not started", tl)
@@ -321,11 +326,7 @@ func TestFairPullYieldedInTurn(t *testing.T) {
 // prefetch on that count: read as a jump, it went to the maximum).
 func TestFairPullReopenNotStartedKeepsTheRunningLoop(t *testing.T) {
 	now := time.Now()
-	js := &consumerJS{}
-	w := &Worker{js: js, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		cfg: WorkerConfig{Config: DefaultConfig(), Pull: []PullOption{PrefetchLimits(2, 1)}}}
-	tp := &tenantPull{w: w, gate: newFairGate(&takeSink{}, Shares{}, newQuotas(Shares{}, nil)), idle: time.Minute, scan: time.Minute, max: 1,
-		loops: map[string]*tenantLoop{}, done: make(chan struct{})}
+	tp := refusedPullRig()
 	running := &PullLoop{} // stands for the loop of the old settings, running
 	tl := &tenantLoop{tenant: "a", name: "embedder_a", since: now, created: now, loop: running}
 	tl.sink = tp.gate.forTenant("a", func() bool { return false })
